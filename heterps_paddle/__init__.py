@@ -1,0 +1,16 @@
+"""heterps-paddle: HeterPS scheduling and heterogeneous training for PaddlePaddle fleet.
+
+``import heterps_paddle`` in a fleet script adds ``strategy.heterps`` and
+``strategy.heterps_configs`` to ``paddle.distributed.fleet.DistributedStrategy`` and registers the
+HeterPS meta optimizer with fleet.
+
+The hook is installed lazily (a post-import hook on ``paddle.distributed.fleet``) so that the planning
+half of the package (``heterps_paddle.planning``, ``heterps plan``) never imports Paddle: it is pure
+Python and usable on machines without Paddle installed.
+"""
+
+from ._fleet_hook import install_fleet_hook
+
+__version__ = "0.1.0"
+
+install_fleet_hook()

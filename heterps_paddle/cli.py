@@ -1,0 +1,63 @@
+"""The ``heterps`` command.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``.
+Those modules must not import Paddle at module level: ``heterps plan`` and ``heterps --help`` stay
+fast and work where Paddle is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import HeterPSError
+
+# name -> (module, one-line help). One table, so the help and the dispatch cannot disagree.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "gen-data": ("heterps_paddle.data.commands", "write synthetic Criteo-format CTR data with a planted signal"),
+    "plan": ("heterps_paddle.planning.commands", "plan layer placement and unit counts from a profile and a cluster"),
+    "profile": ("heterps_paddle.planning.profile_command", "profile a static program into a model profile file"),
+    "launch-args": ("heterps_paddle.launch_args", "print the paddle.distributed.launch arguments for a plan"),
+    "bench": ("heterps_paddle.bench", "benchmarks that print numbers (JSON with --json)"),
+}
+
+
+class CommandError(HeterPSError):
+    """A user-facing error raised by a command's own argument checks."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="heterps",
+        description="heterps-paddle: HeterPS scheduling and heterogeneous training for PaddlePaddle fleet.")
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"heterps-paddle {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # a command whose module is not part of this build yet
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except HeterPSError as exc:
+        print(f"heterps {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
