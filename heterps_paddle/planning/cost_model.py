@@ -1,0 +1,261 @@
+"""The one cost model (specs/plan-io.md, "Cost model (reference semantics)").
+
+Every scheduler, the benchmark and the CLI evaluate plans here, so "optimal" and "1.01x the optimum" always
+mean the same thing. A stage's cost depends only on its first and last layer and its type (boundary traffic
+uses the stage's own ``net_bw``), so stage options are computed once per ``(start, end, type)`` from prefix sums
+and memoised; a plan's evaluation is then a walk over its runs plus the shared ``max_units`` check.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .model import Cluster, ModelProfile, Plan, PlanningInputError, Stage, check_compatible
+
+# More units than this are never useful to explore: it bounds the spill scan of one stage.
+_UNIT_SCAN_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class StageOption:
+    """Layers ``[start, end)`` on type ``type_index``, provisioned for the required throughput."""
+
+    start: int
+    end: int
+    type_index: int
+    units: int  # smallest k with k / time_k >= throughput, ignoring max_units
+    time_per_sample: float  # time_k at that k
+    within_limit: bool  # units <= the type's max_units
+    price_per_hour: float
+
+    @property
+    def cost_per_hour(self) -> float:
+        return self.units * self.price_per_hour
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A whole assignment run through the cost model."""
+
+    assignment: tuple[int, ...]
+    stages: tuple[StageOption, ...]
+    feasible: bool
+    cost_per_hour: float  # the real cost when feasible; the cost with unbounded units otherwise
+    excess_units: int  # units asked beyond max_units, over all types (0 when feasible)
+    reason: str | None
+
+    @property
+    def throughput(self) -> float:
+        return min(s.units / s.time_per_sample if s.time_per_sample > 0 else math.inf for s in self.stages)
+
+
+class CostModel:
+    def __init__(self, profile: ModelProfile, cluster: Cluster, throughput: float | None = None):
+        required = throughput if throughput is not None else cluster.throughput
+        if required is None:
+            raise PlanningInputError("no required throughput: give it in the cluster file or with --throughput")
+        if not (required > 0 and math.isfinite(required)):
+            raise PlanningInputError(f"throughput must be a positive finite number, got {required!r}")
+        check_compatible(profile, cluster)
+        self.profile = profile
+        self.cluster = cluster
+        self.throughput = float(required)
+        self.types = cluster.resource_types
+        self.num_layers = len(profile.layers)
+        self.num_types = len(self.types)
+        self._cache: dict[tuple[int, int, int], StageOption] = {}
+        self.evaluations = 0
+        self._prepare()
+
+    # ----------------------------------------------------------------------------------- preparation
+
+    def _prepare(self) -> None:
+        layers = self.profile.layers
+        n, T = self.num_layers, self.num_types
+
+        def prefix(values: np.ndarray) -> np.ndarray:
+            return np.concatenate([np.zeros(values.shape[:-1] + (1,)), np.cumsum(values, axis=-1)], axis=-1)
+
+        flops = np.array([l.flops for l in layers], dtype=float)
+        self.param = np.array([l.param_bytes for l in layers], dtype=float)
+        self.io = np.array([l.io_bytes for l in layers], dtype=float)
+        self.out = np.array([l.out_bytes for l in layers], dtype=float)
+        dense = np.array([l.kind == "dense" for l in layers])
+        self.param_prefix = prefix(self.param)
+        self.dense_param_prefix = prefix(np.where(dense, self.param, 0.0))
+
+        self.measured = np.zeros((T, n), dtype=bool)
+        self.compute_time = np.zeros((T, n))  # flops / t.flops (estimated layers)
+        self.base_time = np.zeros((T, n))  # per-layer time with no spill
+        for ti, t in enumerate(self.types):
+            for li, layer in enumerate(layers):
+                if t.name in layer.time:
+                    self.measured[ti, li] = True
+                    self.base_time[ti, li] = layer.time[t.name]
+                else:
+                    self.compute_time[ti, li] = flops[li] / t.flops
+                    self.base_time[ti, li] = max(self.compute_time[ti, li], self.io[li] / t.mem_bw)
+        self.base_prefix = prefix(self.base_time)
+        self.measured_io_prefix = prefix(np.where(self.measured, self.io, 0.0))
+        # Estimated layers that read parameter rows are the only ones whose time is a non-linear function of
+        # the spill fraction (max of compute and memory time); kept apart so spill is evaluated per layer.
+        self.spill_sensitive = [np.flatnonzero(~self.measured[ti] & (self.io > 0)) for ti in range(T)]
+        self.price = np.array([t.price_per_hour for t in self.types])
+        self.max_units = np.array([t.max_units for t in self.types])
+
+    # ------------------------------------------------------------------------------------ one stage
+
+    def stage_time(self, start: int, end: int, type_index: int, units: int) -> float | None:
+        """Per-sample time of layers [start, end) on ``units`` units; None if they cannot hold its parameters."""
+        t = self.types[type_index]
+        params = self.param_prefix[end] - self.param_prefix[start]
+        spill = max(0.0, params - units * t.memory) / params if params > 0 else 0.0
+        if spill > 0 and not t.has_ssd:
+            return None
+        time = self.base_prefix[type_index, end] - self.base_prefix[type_index, start]
+        if spill > 0:
+            measured_io = self.measured_io_prefix[type_index, end] - self.measured_io_prefix[type_index, start]
+            time += measured_io * spill * (1.0 / t.ssd_bw - 1.0 / t.mem_bw)
+            idx = self.spill_sensitive[type_index]
+            idx = idx[(idx >= start) & (idx < end)]
+            if idx.size:
+                memory_time = self.io[idx] * ((1.0 - spill) / t.mem_bw + spill / t.ssd_bw)
+                compute = self.compute_time[type_index, idx]
+                time += float(np.sum(np.maximum(compute, memory_time) - self.base_time[type_index, idx]))
+        time += self._fixed_extra(start, end, type_index, units)
+        return float(time)
+
+    def _fixed_extra(self, start: int, end: int, type_index: int, units: int) -> float:
+        t = self.types[type_index]
+        extra = 0.0
+        if start > 0:
+            extra += self.out[start - 1] / t.net_bw
+        if end < self.num_layers:
+            extra += self.out[end - 1] / t.net_bw
+        if units > 1:
+            dense = self.dense_param_prefix[end] - self.dense_param_prefix[start]
+            extra += 2.0 * dense / (self.profile.batch_size * t.net_bw)
+        return extra
+
+    def _units_for(self, time: float) -> int:
+        """Smallest k >= 1 with k / time >= throughput (k >= throughput * time, guarded against rounding)."""
+        k = max(1, math.ceil(self.throughput * time))
+        if k > 1 and (k - 1) / time >= self.throughput:
+            k -= 1
+        while time > 0 and k / time < self.throughput:
+            k += 1
+        return k
+
+    def stage(self, start: int, end: int, type_index: int) -> StageOption:
+        key = (start, end, type_index)
+        option = self._cache.get(key)
+        if option is None:
+            option = self._provision(start, end, type_index)
+            self._cache[key] = option
+        return option
+
+    def _provision(self, start: int, end: int, type_index: int) -> StageOption:
+        t = self.types[type_index]
+        params = self.param_prefix[end] - self.param_prefix[start]
+        # Units from which the parameters fit in memory (no spill); 1 when they fit in one unit.
+        if params <= t.memory:
+            fit = 1
+        else:
+            fit = max(1, math.ceil(params / t.memory)) if t.memory > 0 else _UNIT_SCAN_LIMIT
+            while fit > 1 and params - (fit - 1) * t.memory <= 0:
+                fit -= 1
+            while params - fit * t.memory > 0:
+                fit += 1
+        # Best k among those without spill: time is flat there except the dense sync from k = 2 on.
+        k_one = self.stage_time(start, end, type_index, 1) if fit == 1 else None
+        if k_one is not None and 1 / k_one >= self.throughput:
+            return self._option(start, end, type_index, 1, k_one)
+        many_time = self.stage_time(start, end, type_index, max(2, fit))
+        units = max(2, fit, self._units_for(many_time))
+        best = (units, many_time)
+        # Fewer units may do when the type can spill to SSD: scan the spilling counts below both bounds.
+        if t.has_ssd and fit > 1:
+            for k in range(1, min(units, fit, _UNIT_SCAN_LIMIT)):
+                time = self.stage_time(start, end, type_index, k)
+                if time is not None and k / time >= self.throughput:
+                    best = (k, time)
+                    break
+        return self._option(start, end, type_index, *best)
+
+    def _option(self, start: int, end: int, type_index: int, units: int, time: float) -> StageOption:
+        return StageOption(start, end, type_index, units, time, units <= self.types[type_index].max_units,
+                           float(self.price[type_index]))
+
+    # --------------------------------------------------------------------------------------- a plan
+
+    def evaluate(self, assignment: Sequence[int]) -> Evaluation:
+        """Cost of an assignment (a type index per layer, program order)."""
+        if len(assignment) != self.num_layers:
+            raise ValueError(f"assignment has {len(assignment)} entries for {self.num_layers} layers")
+        self.evaluations += 1
+        assignment = tuple(int(a) for a in assignment)
+        stages = []
+        start = 0
+        for i in range(1, self.num_layers + 1):
+            if i == self.num_layers or assignment[i] != assignment[start]:
+                stages.append(self.stage(start, i, assignment[start]))
+                start = i
+        used = np.zeros(self.num_types, dtype=np.int64)
+        for s in stages:
+            used[s.type_index] += s.units
+        excess = np.maximum(0, used - self.max_units)
+        cost = float(sum(s.cost_per_hour for s in stages))
+        reason = None
+        if excess.any():
+            worst = int(np.argmax(excess))
+            reason = (f"{self.types[worst].name} needs {int(used[worst])} units, max_units is "
+                      f"{int(self.max_units[worst])}")
+        return Evaluation(assignment, tuple(stages), not excess.any(), cost, int(excess.sum()), reason)
+
+    def penalised_cost(self, evaluation: Evaluation, reference: float) -> float:
+        """A cost for search: the real one when feasible; otherwise at least ``reference`` (e.g. a known
+        feasible cost), growing with the excess units so the search is pulled back towards feasibility."""
+        if evaluation.feasible:
+            return evaluation.cost_per_hour
+        total = sum(s.units for s in evaluation.stages)
+        return max(evaluation.cost_per_hour, reference) * (1.0 + evaluation.excess_units / max(total, 1))
+
+    def single_type_evaluations(self) -> list[Evaluation]:
+        return [self.evaluate([t] * self.num_layers) for t in range(self.num_types)]
+
+    # ---------------------------------------------------------------------------------- plan record
+
+    def to_plan(self, assignment: Sequence[int] | None, scheduler: str, search_seconds: float = 0.0,
+                evaluations: int | None = None, reason: str | None = None,
+                refined_from_cost: float | None = None) -> Plan:
+        names = self.profile.layer_names()
+        common = dict(scheduler=scheduler, model=self.profile.name, search_seconds=search_seconds,
+                      evaluations=self.evaluations if evaluations is None else evaluations,
+                      required_throughput=self.throughput)
+        if assignment is None:
+            return Plan(feasible=False, assignment={}, reason=reason or "no feasible plan found", **common)
+        evaluation = self.evaluate(assignment)
+        type_names = [t.name for t in self.types]
+        mapping = {names[i]: type_names[a] for i, a in enumerate(evaluation.assignment)}
+        if not evaluation.feasible:
+            return Plan(feasible=False, assignment=mapping, reason=reason or evaluation.reason, **common)
+        stages = tuple(Stage(resource=type_names[s.type_index], layers=tuple(names[s.start:s.end]), units=s.units,
+                             time_per_sample=s.time_per_sample, throughput=s.units / s.time_per_sample
+                             if s.time_per_sample > 0 else math.inf) for s in evaluation.stages)
+        throughput = min(s.throughput for s in stages)
+        cost = evaluation.cost_per_hour
+        return Plan(feasible=True, assignment=mapping, stages=stages, throughput=throughput,
+                    cost_per_hour=cost, cost_per_million_samples=cost / (3600.0 * self.throughput) * 1e6,
+                    refined_from_cost=refined_from_cost, **common)
+
+    def assignment_of(self, plan: Plan) -> list[int]:
+        """Type indices of a plan's assignment (e.g. one read back from JSON)."""
+        index = {t.name: i for i, t in enumerate(self.types)}
+        try:
+            return [index[plan.assignment[name]] for name in self.profile.layer_names()]
+        except KeyError as exc:
+            raise PlanningInputError(f"plan does not fit this model and cluster: {exc.args[0]!r}") from None

@@ -1,0 +1,397 @@
+"""Typed records of the planning half and their file formats (see specs/plan-io.md, ``format: 1``).
+
+Loading is strict on purpose: a profile or cluster file is hand-edited, and a silently ignored typo
+(``max_unit: 8``) would give a plan that looks right and is not. Every error names the file, the key
+(as a path such as ``resource_types[2].memory``) and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..errors import HeterPSError
+
+FORMAT_VERSION = 1
+LAYER_KINDS = ("sparse", "dense")
+RESOURCE_KINDS = ("cpu", "gpu")
+
+
+class PlanningInputError(HeterPSError, ValueError):
+    """A model profile, cluster or plan file (or value) that cannot be used."""
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    name: str
+    kind: str  # sparse | dense
+    flops: float  # forward+backward FLOPs per sample
+    param_bytes: float  # parameters plus optimizer state
+    io_bytes: float = 0.0  # parameter-row bytes read+written per sample (sparse lookups)
+    out_bytes: float = 0.0  # activation bytes per sample crossing a boundary right after this layer
+    time: Mapping[str, float] = field(default_factory=dict)  # measured s/sample by resource type name
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    name: str
+    batch_size: int
+    layers: tuple[LayerProfile, ...]
+
+    def layer_names(self) -> list[str]:
+        return [layer.name for layer in self.layers]
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    name: str
+    kind: str  # cpu | gpu
+    price_per_hour: float
+    max_units: int
+    flops: float
+    mem_bw: float
+    memory: float
+    net_bw: float
+    ssd_bw: float = 0.0  # 0: no SSD tier
+
+    @property
+    def has_ssd(self) -> bool:
+        return self.ssd_bw > 0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    resource_types: tuple[ResourceType, ...]
+    throughput: float | None = None  # required samples/s; may come from the command line instead
+
+    def type_names(self) -> list[str]:
+        return [t.name for t in self.resource_types]
+
+    def with_throughput(self, throughput: float | None) -> "Cluster":
+        return Cluster(self.resource_types, throughput)
+
+
+@dataclass(frozen=True)
+class Stage:
+    resource: str
+    layers: tuple[str, ...]
+    units: int
+    time_per_sample: float
+    throughput: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"resource": self.resource, "layers": list(self.layers), "units": self.units,
+                "time_per_sample": self.time_per_sample, "throughput": self.throughput}
+
+
+@dataclass(frozen=True)
+class Plan:
+    scheduler: str
+    model: str
+    feasible: bool
+    assignment: Mapping[str, str]  # layer name -> resource type name (program order)
+    stages: tuple[Stage, ...] = ()
+    throughput: float = 0.0  # achieved samples/s (min over stages)
+    cost_per_hour: float = 0.0
+    cost_per_million_samples: float = 0.0
+    search_seconds: float = 0.0
+    evaluations: int = 0
+    reason: str | None = None  # why it is infeasible
+    refined_from_cost: float | None = None  # rl: cost of the policy's best sample before local refinement
+    required_throughput: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "format": FORMAT_VERSION, "scheduler": self.scheduler, "model": self.model,
+            "feasible": self.feasible, "assignment": dict(self.assignment),
+            "stages": [s.to_dict() for s in self.stages], "throughput": self.throughput,
+            "cost_per_hour": self.cost_per_hour, "cost_per_million_samples": self.cost_per_million_samples,
+            "search_seconds": self.search_seconds, "evaluations": self.evaluations,
+        }
+        if self.required_throughput is not None:
+            out["required_throughput"] = self.required_throughput
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.refined_from_cost is not None:
+            out["refined_from_cost"] = self.refined_from_cost
+        return out
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+
+# ------------------------------------------------------------------------------------- strict parsing
+
+
+class _Reader:
+    """Checks one mapping against a schema, reporting ``file: key: reason``."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, key: str, reason: str) -> PlanningInputError:
+        where = f"{self.source}: {key}" if key else self.source
+        return PlanningInputError(f"{where}: {reason}")
+
+    def mapping(self, value: Any, key: str, allowed: set[str], required: set[str]) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(key, f"must be a mapping, got {type(value).__name__}")
+        for name in value:
+            if name not in allowed:
+                raise self.fail(_join(key, str(name)),
+                                f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        for name in sorted(required):
+            if name not in value:
+                raise self.fail(_join(key, name), "missing required key")
+        return value
+
+    def number(self, value: Any, key: str, positive: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            # YAML reads 2.1e9 as a float but "2.1e9" quoted, or 1e9 without a dot, as a string.
+            if isinstance(value, str):
+                try:
+                    value = float(value)
+                except ValueError:
+                    raise self.fail(key, f"must be a number, got {value!r}") from None
+            else:
+                raise self.fail(key, f"must be a number, got {type(value).__name__} {value!r}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise self.fail(key, f"must be finite, got {value!r}")
+        if value < 0:
+            raise self.fail(key, f"must not be negative, got {value!r}")
+        if positive and value == 0:
+            raise self.fail(key, "must be positive, got 0")
+        return value
+
+    def integer(self, value: Any, key: str, minimum: int) -> int:
+        number = self.number(value, key)
+        if number != int(number):
+            raise self.fail(key, f"must be an integer, got {value!r}")
+        if number < minimum:
+            raise self.fail(key, f"must be >= {minimum}, got {value!r}")
+        return int(number)
+
+    def string(self, value: Any, key: str, choices: tuple[str, ...] | None = None) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"must be a non-empty string, got {value!r}")
+        if choices is not None and value not in choices:
+            raise self.fail(key, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def boolean(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, f"must be true or false, got {value!r}")
+        return value
+
+    def sequence(self, value: Any, key: str, non_empty: bool = True) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(key, f"must be a list, got {type(value).__name__}")
+        if non_empty and not value:
+            raise self.fail(key, "must not be empty")
+        return value
+
+    def format_version(self, document: Mapping[str, Any]) -> None:
+        if document["format"] != FORMAT_VERSION or isinstance(document["format"], bool):
+            raise self.fail("format", f"unsupported format {document['format']!r} (this version reads {FORMAT_VERSION})")
+
+    def unique(self, names: list[str], key: str) -> None:
+        seen: set[str] = set()
+        for index, name in enumerate(names):
+            if name in seen:
+                raise self.fail(f"{key}[{index}].name", f"duplicate name {name!r}")
+            seen.add(name)
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _load_document(path: str) -> Any:
+    if not os.path.isfile(path):
+        raise PlanningInputError(f"{path}: file does not exist")
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    import yaml  # JSON is YAML too, so any suffix but .json goes through the YAML reader
+
+    try:
+        if path.endswith(".json"):
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise PlanningInputError(f"{path}: cannot parse: {exc}") from None
+
+
+# -------------------------------------------------------------------------------------- model profile
+
+_LAYER_KEYS = {"name", "kind", "flops", "param_bytes", "io_bytes", "out_bytes", "time"}
+_LAYER_REQUIRED = {"name", "kind", "flops", "param_bytes", "out_bytes"}
+
+
+def model_profile_from_dict(document: Any, source: str = "<model>") -> ModelProfile:
+    r = _Reader(source)
+    doc = r.mapping(document, "", {"format", "name", "batch_size", "layers"},
+                    {"format", "name", "batch_size", "layers"})
+    r.format_version(doc)
+    layers = []
+    for index, raw in enumerate(r.sequence(doc["layers"], "layers")):
+        key = f"layers[{index}]"
+        item = r.mapping(raw, key, _LAYER_KEYS, _LAYER_REQUIRED)
+        times: dict[str, float] = {}
+        if "time" in item and item["time"] is not None:
+            time_map = r.mapping(item["time"], f"{key}.time", set(map(str, item["time"] or {})), set())
+            for type_name, seconds in time_map.items():
+                times[str(type_name)] = r.number(seconds, f"{key}.time.{type_name}")
+        layers.append(LayerProfile(
+            name=r.string(item["name"], f"{key}.name"),
+            kind=r.string(item["kind"], f"{key}.kind", LAYER_KINDS),
+            flops=r.number(item["flops"], f"{key}.flops"),
+            param_bytes=r.number(item["param_bytes"], f"{key}.param_bytes"),
+            io_bytes=r.number(item.get("io_bytes", 0), f"{key}.io_bytes"),
+            out_bytes=r.number(item["out_bytes"], f"{key}.out_bytes"),
+            time=times,
+        ))
+    r.unique([layer.name for layer in layers], "layers")
+    return ModelProfile(name=r.string(doc["name"], "name"),
+                        batch_size=r.integer(doc["batch_size"], "batch_size", 1), layers=tuple(layers))
+
+
+def model_profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
+    layers = []
+    for layer in profile.layers:
+        item: dict[str, Any] = {"name": layer.name, "kind": layer.kind, "flops": layer.flops,
+                                "param_bytes": layer.param_bytes, "io_bytes": layer.io_bytes,
+                                "out_bytes": layer.out_bytes}
+        if layer.time:
+            item["time"] = dict(layer.time)
+        layers.append(item)
+    return {"format": FORMAT_VERSION, "name": profile.name, "batch_size": profile.batch_size, "layers": layers}
+
+
+def load_model_profile(path: str) -> ModelProfile:
+    return model_profile_from_dict(_load_document(path), path)
+
+
+# -------------------------------------------------------------------------------------------- cluster
+
+_TYPE_KEYS = {"name", "kind", "price_per_hour", "max_units", "flops", "mem_bw", "memory", "net_bw", "ssd_bw"}
+_TYPE_REQUIRED = _TYPE_KEYS - {"ssd_bw"}
+
+
+def cluster_from_dict(document: Any, source: str = "<cluster>") -> Cluster:
+    r = _Reader(source)
+    doc = r.mapping(document, "", {"format", "throughput", "resource_types"}, {"format", "resource_types"})
+    r.format_version(doc)
+    types = []
+    for index, raw in enumerate(r.sequence(doc["resource_types"], "resource_types")):
+        key = f"resource_types[{index}]"
+        item = r.mapping(raw, key, _TYPE_KEYS, _TYPE_REQUIRED)
+        types.append(ResourceType(
+            name=r.string(item["name"], f"{key}.name"),
+            kind=r.string(item["kind"], f"{key}.kind", RESOURCE_KINDS),
+            price_per_hour=r.number(item["price_per_hour"], f"{key}.price_per_hour"),
+            max_units=r.integer(item["max_units"], f"{key}.max_units", 1),
+            # Rates divide per-sample work: zero would mean "infinitely slow", which is no resource at all.
+            flops=r.number(item["flops"], f"{key}.flops", positive=True),
+            mem_bw=r.number(item["mem_bw"], f"{key}.mem_bw", positive=True),
+            memory=r.number(item["memory"], f"{key}.memory"),
+            net_bw=r.number(item["net_bw"], f"{key}.net_bw", positive=True),
+            ssd_bw=r.number(item.get("ssd_bw", 0) or 0, f"{key}.ssd_bw"),
+        ))
+    r.unique([t.name for t in types], "resource_types")
+    throughput = None
+    if doc.get("throughput") is not None:
+        throughput = r.number(doc["throughput"], "throughput", positive=True)
+    return Cluster(resource_types=tuple(types), throughput=throughput)
+
+
+def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
+    out: dict[str, Any] = {"format": FORMAT_VERSION}
+    if cluster.throughput is not None:
+        out["throughput"] = cluster.throughput
+    out["resource_types"] = [
+        {"name": t.name, "kind": t.kind, "price_per_hour": t.price_per_hour, "max_units": t.max_units,
+         "flops": t.flops, "mem_bw": t.mem_bw, "memory": t.memory, "net_bw": t.net_bw, "ssd_bw": t.ssd_bw}
+        for t in cluster.resource_types]
+    return out
+
+
+def load_cluster(path: str) -> Cluster:
+    return cluster_from_dict(_load_document(path), path)
+
+
+def check_compatible(profile: ModelProfile, cluster: Cluster, source: str = "<model>") -> None:
+    """Measured times must name resource types of the cluster (a typo would silently fall back to estimates)."""
+    known = set(cluster.type_names())
+    for index, layer in enumerate(profile.layers):
+        for type_name in layer.time:
+            if type_name not in known:
+                raise PlanningInputError(
+                    f"{source}: layers[{index}].time.{type_name}: unknown resource type "
+                    f"(cluster has: {', '.join(sorted(known))})")
+
+
+# ----------------------------------------------------------------------------------------------- plan
+
+_PLAN_KEYS = {"format", "scheduler", "model", "feasible", "assignment", "stages", "throughput", "cost_per_hour",
+              "cost_per_million_samples", "search_seconds", "evaluations", "reason", "refined_from_cost",
+              "required_throughput"}
+_PLAN_REQUIRED = {"format", "scheduler", "model", "feasible", "assignment"}
+_STAGE_KEYS = {"resource", "layers", "units", "time_per_sample", "throughput"}
+
+
+def plan_from_dict(document: Any, source: str = "<plan>") -> Plan:
+    r = _Reader(source)
+    doc = r.mapping(document, "", _PLAN_KEYS, _PLAN_REQUIRED)
+    r.format_version(doc)
+    assignment_raw = r.mapping(doc["assignment"], "assignment", set(map(str, doc["assignment"] or {})), set())
+    assignment = {str(k): r.string(v, f"assignment.{k}") for k, v in assignment_raw.items()}
+    stages = []
+    for index, raw in enumerate(r.sequence(doc.get("stages", []), "stages", non_empty=False)):
+        key = f"stages[{index}]"
+        item = r.mapping(raw, key, _STAGE_KEYS, _STAGE_KEYS)
+        stages.append(Stage(
+            resource=r.string(item["resource"], f"{key}.resource"),
+            layers=tuple(r.string(n, f"{key}.layers") for n in r.sequence(item["layers"], f"{key}.layers")),
+            units=r.integer(item["units"], f"{key}.units", 1),
+            time_per_sample=r.number(item["time_per_sample"], f"{key}.time_per_sample"),
+            throughput=r.number(item["throughput"], f"{key}.throughput")))
+
+    def optional_number(name: str) -> float | None:
+        return None if doc.get(name) is None else r.number(doc[name], name)
+
+    return Plan(
+        scheduler=r.string(doc["scheduler"], "scheduler"), model=r.string(doc["model"], "model"),
+        feasible=r.boolean(doc["feasible"], "feasible"), assignment=assignment, stages=tuple(stages),
+        throughput=optional_number("throughput") or 0.0, cost_per_hour=optional_number("cost_per_hour") or 0.0,
+        cost_per_million_samples=optional_number("cost_per_million_samples") or 0.0,
+        search_seconds=optional_number("search_seconds") or 0.0,
+        evaluations=r.integer(doc.get("evaluations", 0), "evaluations", 0),
+        reason=None if doc.get("reason") is None else r.string(doc["reason"], "reason"),
+        refined_from_cost=optional_number("refined_from_cost"),
+        required_throughput=optional_number("required_throughput"))
+
+
+def load_plan(path: str) -> Plan:
+    return plan_from_dict(_load_document(path), path)
+
+
+def save_plan(plan: Plan, path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(plan.to_json(indent=2) + "\n")
+
+
+def save_yaml(document: Mapping[str, Any], path: str) -> None:
+    import yaml
+
+    with open(path, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(dict(document), handle, sort_keys=False)
+

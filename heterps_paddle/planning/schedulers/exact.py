@@ -1,0 +1,228 @@
+"""``exact``: a proven optimum of the cost model.
+
+1. Every candidate stage ``(start, end, type)`` is provisioned once (prefix sums in the cost model).
+2. A DP over stage boundaries (state: boundary, type of the stage ending there; adjacent stages differ in type
+   because a stage is a maximal run) gives the optimum when stages of one type are not limited together. It
+   ignores only the shared ``max_units`` limit, so it is a relaxation: if its plan respects the limit, done.
+3. Otherwise a Lagrangian relaxation of the shared limits (the same DP with unit prices raised by multipliers)
+   gives lower bounds and, from its feasible plans, upper bounds. A candidate stage whose best completion is
+   bounded below by more than the best known plan cannot be in an optimum and is pruned; the rest go to a
+   MILP (HiGHS through ``scipy.optimize.milp``, zero gap): path constraints over boundaries, one type per
+   boundary side, and one unit budget per type.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cost_model import CostModel
+from .base import Schedule, Scheduler, best_feasible, no_plan_reason
+
+_LAGRANGE_ITERATIONS = 40
+_TOLERANCE = 1e-9
+
+
+class StageTables:
+    """Cost and units of every candidate stage: arrays indexed [type, start, end] (inf cost if impossible)."""
+
+    def __init__(self, cost_model: CostModel):
+        n, T = cost_model.num_layers, cost_model.num_types
+        self.cost = np.full((T, n + 1, n + 1), np.inf)
+        self.units = np.zeros((T, n + 1, n + 1))
+        for t in range(T):
+            for i in range(n):
+                for j in range(i + 1, n + 1):
+                    option = cost_model.stage(i, j, t)
+                    if option.within_limit:
+                        self.cost[t, i, j] = option.cost_per_hour
+                        self.units[t, i, j] = option.units
+
+
+def _other_type_min(values: np.ndarray) -> np.ndarray:
+    """out[..., t] = min over t' != t of values[..., t'] (inf when there is a single type)."""
+    T = values.shape[-1]
+    if T == 1:
+        return np.full_like(values, np.inf)
+    order = np.argsort(values, axis=-1)
+    best = np.take_along_axis(values, order[..., :1], axis=-1)
+    second = np.take_along_axis(values, order[..., 1:2], axis=-1)
+    is_best = np.arange(T) == order[..., :1]
+    return np.where(is_best, second, best)
+
+
+def forward_dp(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """F[j, t]: cheapest cover of layers [0, j) whose last stage has type t; also the argmin start."""
+    T, n1, _ = cost.shape
+    n = n1 - 1
+    F = np.full((n + 1, T), np.inf)
+    start = np.zeros((n + 1, T), dtype=np.int64)
+    G = np.full((n + 1, T), np.inf)  # cheapest cover of [0, i) whose last stage is NOT of type t
+    G[0] = 0.0
+    for j in range(1, n + 1):
+        candidates = G[:j] + cost[:, :j, j].T  # [start, type]
+        start[j] = np.argmin(candidates, axis=0)
+        F[j] = candidates[start[j], np.arange(T)]
+        G[j] = _other_type_min(F[j])
+    return F, start
+
+
+def backward_dp(cost: np.ndarray) -> np.ndarray:
+    """B[i, t]: cheapest cover of layers [i, n) whose first stage has type t."""
+    T, n1, _ = cost.shape
+    n = n1 - 1
+    B = np.full((n + 1, T), np.inf)
+    H = np.full((n + 1, T), np.inf)
+    H[n] = 0.0
+    for i in range(n - 1, -1, -1):
+        B[i] = np.min(cost[:, i, i + 1:] + H[i + 1:].T, axis=1)
+        H[i] = _other_type_min(B[i])
+    return B
+
+
+def dp_assignment(cost: np.ndarray) -> tuple[float, list[int] | None]:
+    F, start = forward_dp(cost)
+    n = F.shape[0] - 1
+    t = int(np.argmin(F[n]))
+    value = float(F[n, t])
+    if not np.isfinite(value):
+        return value, None
+    assignment = [0] * n
+    j = n
+    while j > 0:
+        i = int(start[j, t])
+        assignment[i:j] = [t] * (j - i)
+        if i > 0:
+            others = F[i].copy()
+            others[t] = np.inf
+            t = int(np.argmin(others))
+        j = i
+    return value, assignment
+
+
+def _completion_bounds(cost: np.ndarray) -> np.ndarray:
+    """Lower bound, per candidate stage [type, start, end], of the cheapest plan that contains it."""
+    F, _ = forward_dp(cost)
+    B = backward_dp(cost)
+    T, n1, _ = cost.shape
+    before = _other_type_min(F)  # [boundary, type]: cover of [0, i) ending in another type
+    before[0] = 0.0
+    after = _other_type_min(B)
+    after[n1 - 1] = 0.0
+    return before.T[:, :, None] + cost + after.T[:, None, :]
+
+
+class ExactScheduler(Scheduler):
+    name = "exact"
+
+    def __init__(self, seed: int = 0, time_limit: float | None = None):
+        super().__init__(seed)
+        self.time_limit = time_limit
+
+    def search(self, cost_model: CostModel) -> Schedule:
+        tables = StageTables(cost_model)
+        relaxed_cost, relaxed = dp_assignment(tables.cost)
+        if relaxed is None:
+            return Schedule(None, reason=no_plan_reason(cost_model), proven_optimal=True)
+        first = cost_model.evaluate(relaxed)
+        if first.feasible:
+            return Schedule(relaxed, proven_optimal=True)
+        return self._shared_limit_search(cost_model, tables, first)
+
+    def _shared_limit_search(self, cost_model: CostModel, tables: StageTables, relaxed) -> Schedule:
+        limits = cost_model.max_units.astype(float)
+        singles = [[t] * cost_model.num_layers for t in range(cost_model.num_types)]
+        upper, incumbent = best_feasible(cost_model, singles)
+        lower, best_multipliers = -np.inf, np.zeros(cost_model.num_types)
+        multipliers = np.zeros(cost_model.num_types)
+        scale = max(relaxed.cost_per_hour, 1e-12)
+        for iteration in range(_LAGRANGE_ITERATIONS):
+            value, assignment = dp_assignment(tables.cost + multipliers[:, None, None] * tables.units)
+            if assignment is None:
+                break
+            bound = value - float(multipliers @ limits)
+            if bound > lower:
+                lower, best_multipliers = bound, multipliers.copy()
+            evaluation = cost_model.evaluate(assignment)
+            if evaluation.feasible and evaluation.cost_per_hour < upper:
+                upper, incumbent = evaluation.cost_per_hour, list(evaluation.assignment)
+            if incumbent is not None and upper - lower <= _TOLERANCE * max(abs(upper), 1.0):
+                return Schedule(incumbent, proven_optimal=True)
+            used = np.zeros(cost_model.num_types)
+            for s in evaluation.stages:
+                used[s.type_index] += s.units
+            gradient = used - limits
+            gradient[(multipliers <= 0) & (gradient < 0)] = 0.0
+            norm = float(gradient @ gradient)
+            if norm == 0:
+                break
+            gap = (upper - bound) if np.isfinite(upper) else 0.1 * scale
+            step = (1.0 / (1 + iteration / 5)) * gap / norm
+            multipliers = np.maximum(0.0, multipliers + step * gradient)
+        return self._milp(cost_model, tables, upper, incumbent, best_multipliers)
+
+    def _milp(self, cost_model: CostModel, tables: StageTables, upper: float, incumbent, multipliers) -> Schedule:
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import coo_matrix
+
+        keep = np.isfinite(tables.cost)
+        if np.isfinite(upper):
+            slack = _TOLERANCE * max(abs(upper), 1.0)
+            keep &= _completion_bounds(tables.cost) <= upper + slack
+            if multipliers.any():
+                lagrangian = tables.cost + multipliers[:, None, None] * tables.units
+                bound = _completion_bounds(lagrangian) - float(multipliers @ cost_model.max_units)
+                keep &= bound <= upper + slack
+        types, starts, ends = np.nonzero(keep)
+        n, T = cost_model.num_layers, cost_model.num_types
+        count = types.size
+        if count == 0:
+            return Schedule(incumbent, proven_optimal=True,
+                            reason=None if incumbent else no_plan_reason(cost_model) + " with shared units")
+        rows, cols, vals, lower_b, upper_b = [], [], [], [], []
+        columns = np.arange(count)
+
+        def add_rows(row_ids, col_ids, coefficients, lo, hi):
+            rows.append(row_ids), cols.append(col_ids), vals.append(coefficients)
+            lower_b.extend(lo), upper_b.extend(hi)
+
+        # Flow over boundaries 0..n: one path from 0 to n.
+        add_rows(starts, columns, np.ones(count), [], [])
+        add_rows(ends, columns, -np.ones(count), [], [])
+        net = np.zeros(n + 1)
+        net[0], net[n] = 1.0, -1.0
+        lower_b.extend(net), upper_b.extend(net)
+        row = n + 1
+        # A stage is a maximal run: at a boundary, the stages on both sides have different types.
+        side = (np.concatenate([ends, starts]) * T + np.concatenate([types, types]))
+        inner = (np.concatenate([ends, starts]) > 0) & (np.concatenate([ends, starts]) < n)
+        keys, inverse = np.unique(side[inner], return_inverse=True)
+        add_rows(row + inverse, np.concatenate([columns, columns])[inner], np.ones(int(inner.sum())),
+                 [0.0] * keys.size, [1.0] * keys.size)
+        row += keys.size
+        # Units of one type are shared by all its stages.
+        add_rows(row + types, columns, tables.units[types, starts, ends], [0.0] * T,
+                 list(cost_model.max_units.astype(float)))
+        row += T
+        matrix = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                            shape=(row, count)).tocsr()
+        options = {"mip_rel_gap": 0.0}
+        if self.time_limit is not None:
+            options["time_limit"] = self.time_limit
+        result = milp(tables.cost[types, starts, ends], integrality=np.ones(count), bounds=Bounds(0, 1),
+                      constraints=[LinearConstraint(matrix, np.array(lower_b), np.array(upper_b))], options=options)
+        if result.x is None:
+            if result.status == 2 or incumbent is not None:  # infeasible: every kept candidate was pruned
+                return Schedule(incumbent, proven_optimal=result.status == 2,
+                                reason=None if incumbent else no_plan_reason(cost_model) + " with shared units")
+            return Schedule(None, reason=f"MILP solver stopped: {result.message}")
+        chosen = np.flatnonzero(result.x > 0.5)
+        assignment = [0] * n
+        for c in chosen:
+            assignment[starts[c]:ends[c]] = [int(types[c])] * (ends[c] - starts[c])
+        evaluation = cost_model.evaluate(assignment)
+        if incumbent is not None and not (evaluation.feasible and evaluation.cost_per_hour <= upper):
+            assignment = incumbent
+        return Schedule(assignment, proven_optimal=result.status == 0)
+
+
+SCHEDULER = ExactScheduler
