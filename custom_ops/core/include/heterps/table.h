@@ -1,0 +1,127 @@
+// heterps sparse table: int64 keys -> fixed-dim float32 rows with optimizer state.
+//
+// Framework-free (no Paddle headers): the Paddle ops, the ctypes binding and the C++ tests all sit on
+// this one class.  Layout and policies are described in docs/sparse-table.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace heterps {
+
+enum class Optimizer : uint32_t { kSGD = 0, kAdagrad = 1, kAdam = 2 };
+enum class EvictPolicy : uint32_t { kLRU = 0, kLFU = 1 };
+
+// Every user-caused problem (bad config, bad ids, NaN gradient, corrupted checkpoint, failed write)
+// is a TableError with a message that names the offending thing.
+class TableError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TableConfig {
+  uint32_t dim = 8;
+  Optimizer optimizer = Optimizer::kAdagrad;
+  float lr = 0.01f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  // Rows start uniform in [-init_range, init_range), drawn from a hash of (seed, key, column): the same
+  // in every process and independent of insertion order.
+  float init_range = 0.01f;
+  uint64_t seed = 0;
+  // 0 = unlimited.  Otherwise resident rows are capped at budget / row_cost_bytes() and the coldest
+  // rows are written to ssd_dir.
+  uint64_t memory_budget_bytes = 0;
+  std::string ssd_dir;
+  EvictPolicy eviction = EvictPolicy::kLRU;
+  uint32_t shards = 64;
+
+  // "dim=8;optimizer=adam;lr=0.01;...": one textual form shared by the C API and the Paddle op
+  // attribute, so a table is described identically everywhere.
+  static TableConfig parse(const std::string& text);
+  std::string to_string() const;
+  void validate() const;
+
+  uint32_t state_dim() const;                       // optimizer floats per row
+  uint32_t stride() const { return dim + state_dim(); }  // floats per stored row
+  uint64_t row_cost_bytes() const;                  // what one resident row counts against the budget
+};
+
+struct TableStats {
+  uint64_t rows_in_memory = 0;
+  uint64_t rows_on_ssd = 0;
+  uint64_t hits = 0;          // key found resident
+  uint64_t misses = 0;        // key not resident (new row created or promoted from SSD)
+  uint64_t ssd_promotions = 0;
+  uint64_t evictions = 0;     // rows written to SSD
+  uint64_t bytes_in_memory = 0;
+  uint64_t bytes_on_ssd = 0;
+  uint64_t spill_errors = 0;  // failed SSD writes (rows kept resident over budget)
+  uint64_t memory_budget_bytes = 0;
+  uint64_t capacity_rows = 0;  // resident-row cap derived from the budget (0 = unlimited)
+  uint64_t compactions = 0;
+  static constexpr int kFields = 12;
+  void to_array(uint64_t* out) const;
+};
+
+class SparseTable {
+ public:
+  explicit SparseTable(const TableConfig& config);
+  ~SparseTable();
+  SparseTable(const SparseTable&) = delete;
+  SparseTable& operator=(const SparseTable&) = delete;
+
+  const TableConfig& config() const { return config_; }
+
+  // out: n * dim floats.  Creates missing rows (deterministic init), promotes SSD rows.
+  void pull(const int64_t* keys, size_t n, float* out);
+  // grads: n * dim floats.  Gradients of repeated keys are summed, then the fused optimizer is applied
+  // once per key.  The whole batch is rejected (nothing changes) if any gradient is not finite.
+  void push(const int64_t* keys, size_t n, const float* grads);
+  // Full stored rows (weights then optimizer state, stride() floats each) without touching scores;
+  // missing keys give found[i] = 0 and zeros.  For tests and inspection.
+  void peek(const int64_t* keys, size_t n, float* rows, uint8_t* found);
+
+  // Atomic (temp file + rename), checksummed, versioned.  Failures throw TableError naming the file;
+  // the table is unchanged by a failed save or a rejected load.
+  void save(const std::string& path);
+  void load(const std::string& path);
+
+  TableStats stats() const;
+  uint64_t size() const;  // rows resident + on SSD
+  void clear();
+
+  // Test hook: make the Nth following low-level write (SSD spill or checkpoint) fail with ENOSPC.
+  // n = 0 disables.  Process-wide.
+  static void inject_write_failure_after(int64_t n);
+
+  struct Shard;
+
+ private:
+  TableConfig config_;
+  uint64_t capacity_per_shard_ = 0;  // 0 = unlimited
+  std::string ssd_path_;             // this table's private directory under ssd_dir
+  std::vector<std::unique_ptr<Shard>> shards_;
+  uint32_t shard_bits_ = 6;
+  uint64_t clock_ = 1;  // LRU clock, advanced once per pull/push call (atomic access in .cc)
+
+  void check_keys(const int64_t* keys, size_t n) const;
+  void group_by_shard(const int64_t* keys, size_t n, std::vector<uint32_t>& order,
+                      std::vector<uint32_t>& offsets) const;
+  uint32_t next_tick();
+  uint32_t shard_of(int64_t key) const;
+};
+
+// Process-wide registry so that ops in any thread (and the Python binding) reach the same table by name.
+std::shared_ptr<SparseTable> get_or_create_table(const std::string& name, const std::string& config_text);
+std::shared_ptr<SparseTable> find_table(const std::string& name);
+bool drop_table(const std::string& name);
+
+uint32_t crc32_update(uint32_t crc, const void* data, size_t len);
+
+}  // namespace heterps

@@ -1,0 +1,792 @@
+// The table: 2^k shards, each an open-addressing index (key, slot, score) over a block-allocated row
+// arena, guarded by one mutex, with its own append-only SSD log for evicted rows.
+//
+// Why shards with a mutex each: the static executor runs pulls and pushes of different ops on several
+// threads in no fixed order.  A batch is first grouped by shard (counting sort) so that each shard lock is
+// taken once per call, not once per key: locking per key would cost as much as the lookup itself.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "heterps/table.h"
+#include "io.h"
+
+namespace heterps {
+
+namespace {
+
+constexpr int64_t kEmptyKey = INT64_MIN;  // reserved: rejected as an id
+constexpr uint32_t kBlockShift = 12;      // 4096 rows per arena block: growth never moves rows
+constexpr uint32_t kBlockRows = 1u << kBlockShift;
+
+inline uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+inline uint64_t key_hash(int64_t key) { return mix64(static_cast<uint64_t>(key) + 0x9e3779b97f4a7c15ull); }
+
+struct Entry {
+  int64_t key;
+  uint32_t slot;
+  uint32_t score;  // LRU: clock of last touch; LFU: touch count (saturating)
+};
+
+// Record of the SSD log and of checkpoints: key, score, 4 bytes padding, then stride floats.
+constexpr size_t kRecordHeader = 16;
+
+}  // namespace
+
+struct SparseTable::Shard {
+  std::mutex mu;
+  std::vector<Entry> entries;
+  uint64_t mask = 0;
+  uint64_t count = 0;  // resident rows
+  std::vector<std::unique_ptr<float[]>> blocks;
+  std::vector<uint32_t> free_slots;
+  uint32_t next_slot = 0;
+
+  // SSD tier: append-only log; index key -> (record number, score kept in the record).
+  int fd = -1;
+  std::string file;
+  std::unordered_map<int64_t, uint64_t> ssd_index;
+  uint64_t records_written = 0;  // records in the file, live or dead
+  uint64_t no_spill_below = 0;   // after a failed spill, do not retry until count exceeds this
+
+  uint64_t hits = 0, misses = 0, promotions = 0, evictions = 0, spill_errors = 0, compactions = 0;
+
+  uint32_t stride = 0;
+
+  float* row(uint32_t slot) { return blocks[slot >> kBlockShift].get() + uint64_t(slot & (kBlockRows - 1)) * stride; }
+
+  void init_index(uint64_t cap) {
+    entries.assign(cap, Entry{kEmptyKey, 0, 0});
+    mask = cap - 1;
+  }
+
+  int64_t find(int64_t key) const {
+    uint64_t i = key_hash(key) & mask;
+    while (true) {
+      const Entry& e = entries[i];
+      if (e.key == key) return static_cast<int64_t>(i);
+      if (e.key == kEmptyKey) return -1;
+      i = (i + 1) & mask;
+    }
+  }
+
+  void prefetch(int64_t key) const { __builtin_prefetch(&entries[key_hash(key) & mask]); }
+
+  uint64_t insert_entry(int64_t key, uint32_t slot, uint32_t score) {
+    if ((count + 1) * 2 > entries.size()) grow();
+    uint64_t i = key_hash(key) & mask;
+    while (entries[i].key != kEmptyKey) i = (i + 1) & mask;
+    entries[i] = Entry{key, slot, score};
+    ++count;
+    return i;
+  }
+
+  void grow() {
+    std::vector<Entry> old;
+    old.swap(entries);
+    init_index(old.size() * 2);
+    for (const Entry& e : old) {
+      if (e.key == kEmptyKey) continue;
+      uint64_t i = key_hash(e.key) & mask;
+      while (entries[i].key != kEmptyKey) i = (i + 1) & mask;
+      entries[i] = e;
+    }
+  }
+
+  // Backward-shift deletion keeps linear probing tombstone-free.
+  void erase_at(uint64_t i) {
+    uint64_t j = i;
+    while (true) {
+      j = (j + 1) & mask;
+      if (entries[j].key == kEmptyKey) break;
+      uint64_t home = key_hash(entries[j].key) & mask;
+      // entry j may move to the hole i unless its home lies cyclically in (i, j]
+      bool stays = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
+      if (!stays) {
+        entries[i] = entries[j];
+        i = j;
+      }
+    }
+    entries[i].key = kEmptyKey;
+    --count;
+  }
+
+  uint32_t alloc_slot() {
+    if (!free_slots.empty()) {
+      uint32_t s = free_slots.back();
+      free_slots.pop_back();
+      return s;
+    }
+    if ((next_slot >> kBlockShift) >= blocks.size()) blocks.emplace_back(new float[uint64_t(kBlockRows) * stride]);
+    return next_slot++;
+  }
+
+  uint64_t bytes_in_memory() const {
+    return entries.size() * sizeof(Entry) + blocks.size() * uint64_t(kBlockRows) * stride * 4 +
+           free_slots.capacity() * 4 + ssd_index.size() * 32;
+  }
+};
+
+SparseTable::SparseTable(const TableConfig& config) : config_(config) {
+  config_.validate();
+  shard_bits_ = 0;
+  while ((1u << shard_bits_) < config_.shards) ++shard_bits_;
+  if (config_.memory_budget_bytes > 0) {
+    uint64_t rows = config_.memory_budget_bytes / config_.row_cost_bytes();
+    capacity_per_shard_ = std::max<uint64_t>(1, rows / config_.shards);
+    ssd_path_ = io::make_private_dir(config_.ssd_dir);
+  }
+  for (uint32_t s = 0; s < config_.shards; ++s) {
+    auto sh = std::make_unique<Shard>();
+    sh->stride = config_.stride();
+    sh->init_index(16);
+    if (!ssd_path_.empty()) {
+      sh->file = ssd_path_ + "/shard-" + std::to_string(s) + ".log";
+      sh->fd = ::open(sh->file.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (sh->fd < 0) throw TableError("cannot create SSD tier file '" + sh->file + "': " + std::strerror(errno));
+    }
+    shards_.push_back(std::move(sh));
+  }
+}
+
+SparseTable::~SparseTable() {
+  for (auto& sh : shards_) {
+    if (sh->fd >= 0) {
+      ::close(sh->fd);
+      ::unlink(sh->file.c_str());
+    }
+  }
+  if (!ssd_path_.empty()) ::rmdir(ssd_path_.c_str());
+}
+
+uint32_t SparseTable::next_tick() {
+  // One tick per call, not per key: LRU needs only batch granularity, and a shared counter bumped per
+  // key would be a contention point between threads.
+  uint64_t t = __atomic_add_fetch(&clock_, 1, __ATOMIC_RELAXED);
+  return static_cast<uint32_t>(std::min<uint64_t>(t, UINT32_MAX));
+}
+
+void SparseTable::check_keys(const int64_t* keys, size_t n) const {
+  for (size_t i = 0; i < n; ++i) {
+    if (keys[i] == kEmptyKey) {
+      throw TableError("id at position " + std::to_string(i) + " is INT64_MIN, which is reserved");
+    }
+  }
+}
+
+void SparseTable::group_by_shard(const int64_t* keys, size_t n, std::vector<uint32_t>& order,
+                                 std::vector<uint32_t>& offsets) const {
+  const uint32_t ns = config_.shards;
+  const uint32_t shift = 64 - shard_bits_;
+  offsets.assign(ns + 1, 0);
+  order.resize(n);
+  if (ns == 1) {
+    for (size_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
+    offsets[1] = static_cast<uint32_t>(n);
+    return;
+  }
+  // Shard from the top hash bits, slot from the low bits: the two stay independent.
+  for (size_t i = 0; i < n; ++i) ++offsets[(key_hash(keys[i]) >> shift) + 1];
+  for (uint32_t s = 0; s < ns; ++s) offsets[s + 1] += offsets[s];
+  std::vector<uint32_t> pos(offsets.begin(), offsets.end() - 1);
+  for (size_t i = 0; i < n; ++i) order[pos[key_hash(keys[i]) >> shift]++] = static_cast<uint32_t>(i);
+}
+
+namespace {
+
+// Deterministic per-key init: a counter-based hash of (seed, key, column), so every process (and the
+// Python model in the tests) computes the same row without coordination.
+void init_row(const TableConfig& c, int64_t key, float* row) {
+  uint64_t base = mix64(c.seed ^ mix64(static_cast<uint64_t>(key)));
+  for (uint32_t j = 0; j < c.dim; ++j) {
+    uint64_t u = mix64(base + j);
+    float unit = static_cast<float>(u >> 40) * (1.0f / 16777216.0f);  // [0, 1), 24 bits
+    row[j] = (unit * 2.0f - 1.0f) * c.init_range;
+  }
+  float* st = row + c.dim;
+  std::fill(st, st + c.state_dim(), 0.0f);
+  if (c.optimizer == Optimizer::kAdam) {
+    st[2 * c.dim] = 1.0f;      // beta1^t
+    st[2 * c.dim + 1] = 1.0f;  // beta2^t
+  }
+}
+
+void apply_update(const TableConfig& c, float* row, const float* g) {
+  const uint32_t d = c.dim;
+  float* w = row;
+  switch (c.optimizer) {
+    case Optimizer::kSGD:
+      for (uint32_t j = 0; j < d; ++j) w[j] -= c.lr * g[j];
+      break;
+    case Optimizer::kAdagrad: {
+      float* acc = row + d;
+      for (uint32_t j = 0; j < d; ++j) {
+        acc[j] += g[j] * g[j];
+        w[j] -= c.lr * g[j] / (std::sqrt(acc[j]) + c.epsilon);
+      }
+      break;
+    }
+    case Optimizer::kAdam: {
+      float* m = row + d;
+      float* v = row + 2 * d;
+      float* pw = row + 3 * d;
+      pw[0] *= c.beta1;
+      pw[1] *= c.beta2;
+      const float c1 = 1.0f - pw[0], c2 = 1.0f - pw[1];
+      const float b1 = c.beta1, b2 = c.beta2, ob1 = 1.0f - c.beta1, ob2 = 1.0f - c.beta2;
+      for (uint32_t j = 0; j < d; ++j) {
+        m[j] = b1 * m[j] + ob1 * g[j];
+        v[j] = b2 * v[j] + ob2 * g[j] * g[j];
+        float mhat = m[j] / c1;
+        float vhat = v[j] / c2;
+        w[j] -= c.lr * mhat / (std::sqrt(vhat) + c.epsilon);
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+// ---- per-shard operations (caller holds sh.mu) ------------------------------------------------------
+
+namespace {
+
+struct ShardOps {
+  const TableConfig& c;
+  SparseTable::Shard& sh;
+  uint64_t capacity;  // 0 = unlimited
+
+  size_t record_bytes() const { return kRecordHeader + size_t(c.stride()) * 4; }
+
+  // Returns the row of key, creating or promoting it; touches its score.
+  float* get(int64_t key, uint32_t tick) {
+    int64_t i = sh.find(key);
+    if (i >= 0) {
+      ++sh.hits;
+      touch(sh.entries[i], tick);
+      return sh.row(sh.entries[i].slot);
+    }
+    ++sh.misses;
+    uint32_t slot = sh.alloc_slot();
+    float* r = sh.row(slot);
+    uint32_t score = 0;
+    auto it = sh.ssd_index.empty() ? sh.ssd_index.end() : sh.ssd_index.find(key);
+    if (it != sh.ssd_index.end()) {
+      std::vector<char> buf(record_bytes());
+      std::string err;
+      if (!io::pread_full(sh.fd, buf.data(), buf.size(), it->second * buf.size(), &err)) {
+        sh.free_slots.push_back(slot);
+        throw TableError("reading row " + std::to_string(key) + " from SSD tier '" + sh.file + "' failed: " + err);
+      }
+      int64_t stored;
+      std::memcpy(&stored, buf.data(), 8);
+      if (stored != key) {
+        sh.free_slots.push_back(slot);
+        throw TableError("SSD tier file '" + sh.file + "' is corrupted (record for " + std::to_string(key) +
+                         " holds " + std::to_string(stored) + ")");
+      }
+      std::memcpy(&score, buf.data() + 8, 4);
+      std::memcpy(r, buf.data() + kRecordHeader, size_t(c.stride()) * 4);
+      sh.ssd_index.erase(it);
+      ++sh.promotions;
+    } else {
+      init_row(c, key, r);
+    }
+    Entry e{key, slot, score};
+    touch(e, tick);
+    sh.insert_entry(key, slot, e.score);
+    return r;
+  }
+
+  void touch(Entry& e, uint32_t tick) const {
+    if (c.eviction == EvictPolicy::kLRU) e.score = tick;
+    else if (e.score != UINT32_MAX) ++e.score;
+  }
+
+  bool over_budget() const { return capacity != 0 && sh.count > capacity && sh.count > sh.no_spill_below; }
+
+  // Moves the coldest rows (lowest score) to the SSD log until the shard is 1/16 below its capacity, in
+  // one write.  Evicting a batch at once amortises the O(shard) selection to O(16) per evicted row.
+  void evict() {
+    uint64_t target = capacity - std::max<uint64_t>(1, capacity / 16);
+    if (sh.count <= target) return;
+    uint64_t n = sh.count - target;
+    std::vector<uint64_t> cand;
+    cand.reserve(sh.count);
+    for (uint64_t i = 0; i < sh.entries.size(); ++i) {
+      if (sh.entries[i].key != kEmptyKey) cand.push_back(uint64_t(sh.entries[i].score) << 32 | i);
+    }
+    std::nth_element(cand.begin(), cand.begin() + (n - 1), cand.end());
+    cand.resize(n);
+    std::vector<int64_t> keys(n);
+    const size_t rb = record_bytes();
+    std::vector<char> buf(n * rb, 0);
+    for (uint64_t k = 0; k < n; ++k) {
+      const Entry& e = sh.entries[cand[k] & 0xffffffffu];
+      keys[k] = e.key;
+      char* rec = buf.data() + k * rb;
+      std::memcpy(rec, &e.key, 8);
+      std::memcpy(rec + 8, &e.score, 4);
+      std::memcpy(rec + kRecordHeader, sh.row(e.slot), size_t(c.stride()) * 4);
+    }
+    std::string err;
+    if (!io::pwrite_full(sh.fd, buf.data(), buf.size(), sh.records_written * rb, &err)) {
+      // Full disk: keep every row resident (over budget, but nothing is lost) and back off so that the
+      // next attempt comes only after the shard has grown by another 1/8 of its capacity.
+      ++sh.spill_errors;
+      sh.no_spill_below = sh.count + std::max<uint64_t>(1, capacity / 8);
+      if (::ftruncate(sh.fd, off_t(sh.records_written * rb)) != 0) { /* best effort; index untouched */ }
+      return;
+    }
+    sh.no_spill_below = 0;
+    for (uint64_t k = 0; k < n; ++k) {
+      int64_t i = sh.find(keys[k]);
+      sh.free_slots.push_back(sh.entries[i].slot);
+      sh.erase_at(static_cast<uint64_t>(i));
+      sh.ssd_index[keys[k]] = sh.records_written + k;
+    }
+    sh.records_written += n;
+    sh.evictions += n;
+    maybe_compact();
+  }
+
+  // The log only appends; once dead records (promoted or overwritten) outnumber live ones, rewrite the
+  // live ones into a fresh file and rename it over the old one.  Amortised O(1) per eviction.
+  void maybe_compact() {
+    uint64_t live = sh.ssd_index.size();
+    uint64_t dead = sh.records_written - live;
+    if (dead < 4096 || dead <= live) return;
+    const size_t rb = record_bytes();
+    std::string tmp = sh.file + ".compact";
+    int nfd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (nfd < 0) return;  // keep the old log; compaction is an optimisation
+    std::vector<std::pair<uint64_t, int64_t>> order;
+    order.reserve(live);
+    for (auto& kv : sh.ssd_index) order.emplace_back(kv.second, kv.first);
+    std::sort(order.begin(), order.end());  // read the old file sequentially
+    std::vector<char> buf;
+    buf.reserve(std::min<size_t>(live, 4096) * rb);
+    uint64_t written = 0;
+    std::string err;
+    bool ok = true;
+    std::vector<char> rec(rb);
+    for (size_t k = 0; k < order.size() && ok; ++k) {
+      ok = io::pread_full(sh.fd, rec.data(), rb, order[k].first * rb, &err);
+      buf.insert(buf.end(), rec.begin(), rec.end());
+      if (ok && (buf.size() >= 4096 * rb || k + 1 == order.size())) {
+        ok = io::pwrite_full(nfd, buf.data(), buf.size(), written * rb, &err);
+        written += buf.size() / rb;
+        buf.clear();
+      }
+    }
+    if (!ok || ::rename(tmp.c_str(), sh.file.c_str()) != 0) {
+      ::close(nfd);
+      ::unlink(tmp.c_str());
+      ++sh.spill_errors;
+      return;
+    }
+    ::close(sh.fd);
+    sh.fd = nfd;
+    for (size_t k = 0; k < order.size(); ++k) sh.ssd_index[order[k].second] = k;
+    sh.records_written = order.size();
+    ++sh.compactions;
+  }
+};
+
+}  // namespace
+
+void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
+  if (n == 0) return;
+  check_keys(keys, n);
+  std::vector<uint32_t> order, offsets;
+  group_by_shard(keys, n, order, offsets);
+  const uint32_t tick = next_tick();
+  const size_t d = config_.dim;
+  for (uint32_t s = 0; s < config_.shards; ++s) {
+    uint32_t b = offsets[s], e = offsets[s + 1];
+    if (b == e) continue;
+    Shard& sh = *shards_[s];
+    std::lock_guard<std::mutex> lock(sh.mu);
+    ShardOps ops{config_, sh, capacity_per_shard_};
+    for (uint32_t k = b; k < e; ++k) {
+      // Prefetch the index entry a few keys ahead: the lookups are independent cache misses.
+      if (k + 8 < e) sh.prefetch(keys[order[k + 8]]);
+      uint32_t p = order[k];
+      const float* r = ops.get(keys[p], tick);
+      std::memcpy(out + size_t(p) * d, r, d * sizeof(float));
+      if (ops.over_budget()) ops.evict();
+    }
+  }
+}
+
+void SparseTable::push(const int64_t* keys, size_t n, const float* grads) {
+  if (n == 0) return;
+  check_keys(keys, n);
+  const size_t d = config_.dim;
+  for (size_t i = 0; i < n * d; ++i) {
+    if (!std::isfinite(grads[i])) {
+      throw TableError("gradient for id " + std::to_string(keys[i / d]) + " (position " + std::to_string(i / d) +
+                       ", column " + std::to_string(i % d) + ") is not finite; the batch was not applied");
+    }
+  }
+  std::vector<uint32_t> order, offsets;
+  group_by_shard(keys, n, order, offsets);
+  const uint32_t ns = config_.shards;
+  // Sum the gradients of repeated keys per shard, outside any lock, for the whole batch first: the batch
+  // must be checked completely (summed values can overflow to inf) before any row changes.
+  std::vector<int64_t> ukeys;
+  std::vector<float> ugrads;
+  std::vector<size_t> uoff(ns + 1, 0);
+  ukeys.reserve(n);
+  ugrads.reserve(n * d);
+  std::vector<int64_t> dkey;
+  std::vector<uint32_t> didx;
+  for (uint32_t s = 0; s < ns; ++s) {
+    uoff[s] = ukeys.size();
+    uint32_t b = offsets[s], e = offsets[s + 1];
+    if (b == e) continue;
+    uint64_t cap = 16;
+    while (cap < uint64_t(e - b) * 2) cap <<= 1;
+    dkey.assign(cap, kEmptyKey);
+    didx.resize(cap);
+    for (uint32_t k = b; k < e; ++k) {
+      uint32_t p = order[k];
+      int64_t key = keys[p];
+      uint64_t i = key_hash(key) & (cap - 1);
+      while (dkey[i] != kEmptyKey && dkey[i] != key) i = (i + 1) & (cap - 1);
+      const float* g = grads + size_t(p) * d;
+      if (dkey[i] == kEmptyKey) {
+        dkey[i] = key;
+        didx[i] = static_cast<uint32_t>(ukeys.size() - uoff[s]);
+        ukeys.push_back(key);
+        ugrads.insert(ugrads.end(), g, g + d);
+      } else {
+        float* acc = ugrads.data() + (uoff[s] + didx[i]) * d;
+        for (size_t j = 0; j < d; ++j) acc[j] += g[j];
+      }
+    }
+  }
+  uoff[ns] = ukeys.size();
+  for (size_t i = 0; i < ugrads.size(); ++i) {
+    if (!std::isfinite(ugrads[i])) {
+      throw TableError("summed gradient for id " + std::to_string(ukeys[i / d]) +
+                       " is not finite (the sum overflows); the batch was not applied");
+    }
+  }
+  const uint32_t tick = next_tick();
+  for (uint32_t s = 0; s < ns; ++s) {
+    if (uoff[s] == uoff[s + 1]) continue;
+    Shard& sh = *shards_[s];
+    std::lock_guard<std::mutex> lock(sh.mu);
+    ShardOps ops{config_, sh, capacity_per_shard_};
+    for (size_t u = uoff[s]; u < uoff[s + 1]; ++u) {
+      if (u + 8 < uoff[s + 1]) sh.prefetch(ukeys[u + 8]);
+      float* r = ops.get(ukeys[u], tick);
+      apply_update(config_, r, ugrads.data() + u * d);
+      if (ops.over_budget()) ops.evict();
+    }
+  }
+}
+
+void SparseTable::peek(const int64_t* keys, size_t n, float* rows, uint8_t* found) {
+  const size_t st = config_.stride();
+  const size_t rb = kRecordHeader + st * 4;
+  std::vector<char> rec(rb);
+  for (size_t i = 0; i < n; ++i) {
+    Shard& sh = *shards_[shard_of(keys[i])];
+    std::lock_guard<std::mutex> lock(sh.mu);
+    float* out = rows + i * st;
+    found[i] = 0;
+    std::fill(out, out + st, 0.0f);
+    if (keys[i] == kEmptyKey) continue;
+    int64_t e = sh.find(keys[i]);
+    if (e >= 0) {
+      std::memcpy(out, sh.row(sh.entries[e].slot), st * 4);
+      found[i] = 1;
+      continue;
+    }
+    auto it = sh.ssd_index.find(keys[i]);
+    if (it == sh.ssd_index.end()) continue;
+    std::string err;
+    if (!io::pread_full(sh.fd, rec.data(), rb, it->second * rb, &err))
+      throw TableError("reading SSD tier '" + sh.file + "' failed: " + err);
+    std::memcpy(out, rec.data() + kRecordHeader, st * 4);
+    found[i] = 2;
+  }
+}
+
+TableStats SparseTable::stats() const {
+  TableStats t;
+  for (auto& shp : shards_) {
+    Shard& sh = *shp;
+    std::lock_guard<std::mutex> lock(sh.mu);
+    t.rows_in_memory += sh.count;
+    t.rows_on_ssd += sh.ssd_index.size();
+    t.hits += sh.hits;
+    t.misses += sh.misses;
+    t.ssd_promotions += sh.promotions;
+    t.evictions += sh.evictions;
+    t.bytes_in_memory += sh.bytes_in_memory();
+    t.bytes_on_ssd += sh.records_written * (kRecordHeader + size_t(config_.stride()) * 4);
+    t.spill_errors += sh.spill_errors;
+    t.compactions += sh.compactions;
+  }
+  t.memory_budget_bytes = config_.memory_budget_bytes;
+  t.capacity_rows = capacity_per_shard_ * config_.shards;
+  return t;
+}
+
+uint64_t SparseTable::size() const {
+  uint64_t n = 0;
+  for (auto& shp : shards_) {
+    std::lock_guard<std::mutex> lock(shp->mu);
+    n += shp->count + shp->ssd_index.size();
+  }
+  return n;
+}
+
+void SparseTable::clear() {
+  for (auto& shp : shards_) {
+    Shard& sh = *shp;
+    std::lock_guard<std::mutex> lock(sh.mu);
+    sh.init_index(16);
+    sh.count = 0;
+    sh.blocks.clear();
+    sh.free_slots.clear();
+    sh.next_slot = 0;
+    sh.ssd_index.clear();
+    sh.records_written = 0;
+    sh.no_spill_below = 0;
+    if (sh.fd >= 0 && ::ftruncate(sh.fd, 0) != 0) { /* the log is rewritten from offset 0 anyway */ }
+  }
+}
+
+uint32_t SparseTable::shard_of(int64_t key) const {
+  return shard_bits_ == 0 ? 0 : static_cast<uint32_t>(key_hash(key) >> (64 - shard_bits_));
+}
+
+// ---- checkpoints --------------------------------------------------------------------------------------
+//
+// File layout (little-endian): 64-byte header, row_count records of (key, score, pad, stride floats),
+// 16-byte footer ("HPSTEND1", CRC-32 of every byte before the footer, 4 zero bytes).  The size is
+// checked against row_count before anything else, so truncation is reported as such.
+
+namespace {
+
+constexpr char kMagic[8] = {'H', 'E', 'T', 'E', 'R', 'P', 'S', 'T'};
+constexpr char kFooterMagic[8] = {'H', 'P', 'S', 'T', 'E', 'N', 'D', '1'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kHeaderBytes = 64;
+constexpr size_t kFooterBytes = 16;
+
+struct Header {
+  char magic[8];
+  uint32_t version, dim, stride, optimizer;
+  uint64_t seed, row_count;
+  uint32_t record_bytes, eviction;
+  char reserved[16];
+};
+static_assert(sizeof(Header) == kHeaderBytes, "header layout");
+
+class CheckpointWriter {
+ public:
+  CheckpointWriter(int fd, std::string name) : fd_(fd), name_(std::move(name)) { buf_.reserve(1 << 20); }
+  void write(const void* p, size_t n) {
+    crc_ = crc32_update(crc_, p, n);
+    const char* c = static_cast<const char*>(p);
+    buf_.insert(buf_.end(), c, c + n);
+    if (buf_.size() >= (1 << 20)) flush();
+  }
+  void write_raw(const void* p, size_t n) {  // footer: not part of the checksum
+    const char* c = static_cast<const char*>(p);
+    buf_.insert(buf_.end(), c, c + n);
+  }
+  void flush() {
+    std::string err;
+    if (!buf_.empty() && !io::pwrite_full(fd_, buf_.data(), buf_.size(), off_, &err))
+      throw TableError("writing '" + name_ + "' failed: " + err);
+    off_ += buf_.size();
+    buf_.clear();
+  }
+  uint32_t crc() const { return crc_; }
+
+ private:
+  int fd_;
+  std::string name_;
+  std::vector<char> buf_;
+  uint64_t off_ = 0;
+  uint32_t crc_ = 0;
+};
+
+}  // namespace
+
+void SparseTable::save(const std::string& path) {
+  // Hold every shard lock for a consistent snapshot (pushes wait; a checkpoint is a rare event).
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (auto& sh : shards_) locks.emplace_back(sh->mu);
+  uint64_t rows = 0;
+  for (auto& sh : shards_) rows += sh->count + sh->ssd_index.size();
+  const size_t st = config_.stride();
+  const size_t rb = kRecordHeader + st * 4;
+
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw TableError("saving table: cannot create '" + tmp + "': " + std::strerror(errno));
+  try {
+    CheckpointWriter w(fd, tmp);
+    Header h{};
+    std::memcpy(h.magic, kMagic, 8);
+    h.version = kFormatVersion;
+    h.dim = config_.dim;
+    h.stride = config_.stride();
+    h.optimizer = static_cast<uint32_t>(config_.optimizer);
+    h.seed = config_.seed;
+    h.row_count = rows;
+    h.record_bytes = static_cast<uint32_t>(rb);
+    h.eviction = static_cast<uint32_t>(config_.eviction);
+    w.write(&h, sizeof h);
+    std::vector<char> rec(rb, 0);
+    for (auto& shp : shards_) {
+      Shard& sh = *shp;
+      for (const Entry& e : sh.entries) {
+        if (e.key == kEmptyKey) continue;
+        std::memset(rec.data(), 0, kRecordHeader);
+        std::memcpy(rec.data(), &e.key, 8);
+        std::memcpy(rec.data() + 8, &e.score, 4);
+        std::memcpy(rec.data() + kRecordHeader, sh.row(e.slot), st * 4);
+        w.write(rec.data(), rb);
+      }
+      for (auto& kv : sh.ssd_index) {
+        std::string err;
+        if (!io::pread_full(sh.fd, rec.data(), rb, kv.second * rb, &err))
+          throw TableError("saving table: reading SSD tier '" + sh.file + "' failed: " + err);
+        w.write(rec.data(), rb);
+      }
+    }
+    uint32_t crc = w.crc();
+    char footer[kFooterBytes] = {0};
+    std::memcpy(footer, kFooterMagic, 8);
+    std::memcpy(footer + 8, &crc, 4);
+    w.write_raw(footer, sizeof footer);
+    w.flush();
+    if (::fsync(fd) != 0) throw TableError("saving table: fsync of '" + tmp + "' failed: " + std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());  // the previous checkpoint at `path`, if any, is untouched
+    throw;
+  }
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw TableError("saving table: closing '" + tmp + "' failed: " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    throw TableError("saving table: renaming '" + tmp + "' to '" + path + "' failed: " + std::strerror(e));
+  }
+  io::fsync_parent_dir(path);
+}
+
+void SparseTable::load(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw TableError("loading table: cannot open '" + path + "': " + std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat stt;
+  if (::fstat(fd, &stt) != 0) throw TableError("loading table: cannot stat '" + path + "'");
+  const uint64_t size = static_cast<uint64_t>(stt.st_size);
+  std::string err;
+  Header h{};
+  if (size < kHeaderBytes + kFooterBytes || !io::pread_full(fd, &h, sizeof h, 0, &err))
+    throw TableError("loading table: '" + path + "' is truncated (" + std::to_string(size) + " bytes)");
+  if (std::memcmp(h.magic, kMagic, 8) != 0)
+    throw TableError("loading table: '" + path + "' is not a heterps sparse table checkpoint");
+  if (h.version != kFormatVersion)
+    throw TableError("loading table: '" + path + "' has format version " + std::to_string(h.version) +
+                     ", this build reads version " + std::to_string(kFormatVersion));
+  const size_t st = config_.stride();
+  const size_t rb = kRecordHeader + st * 4;
+  if (h.dim != config_.dim || h.stride != st || h.optimizer != static_cast<uint32_t>(config_.optimizer) ||
+      h.record_bytes != rb) {
+    throw TableError("loading table: '" + path + "' holds dim " + std::to_string(h.dim) + " optimizer #" +
+                     std::to_string(h.optimizer) + ", the table has dim " + std::to_string(config_.dim) +
+                     " optimizer #" + std::to_string(static_cast<uint32_t>(config_.optimizer)));
+  }
+  const uint64_t expected = kHeaderBytes + h.row_count * rb + kFooterBytes;
+  if (h.row_count > (size / rb) + 1 || size != expected) {
+    throw TableError("loading table: '" + path + "' is truncated or corrupted (size " + std::to_string(size) +
+                     " bytes, header promises " + std::to_string(expected) + ")");
+  }
+  // Pass 1: verify the checksum before touching the table, so a bad file never replaces good rows.
+  std::vector<char> buf(1 << 20);
+  uint32_t crc = 0;
+  for (uint64_t off = 0; off < size - kFooterBytes;) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - kFooterBytes - off));
+    if (!io::pread_full(fd, buf.data(), n, off, &err)) throw TableError("loading table: reading '" + path + "': " + err);
+    crc = crc32_update(crc, buf.data(), n);
+    off += n;
+  }
+  char footer[kFooterBytes];
+  if (!io::pread_full(fd, footer, kFooterBytes, size - kFooterBytes, &err))
+    throw TableError("loading table: reading '" + path + "': " + err);
+  uint32_t stored_crc;
+  std::memcpy(&stored_crc, footer + 8, 4);
+  if (std::memcmp(footer, kFooterMagic, 8) != 0 || stored_crc != crc)
+    throw TableError("loading table: '" + path + "' is corrupted (checksum mismatch)");
+  // Pass 2: replace the contents.
+  clear();
+  std::vector<char> rec(rb);
+  for (uint64_t r = 0; r < h.row_count; ++r) {
+    if (!io::pread_full(fd, rec.data(), rb, kHeaderBytes + r * rb, &err))
+      throw TableError("loading table: reading '" + path + "': " + err);
+    int64_t key;
+    uint32_t score;
+    std::memcpy(&key, rec.data(), 8);
+    std::memcpy(&score, rec.data() + 8, 4);
+    if (key == kEmptyKey) throw TableError("loading table: '" + path + "' holds the reserved id INT64_MIN");
+    Shard& sh = *shards_[shard_of(key)];
+    std::lock_guard<std::mutex> lock(sh.mu);
+    ShardOps ops{config_, sh, capacity_per_shard_};
+    int64_t i = sh.find(key);
+    uint32_t slot;
+    if (i >= 0) {
+      slot = sh.entries[i].slot;
+      sh.entries[i].score = score;
+    } else {
+      slot = sh.alloc_slot();
+      sh.insert_entry(key, slot, score);
+    }
+    std::memcpy(sh.row(slot), rec.data() + kRecordHeader, st * 4);
+    if (ops.over_budget()) ops.evict();
+  }
+  // The LRU clock continues past the loaded scores so new touches rank as newer.
+  uint32_t max_score = 0;
+  for (auto& sh : shards_) {
+    std::lock_guard<std::mutex> lock(sh->mu);
+    for (const Entry& e : sh->entries)
+      if (e.key != kEmptyKey) max_score = std::max(max_score, e.score);
+  }
+  uint64_t c = __atomic_load_n(&clock_, __ATOMIC_RELAXED);
+  if (c < max_score) __atomic_store_n(&clock_, uint64_t(max_score), __ATOMIC_RELAXED);
+}
+
+}  // namespace heterps
