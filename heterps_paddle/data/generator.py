@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..metrics import auc_score
 from .criteo import NUM_DENSE, NUM_SPARSE
 
 # Per-slot cardinalities of the Criteo Kaggle display-advertising set (slots 1..26).
@@ -46,26 +47,6 @@ class GeneratedDataset:
     seed: int
     click_rate: float
     bayes_test_auc: float  # AUC of the true probabilities on the test rows: the best any model can do
-
-
-def auc_score(labels: np.ndarray, scores: np.ndarray) -> float:
-    """Rank AUC (ties counted half), numpy only: used for the planted-signal checks."""
-    labels = np.asarray(labels).astype(bool)
-    scores = np.asarray(scores, dtype=np.float64)
-    pos = int(labels.sum())
-    neg = labels.size - pos
-    if pos == 0 or neg == 0:
-        raise ValueError("AUC needs both classes")
-    order = np.argsort(scores, kind="mergesort")
-    sorted_scores = scores[order]
-    ranks = np.empty(scores.size, dtype=np.float64)
-    # average ranks over ties
-    boundaries = np.flatnonzero(np.diff(sorted_scores)) + 1
-    starts = np.concatenate(([0], boundaries))
-    ends = np.concatenate((boundaries, [scores.size]))
-    avg = (starts + ends + 1) / 2.0
-    ranks[order] = np.repeat(avg, ends - starts)
-    return float((ranks[labels].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
 
 
 class _Signal:

@@ -1,0 +1,188 @@
+"""A plain fleet parameter-server trainer for the example CTR models, in PaddleRec's static PS style
+(config YAML, dataset, ``train_from_dataset``).  heterps-paddle is switched on by the import below and
+``strategy.heterps = True`` (``--heterps``); nothing else in the script changes.
+
+Run (1 server, 2 workers):
+
+    python -m paddle.distributed.launch --server_num=1 --worker_num=2 \\
+        examples/static_ps_trainer.py -m examples/ctr_dnn/config.yaml [--heterps]
+
+Run without ``paddle.distributed.launch`` and it trains in this one process with a local table (the
+learning reference).  Worker 0 prints the held-out AUC and the job's samples/s at the end, and, with
+``--result-dir``, every worker writes its figures to ``worker-<i>.json`` there.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import paddle
+import paddle.distributed.fleet as fleet
+import yaml
+
+import heterps_paddle  # noqa: F401  (adds strategy.heterps / heterps_configs to fleet)
+from heterps_paddle.data import dataset as data
+from heterps_paddle.data.criteo import ReadReport
+from heterps_paddle.examples import build_net
+from heterps_paddle.evaluation import accumulated_auc, forward_only_program, reset_auc
+from heterps_paddle.examples.common import ModelConfig
+
+RUN_KEYS = {"model", "data_dir", "train_dir", "test_dir", "generate_rows", "generate_seed", "skip_malformed",
+            "batch_size", "epochs", "thread_num", "print_period", "model_config", "seed"}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-m", "--config", required=True, help="run config YAML (examples/<model>/config.yaml)")
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a run config key (value parsed as YAML), e.g. -o epochs=1")
+    parser.add_argument("--heterps", action="store_true", help="set strategy.heterps = True")
+    parser.add_argument("--heterps-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="an entry of strategy.heterps_configs (value parsed as YAML)")
+    parser.add_argument("--result-dir", help="write this worker's figures as JSON here")
+    return parser.parse_args(argv)
+
+
+def _key_values(items, what):
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            sys.exit(f"{what}: expected KEY=VALUE, got {item!r}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def load_run_config(path, overrides):
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        sys.exit(f"cannot read run config {path}: {exc}")
+    if not isinstance(config, dict):
+        sys.exit(f"run config {path}: expected a mapping at the top level")
+    config.update(_key_values(overrides, "-o"))
+    unknown = sorted(set(config) - RUN_KEYS)
+    if unknown:
+        sys.exit(f"run config {path}: unknown key(s) {unknown}; allowed: {sorted(RUN_KEYS)}")
+    return config
+
+
+def data_files(config):
+    """(train files, test files) in slot format: the configured directories or the generated set."""
+    if config.get("data_dir", "auto") == "auto":
+        generated = data.ensure_generated(int(config["generate_rows"]), int(config.get("generate_seed", 0)))
+        return generated.train_files, generated.test_files
+    def listing(directory):
+        return sorted(os.path.join(directory, n) for n in os.listdir(directory) if not n.startswith("."))
+    return listing(config["train_dir"]), listing(config["test_dir"])
+
+
+def build_strategy(args):
+    strategy = fleet.DistributedStrategy()
+    strategy.a_sync = True
+    strategy.a_sync_configs = {"launch_barrier": True}
+    if args.heterps:
+        strategy.heterps = True
+        strategy.heterps_configs = _key_values(args.heterps_config, "--heterps-config")
+    return strategy
+
+
+def report_malformed(report: ReadReport, what):
+    if report.skipped:
+        print(f"heterps: skipped {report.skipped} malformed line(s) of {what} ({dict(report.reasons)}); "
+              f"first: {report.first_errors[:3]}", flush=True)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    config = load_run_config(args.config, args.override)
+    paddle.enable_static()
+    paddle.seed(int(config.get("seed", 0)))
+    distributed = "TRAINING_ROLE" in os.environ  # set by paddle.distributed.launch
+    model_config = ModelConfig.from_dict({**config.get("model_config", {}),
+                                          "embedding": "ps" if distributed else "local"})
+    model = build_net(config["model"], model_config)
+    optimizer = paddle.optimizer.Adam(learning_rate=model_config.learning_rate)
+
+    if distributed:
+        # fleet.barrier_worker() is a no-op without gloo; the launcher already provides gloo's
+        # rendezvous settings, only this switch is off by default (1: barriers among trainers).
+        os.environ.setdefault("PADDLE_WITH_GLOO", "1")
+        fleet.init()
+        optimizer = fleet.distributed_optimizer(optimizer, build_strategy(args))
+    optimizer.minimize(model.loss)
+
+    if distributed and fleet.is_server():
+        fleet.init_server()
+        fleet.run_server()
+        return
+
+    worker_index = fleet.worker_index() if distributed else 0
+    worker_num = fleet.worker_num() if distributed else 1
+    main_program = paddle.static.default_main_program()
+    test_program = forward_only_program(main_program)  # held-out evaluation: changes no parameter
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(paddle.static.default_startup_program())
+    if distributed:
+        fleet.init_worker()
+
+    train_src, test_src = data_files(config)
+    skip = bool(config.get("skip_malformed", False))
+    train_files, train_report = data.prepare_multislot(data.shard(train_src, worker_index, worker_num), skip)
+    report_malformed(train_report, "training data")
+    batch_size = int(config["batch_size"])
+    thread_num = int(config.get("thread_num", 1))
+    train_set = data.make_dataset(model.feeds, train_files, batch_size, thread_num)
+
+    scope = paddle.static.global_scope()
+    epochs = int(config.get("epochs", 1))
+    train_seconds = 0.0
+    for epoch in range(epochs):
+        start = time.time()
+        exe.train_from_dataset(program=main_program, dataset=train_set, fetch_list=[model.loss, model.auc],
+                               fetch_info=["loss", "auc"], print_period=int(config.get("print_period", 50)),
+                               debug=False)
+        seconds = time.time() - start
+        train_seconds += seconds
+        print(f"worker {worker_index} epoch {epoch}: train auc {accumulated_auc(scope, model.auc_states):.4f} "
+              f"{train_report.rows / seconds:.0f} samples/s", flush=True)
+    result = {"worker": worker_index, "workers": worker_num, "model": config["model"], "heterps": args.heterps,
+              "rows": train_report.rows, "epochs": epochs, "train_seconds": train_seconds,
+              "samples_per_second": train_report.rows * epochs / train_seconds}
+
+    if distributed:
+        fleet.barrier_worker()  # every worker has finished training before worker 0 evaluates
+    if worker_index == 0:
+        test_files, test_report = data.prepare_multislot(test_src, skip)
+        report_malformed(test_report, "held-out data")
+        reset_auc(scope, model.auc_states)
+        test_set = data.make_dataset(model.feeds, test_files, batch_size, thread_num)
+        exe.train_from_dataset(program=test_program, dataset=test_set, fetch_list=[model.auc],
+                               fetch_info=["auc"], print_period=10**9, debug=False)
+        result["test_auc"] = accumulated_auc(scope, model.auc_states)
+        result["test_rows"] = test_report.rows
+    if args.result_dir:
+        os.makedirs(args.result_dir, exist_ok=True)
+        with open(os.path.join(args.result_dir, f"worker-{worker_index}.json"), "w", encoding="utf-8") as f:
+            json.dump(result, f)
+    if distributed:
+        fleet.barrier_worker()  # all result files written
+    if worker_index == 0:
+        total = result["samples_per_second"]
+        if args.result_dir and worker_num > 1:
+            total = sum(json.load(open(os.path.join(args.result_dir, f"worker-{i}.json")))["samples_per_second"]
+                        for i in range(worker_num))
+        print(f"RESULT model={config['model']} heterps={'on' if args.heterps else 'off'} workers={worker_num} "
+              f"held-out AUC={result['test_auc']:.4f} (on {result['test_rows']} rows) "
+              f"samples/s={total:.0f}"
+              + ("" if args.result_dir or worker_num == 1 else " (worker 0 only; pass --result-dir for the total)"),
+              flush=True)
+    if distributed:
+        fleet.stop_worker()
+
+
+if __name__ == "__main__":
+    main()

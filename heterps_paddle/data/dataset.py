@@ -1,0 +1,109 @@
+"""From slot-format files to a Paddle dataset for ``train_from_dataset``.
+
+- ``ensure_generated``: the built-in data set, generated once into a cache directory (several worker
+  processes may ask at once: a file lock makes one generate while the others wait).
+- ``prepare_multislot``: validate and convert slot-format files to MultiSlot text, cached by the source
+  file's path, size and modification time (same lock).
+- ``make_dataset``: a ``QueueDataset`` / ``InMemoryDataset`` reading the converted files with ``cat``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import sys
+from typing import Iterator, Sequence
+
+from .criteo import ReadReport, convert_file
+from .generator import GeneratedDataset, generate, load_meta
+
+DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "heterps")
+
+
+def cache_dir() -> str:
+    return os.environ.get("HETERPS_CACHE", DEFAULT_CACHE)
+
+
+@contextlib.contextmanager
+def _locked(directory: str) -> Iterator[None]:
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, ".lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def ensure_generated(rows: int, seed: int, root: str | None = None) -> GeneratedDataset:
+    """The generated data set of ``rows`` rows and ``seed`` under the cache, generating it if absent."""
+    root = root or os.path.join(cache_dir(), "data")
+    out_dir = os.path.join(root, f"criteo_synth_rows{rows}_seed{seed}")
+    with _locked(root):
+        meta = load_meta(out_dir)
+        if meta is None:
+            print(f"heterps: generating {rows} rows (seed {seed}) into {out_dir}", file=sys.stderr, flush=True)
+            meta = generate(out_dir, rows, seed)
+    return meta
+
+
+def _conversion_key(path: str, skip_malformed: bool) -> str:
+    st = os.stat(path)
+    ident = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{int(skip_malformed)}"
+    return hashlib.sha1(ident.encode()).hexdigest()[:16]
+
+
+def prepare_multislot(files: Sequence[str], skip_malformed: bool = False,
+                      root: str | None = None) -> tuple[list[str], ReadReport]:
+    """Converted MultiSlot files for ``files`` (converting those not yet in the cache) and a report of
+    rows read and malformed lines skipped.  A malformed line raises DataFormatError unless
+    ``skip_malformed``."""
+    root = root or os.path.join(cache_dir(), "multislot")
+    report = ReadReport()
+    converted = []
+    with _locked(root):
+        for src in files:
+            key = _conversion_key(src, skip_malformed)
+            dst = os.path.join(root, f"{key}-{os.path.basename(src)}")
+            report_path = dst + ".report.json"
+            if os.path.isfile(dst) and os.path.isfile(report_path):
+                with open(report_path, encoding="utf-8") as f:
+                    cached = json.load(f)
+                part = ReadReport(rows=cached["rows"], skipped=cached["skipped"],
+                                  first_errors=cached["first_errors"])
+                part.reasons.update(cached["reasons"])
+            else:
+                part = convert_file(src, dst, skip_malformed)
+                tmp = report_path + ".tmp"
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump({"rows": part.rows, "skipped": part.skipped, "reasons": dict(part.reasons),
+                               "first_errors": part.first_errors}, f)
+                os.replace(tmp, report_path)
+            report.merge(part)
+            converted.append(dst)
+    return converted, report
+
+
+def make_dataset(feed_vars, files: Sequence[str], batch_size: int, thread_num: int = 1,
+                 in_memory: bool = False):
+    """A Paddle dataset over converted MultiSlot files (``prepare_multislot``)."""
+    import paddle
+
+    if not files:
+        raise ValueError("make_dataset: no files to read (does this worker have a shard of the data?)")
+    dataset = paddle.distributed.InMemoryDataset() if in_memory else paddle.distributed.QueueDataset()
+    dataset.init(batch_size=batch_size, thread_num=thread_num, pipe_command="cat", use_var=list(feed_vars))
+    dataset.set_filelist(list(files))
+    if in_memory:
+        dataset.load_into_memory()
+    return dataset
+
+
+def shard(files: Sequence[str], index: int, count: int) -> list[str]:
+    """This worker's files: round-robin, so every worker gets some while there are enough files."""
+    if count <= 0 or not 0 <= index < count:
+        raise ValueError(f"bad shard {index} of {count}")
+    return list(files)[index::count]
