@@ -9,10 +9,12 @@ in the target environment, and ``paddlepaddle==2.6.2`` otherwise.
 import zlib  # noqa: F401  (before anything imports paddle: libpaddle exports zlib symbols; see docs/paddle-notes.md)
 
 import os
+import shutil
 import subprocess
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 PADDLE_VERSION = "2.6.2"
 
@@ -36,6 +38,91 @@ def paddle_requirement() -> str:
     if choice == "gpu" or (choice == "" and _target_env_has_gpu_paddle()):
         return f"paddlepaddle-gpu=={PADDLE_VERSION}"
     return f"paddlepaddle=={PADDLE_VERSION}"
+
+
+# ---- native part: the sparse table (custom_ops/, CMakeLists.txt) ------------------------------------------
+#
+# One CMake build makes libheterps_table.so (the framework-free core with its C API) and heterps_ops.so
+# (the Paddle ops over it), both installed into heterps_paddle/_ops.  The ops need Paddle's headers, which
+# exist only where paddle is installed: with pip's build isolation the build environment has no paddle,
+# so we ask the *target* interpreter (isolation variables removed, as above) where its paddle lives.
+# Paddle must therefore be installed before this package; see docs/sparse-table.md.
+#   HETERPS_BUILD_OPS=0      build only the core (no Paddle ops)
+#   HETERPS_CUDA=ON|OFF|AUTO  CUDA table (default: AUTO when the installed paddle is a CUDA build, else OFF)
+#   HETERPS_BUILD_JOBS=N      parallel compile jobs (default 2)
+
+_PADDLE_PROBE = (
+    "import json, os, sysconfig, paddle; "
+    "print(json.dumps({'include': paddle.sysconfig.get_include(), "
+    "'libdir': os.path.join(os.path.dirname(paddle.__file__), 'base'), "
+    "'cuda': bool(paddle.is_compiled_with_cuda()), "
+    "'python_include': sysconfig.get_path('include', scheme='posix_prefix')}))"
+)
+
+
+def _probe_target_paddle():
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+    for candidate_env in (os.environ.copy(), env):  # the build env first (--no-build-isolation), then the target
+        try:
+            out = subprocess.run([sys.executable, "-c", _PADDLE_PROBE], env=candidate_env, capture_output=True,
+                                 text=True, timeout=300)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out.returncode == 0 and out.stdout.strip():
+            return json.loads(out.stdout.strip().splitlines()[-1])
+    return None
+
+
+class CMakeBuild(build_ext):
+    """Builds the CMake project once and places its shared libraries where the extension would go."""
+
+    def build_extension(self, ext):
+        out_dir = os.path.abspath(os.path.dirname(self.get_ext_fullpath(ext.name)))
+        os.makedirs(out_dir, exist_ok=True)
+        build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+        args = [f"-DHETERPS_OUTPUT_DIR={out_dir}", "-DBUILD_TESTING=OFF", "-DCMAKE_BUILD_TYPE=Release"]
+        targets = ["heterps_table"]
+        cuda = os.environ.get("HETERPS_CUDA", "").upper()
+        paddle_info = None
+        if os.environ.get("HETERPS_BUILD_OPS", "1") != "0":
+            paddle_info = _probe_target_paddle()
+            if paddle_info is None:
+                sys.exit("heterps-paddle: building the sparse-table Paddle ops needs paddle installed first "
+                         f"(pip install {paddle_requirement()}), then `pip install --no-build-isolation .`; "
+                         "or set HETERPS_BUILD_OPS=0 to build without them.")
+            args += [f"-DHETERPS_PADDLE_INCLUDE={paddle_info['include']}",
+                     f"-DHETERPS_PADDLE_LIBDIR={paddle_info['libdir']}",
+                     f"-DHETERPS_PYTHON_INCLUDE={paddle_info['python_include']}",
+                     f"-DHETERPS_PADDLE_WITH_CUDA={'ON' if paddle_info['cuda'] else 'OFF'}"]
+            targets.append("heterps_ops")
+        if not cuda:
+            # The CUDA table is only reachable from a CUDA Paddle; on a CPU wheel, skip nvcc at install time.
+            cuda = "AUTO" if paddle_info and paddle_info["cuda"] else "OFF"
+        args.append(f"-DHETERPS_CUDA={cuda}")
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        root = os.path.dirname(os.path.abspath(__file__))
+        subprocess.check_call(["cmake", "-S", root, "-B", build_dir, *generator, *args])
+        jobs = os.environ.get("HETERPS_BUILD_JOBS", "2")
+        subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs, "--target", *targets])
+        self._heterps_outputs = [os.path.join(out_dir, name) for name in ("libheterps_table.so", "heterps_ops.so")
+                                 if os.path.exists(os.path.join(out_dir, name))]
+
+    def copy_extensions_to_source(self):
+        # `build_ext --inplace`: setuptools would look for the placeholder's file; copy the real libraries.
+        dest = os.path.join(self.get_finalized_command("build_py").get_package_dir("heterps_paddle"), "_ops")
+        os.makedirs(dest, exist_ok=True)
+        for path in getattr(self, "_heterps_outputs", []):
+            shutil.copy2(path, os.path.join(dest, os.path.basename(path)))
+
+    def get_outputs(self):
+        return list(getattr(self, "_heterps_outputs", [])) or super().get_outputs()
+
+
+# A placeholder extension: its only job is to make setuptools run CMakeBuild and mark the wheel as
+# platform-specific; the real outputs land next to it in heterps_paddle/_ops/.
+NATIVE_EXTENSIONS = [Extension("heterps_paddle._ops.libheterps_table", sources=[])]
 
 
 setup(
@@ -63,5 +150,7 @@ setup(
         "psutil",
     ],
     extras_require={"test": ["pytest"]},
+    ext_modules=NATIVE_EXTENSIONS,
+    cmdclass={"build_ext": CMakeBuild},
     entry_points={"console_scripts": ["heterps=heterps_paddle.cli:main"]},
 )
