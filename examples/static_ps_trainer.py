@@ -29,8 +29,11 @@ from heterps_paddle.examples import build_net
 from heterps_paddle.evaluation import accumulated_auc, forward_only_program, reset_auc
 from heterps_paddle.examples.common import ModelConfig
 
-RUN_KEYS = {"model", "data_dir", "train_dir", "test_dir", "generate_rows", "generate_seed", "skip_malformed",
-            "batch_size", "epochs", "thread_num", "print_period", "model_config", "seed"}
+# run config key -> (type, must be positive); anything else in the file is an error.
+RUN_KEYS = {"model": (str, False), "train_dir": (str, False), "test_dir": (str, False),
+            "generate_rows": (int, True), "generate_seed": (int, False), "skip_malformed": (bool, False),
+            "batch_size": (int, True), "epochs": (int, True), "thread_num": (int, True),
+            "print_period": (int, True), "model_config": (dict, False), "seed": (int, False)}
 
 
 def parse_args(argv=None):
@@ -64,15 +67,22 @@ def load_run_config(path, overrides):
     if not isinstance(config, dict):
         sys.exit(f"run config {path}: expected a mapping at the top level")
     config.update(_key_values(overrides, "-o"))
-    unknown = sorted(set(config) - RUN_KEYS)
-    if unknown:
-        sys.exit(f"run config {path}: unknown key(s) {unknown}; allowed: {sorted(RUN_KEYS)}")
+    for key, value in config.items():
+        if key not in RUN_KEYS:
+            sys.exit(f"run config {path}: unknown key {key!r}; allowed: {', '.join(sorted(RUN_KEYS))}")
+        kind, positive = RUN_KEYS[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            sys.exit(f"run config {path}: {key} must be {kind.__name__}, got {value!r}")
+        if positive and value <= 0:
+            sys.exit(f"run config {path}: {key} must be positive, got {value!r}")
+    if ("train_dir" in config) != ("test_dir" in config):
+        sys.exit(f"run config {path}: give both train_dir and test_dir, or neither (generated data)")
     return config
 
 
 def data_files(config):
     """(train files, test files) in slot format: the configured directories or the generated set."""
-    if config.get("data_dir", "auto") == "auto":
+    if "train_dir" not in config:
         generated = data.ensure_generated(int(config["generate_rows"]), int(config.get("generate_seed", 0)))
         return generated.train_files, generated.test_files
     def listing(directory):
@@ -108,9 +118,10 @@ def main(argv=None):
     optimizer = paddle.optimizer.Adam(learning_rate=model_config.learning_rate)
 
     if distributed:
-        # fleet.barrier_worker() is a no-op without gloo; the launcher already provides gloo's
-        # rendezvous settings, only this switch is off by default (1: barriers among trainers).
-        os.environ.setdefault("PADDLE_WITH_GLOO", "1")
+        # fleet.barrier_worker() is a no-op without gloo.  The launcher provides gloo's rendezvous
+        # settings but passes PADDLE_WITH_GLOO=0 unless told otherwise; 1 = barriers among trainers.
+        if os.environ.get("PADDLE_WITH_GLOO", "0") == "0":
+            os.environ["PADDLE_WITH_GLOO"] = "1"
         fleet.init()
         optimizer = fleet.distributed_optimizer(optimizer, build_strategy(args))
     optimizer.minimize(model.loss)
@@ -150,6 +161,7 @@ def main(argv=None):
         print(f"worker {worker_index} epoch {epoch}: train auc {accumulated_auc(scope, model.auc_states):.4f} "
               f"{train_report.rows / seconds:.0f} samples/s", flush=True)
     result = {"worker": worker_index, "workers": worker_num, "model": config["model"], "heterps": args.heterps,
+              "meta_optimizers": fleet._get_applied_meta_list() if distributed else [],
               "rows": train_report.rows, "epochs": epochs, "train_seconds": train_seconds,
               "samples_per_second": train_report.rows * epochs / train_seconds}
 

@@ -138,16 +138,12 @@ def read_samples(path: str, skip_malformed: bool = False,
     counted in ``report`` and skipped.  Blank lines are ignored.
     """
     report = report if report is not None else ReadReport()
-    with open(path, "r", encoding="utf-8", errors="strict") as f:
-        lineno = 0
-        while True:
+    with open(path, "rb") as f:  # decoded line by line, so a bad byte is reported at its own line
+        for lineno, raw in enumerate(f, start=1):
             try:
-                line = f.readline()
+                line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise DataFormatError(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason})") from None
-            if not line:
-                break
-            lineno += 1
+                raise DataFormatError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from None
             if not line.strip():
                 continue
             try:

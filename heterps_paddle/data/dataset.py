@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Iterator, Sequence
 
+from ..errors import HeterPSError
 from .criteo import ReadReport, convert_file
 from .generator import GeneratedDataset, generate, load_meta
 
@@ -102,8 +103,16 @@ def make_dataset(feed_vars, files: Sequence[str], batch_size: int, thread_num: i
     return dataset
 
 
+class NotEnoughFiles(HeterPSError):
+    pass
+
+
 def shard(files: Sequence[str], index: int, count: int) -> list[str]:
-    """This worker's files: round-robin, so every worker gets some while there are enough files."""
+    """This worker's files, round-robin.  Every worker computes the same check, so with fewer files
+    than workers they all stop with the same error instead of one idling while the others wait."""
     if count <= 0 or not 0 <= index < count:
         raise ValueError(f"bad shard {index} of {count}")
+    if len(files) < count:
+        raise NotEnoughFiles(f"{len(files)} data file(s) for {count} workers: every worker needs at least one "
+                             f"file; split the data into more files (first: {files[0] if files else 'none'})")
     return list(files)[index::count]

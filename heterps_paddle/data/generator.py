@@ -34,7 +34,8 @@ INFORMATIVE_SLOTS = (0, 1, 3, 5, 8, 12, 16, 19)  # 0-based; mixes small and huge
 SIGNAL_RANKS = 3000  # only the most frequent ranks of a slot carry weight
 CLICK_RATE_BIAS = -1.6
 DENSE_LOGIT_STD = 1.2  # alone, the dense part gives an AUC of about 0.72
-ROWS_PER_FILE = 25_000
+MAX_ROWS_PER_FILE = 25_000
+MIN_FILES = 8  # so that up to 8 workers each get a shard of even a small data set
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,9 @@ def _write_split(out_dir: str, split: str, rng, signal, rows: int):
     split_dir = os.path.join(out_dir, split)
     os.makedirs(split_dir, exist_ok=True)
     files, labels_all, probs_all = [], [], []
-    for part, start in enumerate(range(0, rows, ROWS_PER_FILE)):
-        n = min(ROWS_PER_FILE, rows - start)
+    rows_per_file = max(1, min(MAX_ROWS_PER_FILE, -(-rows // MIN_FILES)))
+    for part, start in enumerate(range(0, rows, rows_per_file)):
+        n = min(rows_per_file, rows - start)
         dense, ids, labels, prob = _rows(rng, signal, n)
         path = os.path.join(split_dir, f"part-{part:05d}")
         tmp = path + ".tmp"
@@ -143,7 +145,7 @@ def _write_split(out_dir: str, split: str, rng, signal, rows: int):
 
 def generate(out_dir: str, rows: int, seed: int = 0, test_fraction: float = 0.1) -> GeneratedDataset:
     """Write ``rows`` training rows under out_dir/train and ``rows * test_fraction`` held-out rows under
-    out_dir/test (files of at most 25,000 rows), plus out_dir/meta.json describing them."""
+    out_dir/test (at least 8 files while rows allow, at most 25,000 rows a file), plus out_dir/meta.json describing them."""
     if rows <= 0:
         raise ValueError(f"rows must be positive, got {rows}")
     if not 0 < test_fraction < 1:

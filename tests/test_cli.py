@@ -1,0 +1,35 @@
+import json
+import subprocess
+
+from conftest import heterps_cli
+
+
+def cli(*args):
+    return subprocess.run(heterps_cli() + list(args), capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_the_commands():
+    result = cli("--help")
+    assert result.returncode == 0
+    for command in ("gen-data", "bench"):
+        assert command in result.stdout
+
+
+def test_subcommand_help():
+    for args in (("gen-data", "--help"), ("bench", "e2e", "--help")):
+        result = cli(*args)
+        assert result.returncode == 0 and "usage: heterps" in result.stdout
+
+
+def test_gen_data_writes_and_reports(tmp_path):
+    result = cli("gen-data", "--rows", "500", "--out", str(tmp_path / "d"), "--seed", "2")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["train_rows"] == 500 and summary["test_rows"] == 50 and summary["train_files"] == 8
+    assert (tmp_path / "d" / "train" / "part-00000").is_file()
+
+
+def test_user_errors_exit_2_without_traceback(tmp_path):
+    result = cli("gen-data", "--rows", "-5", "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert "--rows must be positive" in result.stderr and "Traceback" not in result.stderr
