@@ -1,0 +1,244 @@
+"""``rl``: the HeterPS scheduler, an LSTM policy trained by REINFORCE on the cost model.
+
+The policy reads one feature vector per layer (program order) with a bidirectional LSTM, so each layer's choice
+sees the whole model, and emits a distribution over resource types per layer. Each iteration samples a batch of
+assignments, scores them with the cost model (log cost relative to the best single-type plan, with a penalty for
+plans over ``max_units``), and follows the policy gradient with a risk-seeking baseline (the batch's top-quantile
+reward: only the best samples are reinforced) and a decaying entropy bonus; the best plan so far is replayed in
+every batch. The best sample seen is then improved by a local search (single-layer and whole-stage moves);
+the cost before that step is reported as ``refined_from_cost``. It never calls ``exact`` or ``brute``.
+
+Paddle is imported inside functions only: planning with the other schedulers never loads it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..cost_model import CostModel, Evaluation
+from .base import Schedule, Scheduler, no_plan_reason
+
+
+def fractional_cost(cost_model: CostModel) -> np.ndarray:
+    """[layers, types]: what a layer would cost per hour on a type if units were fractional (its busy time at
+    the target rate, or the memory share its parameters need, times the price). Ignores the unit granularity and
+    the boundaries that make the real problem hard, but says which types suit which layers."""
+    busy_units = cost_model.base_time.T * cost_model.throughput
+    holding_units = np.array([[l.param_bytes / t.memory if t.memory > 0 else 1e9 for t in cost_model.types]
+                              for l in cost_model.profile.layers])
+    return np.maximum(busy_units, holding_units) * cost_model.price[None, :] + 1e-12
+
+
+def prior_logits(cost_model: CostModel, strength: float) -> np.ndarray:
+    """A starting preference per layer for its fractionally cheapest types: -strength * log(cost / cheapest)."""
+    share = fractional_cost(cost_model)
+    return np.maximum(-strength * np.log(share / share.min(axis=1, keepdims=True)), -20.0).astype("float32")
+
+
+def layer_features(cost_model: CostModel) -> np.ndarray:
+    """[layers, features]: kind, sizes, and per type: time, price, units limit, memory fit, alone-cost."""
+    profile = cost_model.profile
+    n, T = cost_model.num_layers, cost_model.num_types
+
+    def log_standardised(values: np.ndarray) -> np.ndarray:
+        logged = np.log10(np.asarray(values, dtype=float) + 1e-12)
+        spread = logged.std()
+        return (logged - logged.mean()) / (spread if spread > 0 else 1.0)
+
+    kind = np.array([[layer.kind == "sparse", layer.kind == "dense"] for layer in profile.layers], dtype=float)
+    sizes = np.stack([log_standardised([getattr(l, field) + 1 for l in profile.layers])
+                      for field in ("flops", "param_bytes", "io_bytes", "out_bytes")], axis=1)
+    # Cost of each layer as a stage of its own on each type: the strongest single hint of where it belongs.
+    alone = np.array([[cost_model.stage(l, l + 1, t).cost_per_hour for t in range(T)] for l in range(n)])
+    within = np.array([[cost_model.stage(l, l + 1, t).within_limit for t in range(T)] for l in range(n)], float)
+    share = fractional_cost(cost_model)
+    per_type = [
+        log_standardised(share + 1e-12),
+        (share <= share.min(axis=1, keepdims=True) * 1.0001).astype(float),
+        log_standardised(cost_model.base_time.T + 1e-15),
+        np.broadcast_to(log_standardised(cost_model.price), (n, T)),
+        np.broadcast_to(log_standardised(cost_model.max_units.astype(float)), (n, T)),
+        np.log10(1.0 + np.array([[l.param_bytes / max(t.memory, 1.0) for t in cost_model.types]
+                                 for l in profile.layers])),
+        log_standardised(alone),
+        within,
+    ]
+    return np.concatenate([kind, sizes] + [np.asarray(f, dtype=float) for f in per_type], axis=1).astype("float32")
+
+
+class RLScheduler(Scheduler):
+    name = "rl"
+
+    def __init__(self, seed: int = 0, batch_size: int = 64, iterations: int = 150, restarts: int = 16,
+                 time_budget: float = 20.0, hidden_size: int = 32, learning_rate: float = 0.02,
+                 entropy_bonus: float = 0.005, top_fraction: float = 0.15, patience: int = 30,
+                 prior_strengths: tuple[float, ...] = (2.0, 1.0, 3.0, 0.5)):
+        super().__init__(seed)
+        self.batch_size = batch_size
+        self.iterations = iterations  # per restart
+        self.restarts = restarts
+        self.time_budget = time_budget  # seconds of training over all restarts; the refinement comes after
+        self.hidden_size = hidden_size
+        self.learning_rate = learning_rate
+        self.entropy_bonus = entropy_bonus
+        self.top_fraction = top_fraction
+        self.patience = patience  # a restart ends once its policy is nearly deterministic and stuck this long
+        self.prior_strengths = prior_strengths  # cycled over restarts: how much the prior steers the start
+        self.trace: list | None = None  # (restart, iteration, best cost, entropy, mean stay) when set to a list
+
+    def search(self, cost_model: CostModel) -> Schedule:
+        best = self._train(cost_model)
+        if best is None:
+            return Schedule(None, reason=no_plan_reason(cost_model) + " (rl sampled none)")
+        sampled_cost = best.cost_per_hour
+        refined = local_search(cost_model, list(best.assignment))
+        return Schedule(list(refined.assignment), refined_from_cost=sampled_cost)
+
+    def _train(self, cost_model: CostModel) -> Evaluation | None:
+        import paddle
+
+        was_static = not paddle.in_dynamic_mode()
+        if was_static:
+            paddle.disable_static()
+        try:
+            started = time.perf_counter()
+            singles = cost_model.single_type_evaluations()
+            feasible_singles = [e.cost_per_hour for e in singles if e.feasible]
+            # Single-type plans only set the reward's scale; the answer comes from the policy's own samples.
+            reference = min(feasible_singles) if feasible_singles else max(e.cost_per_hour for e in singles)
+            features = paddle.to_tensor(layer_features(cost_model)[None])
+            best: Evaluation | None = None
+            # Restarts: one policy converges to one mode of a rugged landscape (unit counts are integers), so
+            # fresh policies with differently strong priors explore others; the best sample over all wins.
+            for restart in range(self.restarts):
+                strength = self.prior_strengths[restart % len(self.prior_strengths)]
+                best = self._train_one(paddle, cost_model, features, reference, best, restart, strength, started)
+                if time.perf_counter() - started > self.time_budget:
+                    break
+            return best
+        finally:
+            if was_static:
+                paddle.enable_static()
+
+    def _train_one(self, paddle, cost_model, features, reference, best, restart, strength, started):
+        seed = self.seed * 1009 + restart
+        paddle.seed(seed)
+        rng = np.random.default_rng(seed)
+        n, T = cost_model.num_layers, cost_model.num_types
+        prior = paddle.to_tensor(prior_logits(cost_model, strength))
+        policy = _make_policy(paddle, features.shape[-1], self.hidden_size, T)
+        optimizer = paddle.optimizer.Adam(learning_rate=self.learning_rate, parameters=policy.parameters())
+        own_best: Evaluation | None = None
+        since_better = 0
+        for iteration in range(self.iterations):
+            logits, stay_logits = policy(features)
+            log_probs = paddle.nn.functional.log_softmax(logits[0] + prior, axis=-1)  # [n, T]
+            stay_probs = paddle.nn.functional.sigmoid(stay_logits[0])  # [n]
+            probs = np.exp(log_probs.numpy().astype(float))
+            samples = _sample(rng, probs, stay_probs.numpy().astype(float), self.batch_size)
+            if own_best is not None:  # replay this policy's best plan so it cannot drift away from it
+                samples[0] = own_best.assignment
+            rewards = np.empty(self.batch_size)
+            improved = False
+            for b, assignment in enumerate(samples):
+                evaluation = cost_model.evaluate(assignment)
+                penalised = cost_model.penalised_cost(evaluation, reference)
+                rewards[b] = -math.log(max(penalised, 1e-12) / max(reference, 1e-12))
+                if evaluation.feasible and (own_best is None or evaluation.cost_per_hour < own_best.cost_per_hour
+                                            - 1e-12):
+                    own_best, improved = evaluation, True
+            since_better = 0 if improved else since_better + 1
+            # Risk-seeking baseline: we want the best plan, not a good average one, so only samples in the top
+            # quantile of the batch are reinforced (relative to that quantile); the rest carry no gradient.
+            threshold = np.quantile(rewards, 1.0 - self.top_fraction)
+            advantages = np.maximum(rewards - threshold, 0.0)
+            spread = rewards.std()
+            if spread > 1e-9:
+                advantages /= spread
+            one_hot = np.zeros((self.batch_size, n, T), dtype="float32")
+            one_hot[np.arange(self.batch_size)[:, None], np.arange(n)[None, :], samples] = 1.0
+            fresh_prob = paddle.sum(paddle.to_tensor(one_hot) * paddle.exp(log_probs)[None], axis=2)  # [batch, n]
+            same = np.zeros((self.batch_size, n), dtype="float32")
+            same[:, 1:] = samples[:, 1:] == samples[:, :-1]
+            stay_row = paddle.concat([paddle.zeros([1]), stay_probs[1:]])[None]  # layer 0 has no predecessor
+            step_prob = stay_row * paddle.to_tensor(same) + (1.0 - stay_row) * fresh_prob
+            chosen = paddle.sum(paddle.log(step_prob + 1e-12), axis=1)  # [batch] log-probability of each sample
+            entropy = -paddle.sum(paddle.exp(log_probs) * log_probs) / n
+            loss = (-paddle.mean(paddle.to_tensor(advantages.astype("float32")) * chosen) / n
+                    - self.entropy_bonus * entropy)
+            optimizer.clear_grad()
+            loss.backward()
+            optimizer.step()
+            if self.trace is not None and iteration % 10 == 0:
+                self.trace.append((restart, iteration, own_best.cost_per_hour if own_best else None,
+                                   float(entropy), float(stay_probs.mean())))
+            if time.perf_counter() - started > self.time_budget:
+                break
+            if float(entropy) < 0.2 and since_better >= self.patience:
+                break
+        if own_best is not None and (best is None or own_best.cost_per_hour < best.cost_per_hour):
+            return own_best
+        return best
+
+
+def _make_policy(paddle, feature_size: int, hidden_size: int, num_types: int):
+    class Policy(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.embed = paddle.nn.Linear(feature_size, hidden_size)
+            self.lstm = paddle.nn.LSTM(hidden_size, hidden_size, direction="bidirect")
+            self.head = paddle.nn.Linear(2 * hidden_size, num_types)
+            # Start by keeping the previous type ~73% of the time: early samples then have a few long stages,
+            # as good plans do, instead of a new stage (and at least one more unit) every other layer.
+            self.stay = paddle.nn.Linear(2 * hidden_size, 1, bias_attr=paddle.ParamAttr(
+                initializer=paddle.nn.initializer.Constant(1.0)))
+
+        def forward(self, x):
+            """Per layer: type logits, and the logit of keeping the previous layer's type."""
+            hidden, _ = self.lstm(paddle.tanh(self.embed(x)))
+            return self.head(hidden), self.stay(hidden)[..., 0]
+
+    return Policy()
+
+
+def _sample(rng: np.random.Generator, probs: np.ndarray, stay: np.ndarray, count: int) -> np.ndarray:
+    """[count, layers] type indices: layer l keeps layer l-1's type with probability stay[l], else draws from
+    probs[l]. Stages are runs, so a policy that can say "same as before" in one number learns them fast."""
+    n = probs.shape[0]
+    cumulative = np.cumsum(probs, axis=-1)
+    cumulative[:, -1] = 1.0
+    fresh = (rng.random((count, n, 1)) > cumulative[None]).sum(axis=-1).astype(np.int64)
+    keep = rng.random((count, n)) < stay[None, :]
+    keep[:, 0] = False
+    samples = fresh
+    for layer in range(1, n):
+        samples[:, layer] = np.where(keep[:, layer], samples[:, layer - 1], fresh[:, layer])
+    return samples
+
+
+def local_search(cost_model: CostModel, assignment: list[int]) -> Evaluation:
+    """Best-improvement descent: move any contiguous run of layers [i, j) to one type (this covers moving a
+    layer, a whole stage, a stage boundary, or merging stages), until no move lowers the cost."""
+    current = cost_model.evaluate(assignment)
+    n, T = cost_model.num_layers, cost_model.num_types
+    while True:
+        best = current
+        for start in range(n):
+            for end in range(start + 1, n + 1):
+                for t in range(T):
+                    if all(a == t for a in current.assignment[start:end]):
+                        continue
+                    candidate = list(current.assignment)
+                    candidate[start:end] = [t] * (end - start)
+                    evaluation = cost_model.evaluate(candidate)
+                    if evaluation.feasible and evaluation.cost_per_hour < best.cost_per_hour - 1e-12:
+                        best = evaluation
+        if best is current:
+            return current
+        current = best
+
+
+SCHEDULER = RLScheduler
