@@ -56,7 +56,26 @@ class HeterPSOptimizer(MetaOptimizerBase):
     def minimize_impl(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
         # Re-validate: the configs dict may have been mutated in place after assignment.
         configs = validate_heterps_configs(dict(self.user_defined_strategy.heterps_configs))
-        logger.info("heterps: enabled with %s; program handed to ParameterServerOptimizer unchanged", configs)
+        if configs["plan"] is not None:
+            # A saved plan: check the launch against it and, with more than one stage, tag the ops of each
+            # stage (before backward, so grad ops inherit the tags) and let the fixed heter builder split
+            # them into sections (heterps_paddle/sections, docs/sections.md).
+            from .sections.plan import check_launch_matches, load_plan
+
+            plan = load_plan(configs["plan"])
+            check_launch_matches(plan)
+            if plan.num_stages > 1:
+                from .sections.runtime import prepare_sections
+
+                layer_stage = prepare_sections(loss.block.program, plan, self.user_defined_strategy)
+                logger.info("heterps: plan %s: %d stages, layers -> stage %s", configs["plan"],
+                            plan.num_stages, layer_stage)
+            else:
+                logger.info("heterps: plan %s has one stage; program handed to ParameterServerOptimizer "
+                            "unsplit", configs["plan"])
+        else:
+            logger.info("heterps: enabled with %s; program handed to ParameterServerOptimizer unchanged",
+                        configs)
         return self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
 
 
