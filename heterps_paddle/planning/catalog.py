@@ -107,19 +107,21 @@ def generate_workload(seed: int, num_layers: int | None = None, num_types: int |
     batch_size = int(rng.choice([256, 512, 1024, 2048]))
     profile = ModelProfile(name=f"synthetic_{seed}", batch_size=batch_size, layers=tuple(layers))
     cluster = Cluster(resource_types=tuple(chosen), throughput=1.0)
-    cluster = Cluster(tuple(chosen), _interesting_throughput(rng, profile, cluster))
+    cluster = Cluster(tuple(chosen), interesting_throughput(profile, cluster, rng=rng))
     binding = bool(rng.random() < 0.35) if binding is None else binding
     if binding:
         cluster = _bind_limit(profile, cluster)
     return Workload(profile.name, profile, cluster, binding)
 
 
-def _interesting_throughput(rng: np.random.Generator, profile: ModelProfile, cluster: Cluster) -> float:
+def interesting_throughput(profile: ModelProfile, cluster: Cluster, seed: int = 0,
+                           rng: np.random.Generator | None = None) -> float:
     """A target that needs several units even of the fastest type running the whole model (at low targets every
     plan is one unit of the cheapest type, which tells the schedulers apart by nothing)."""
     from .cost_model import CostModel
 
-    model = CostModel(profile, cluster)
+    rng = rng if rng is not None else np.random.default_rng(seed)
+    model = CostModel(profile, cluster.with_throughput(1.0))
     n = model.num_layers
     times = [model.stage_time(0, n, t, 2) or np.inf for t in range(model.num_types)]
     finite = [x for x in times if np.isfinite(x)] or [1e-3]

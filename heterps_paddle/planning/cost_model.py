@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .model import Cluster, ModelProfile, Plan, PlanningInputError, Stage, check_compatible
+from .model import Cluster, ModelProfile, Plan, PlanningInputError, Stage
 
 # More units than this are never useful to explore: it bounds the spill scan of one stage.
 _UNIT_SCAN_LIMIT = 1_000_000
@@ -60,7 +60,6 @@ class CostModel:
             raise PlanningInputError("no required throughput: give it in the cluster file or with --throughput")
         if not (required > 0 and math.isfinite(required)):
             raise PlanningInputError(f"throughput must be a positive finite number, got {required!r}")
-        check_compatible(profile, cluster)
         self.profile = profile
         self.cluster = cluster
         self.throughput = float(required)

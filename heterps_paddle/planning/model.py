@@ -326,15 +326,12 @@ def load_cluster(path: str) -> Cluster:
     return cluster_from_dict(_load_document(path), path)
 
 
-def check_compatible(profile: ModelProfile, cluster: Cluster, source: str = "<model>") -> None:
-    """Measured times must name resource types of the cluster (a typo would silently fall back to estimates)."""
+def unknown_time_keys(profile: ModelProfile, cluster: Cluster) -> list[str]:
+    """Resource type names in measured ``time`` maps that the cluster does not have. The cost model uses
+    estimates for those types (a profile measured on the local CPU is still usable on any cluster); the CLI
+    warns, so a misspelt type name is not silently ignored."""
     known = set(cluster.type_names())
-    for index, layer in enumerate(profile.layers):
-        for type_name in layer.time:
-            if type_name not in known:
-                raise PlanningInputError(
-                    f"{source}: layers[{index}].time.{type_name}: unknown resource type "
-                    f"(cluster has: {', '.join(sorted(known))})")
+    return sorted({name for layer in profile.layers for name in layer.time if name not in known})
 
 
 # ----------------------------------------------------------------------------------------------- plan
