@@ -167,7 +167,7 @@ class SparseTable:
     def __init__(self, dim: int, optimizer: str = "adagrad", lr: float = 0.01, *,
                  memory_budget_bytes: int = 0, ssd_dir: Optional[str] = None, seed: int = 0,
                  name: Optional[str] = None, eviction: str = "lru", init_range: float = 0.01,
-                 beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, shards: int = 64):
+                 beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, shards: int = 16):
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= 4096:
             raise SparseTableError(f"dim must be an integer in [1, 4096], got {dim!r}")
         if optimizer not in OPTIMIZERS:

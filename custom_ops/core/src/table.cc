@@ -5,6 +5,7 @@
 // threads in no fixed order.  A batch is first grouped by shard (counting sort) so that each shard lock is
 // taken once per call, not once per key: locking per key would cost as much as the lookup itself.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -24,8 +26,6 @@ namespace heterps {
 namespace {
 
 constexpr int64_t kEmptyKey = INT64_MIN;  // reserved: rejected as an id
-constexpr uint32_t kBlockShift = 12;      // 4096 rows per arena block: growth never moves rows
-constexpr uint32_t kBlockRows = 1u << kBlockShift;
 
 inline uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
   x ^= x >> 30;
@@ -47,6 +47,149 @@ struct Entry {
 // Record of the SSD log and of checkpoints: key, score, 4 bytes padding, then stride floats.
 constexpr size_t kRecordHeader = 16;
 
+// key -> record number of the SSD log.  Open addressing (like the row index): std::unordered_map's node
+// allocations and modulo hashing showed up as a fifth of the time of a promotion-heavy pull.
+class KeyIndex {
+ public:
+  KeyIndex() { reset(16); }
+  void reset(uint64_t cap) {
+    keys_.assign(cap, kEmptyKey);
+    vals_.assign(cap, 0);
+    mask_ = cap - 1;
+    count_ = 0;
+  }
+  uint64_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  uint64_t capacity() const { return keys_.size(); }
+  int64_t find(int64_t key) const {
+    uint64_t i = key_hash(key) & mask_;
+    while (true) {
+      if (keys_[i] == key) return static_cast<int64_t>(i);
+      if (keys_[i] == kEmptyKey) return -1;
+      i = (i + 1) & mask_;
+    }
+  }
+  uint64_t value_at(int64_t i) const { return vals_[i]; }
+  int64_t key_at(uint64_t i) const { return keys_[i]; }
+  void set_value_at(uint64_t i, uint64_t v) { vals_[i] = v; }
+  void assign(int64_t key, uint64_t v) {
+    if ((count_ + 1) * 2 > keys_.size()) grow();
+    uint64_t i = key_hash(key) & mask_;
+    while (keys_[i] != kEmptyKey && keys_[i] != key) i = (i + 1) & mask_;
+    if (keys_[i] == kEmptyKey) ++count_;
+    keys_[i] = key;
+    vals_[i] = v;
+  }
+  void erase_at(uint64_t i) {
+    uint64_t j = i;
+    while (true) {
+      j = (j + 1) & mask_;
+      if (keys_[j] == kEmptyKey) break;
+      uint64_t home = key_hash(keys_[j]) & mask_;
+      bool stays = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
+      if (!stays) {
+        keys_[i] = keys_[j];
+        vals_[i] = vals_[j];
+        i = j;
+      }
+    }
+    keys_[i] = kEmptyKey;
+    --count_;
+  }
+
+ private:
+  void grow() {
+    std::vector<int64_t> ok;
+    std::vector<uint64_t> ov;
+    ok.swap(keys_);
+    ov.swap(vals_);
+    reset(ok.size() * 2);
+    for (size_t i = 0; i < ok.size(); ++i)
+      if (ok[i] != kEmptyKey) assign(ok[i], ov[i]);
+  }
+  std::vector<int64_t> keys_;
+  std::vector<uint64_t> vals_;
+  uint64_t mask_ = 0, count_ = 0;
+};
+
+// Row storage of one shard: blocks that never move (so growth copies nothing).  Block sizes double from 64
+// rows up to 2 MiB, then stay at 2 MiB, 2 MiB-aligned and advised as transparent huge pages: a lookup is a
+// random access, and with 4 KiB pages most of them also miss the TLB (numpy's large arrays get huge pages
+// the same way).  Slots are handed out in order, so untouched pages of the last block cost nothing
+// except under huge pages, which are used only where a block is small next to the shard's budget.
+class RowArena {
+ public:
+  static constexpr uint32_t kBaseShift = 6;  // first block: 64 rows
+  static constexpr size_t kHuge = size_t(2) << 20;
+
+  RowArena() = default;
+  RowArena(const RowArena&) = delete;
+  RowArena& operator=(const RowArena&) = delete;
+  ~RowArena() { clear(); }
+
+  void configure(uint32_t stride, bool allow_huge) {
+    stride_ = stride;
+    uint64_t rows_big = 1;
+    while (rows_big * 2 * stride * 4 <= kHuge) rows_big *= 2;
+    if (!allow_huge || rows_big < (uint64_t(1) << (kBaseShift + 1))) {
+      geo_blocks_ = 26;  // doubling blocks only (enough for 2^32 slots)
+      geo_slots_ = UINT64_MAX;
+      return;
+    }
+    big_shift_ = 0;
+    while ((uint64_t(1) << big_shift_) < rows_big) ++big_shift_;
+    geo_blocks_ = big_shift_ - kBaseShift;
+    geo_slots_ = ((uint64_t(1) << geo_blocks_) - 1) << kBaseShift;
+  }
+
+  float* row(uint32_t slot) const {
+    uint64_t s = slot;
+    if (s < geo_slots_) {
+      uint64_t q = (s >> kBaseShift) + 1;
+      uint32_t b = 63 - static_cast<uint32_t>(__builtin_clzll(q));
+      return ptrs_[b] + (s - (((uint64_t(1) << b) - 1) << kBaseShift)) * stride_;
+    }
+    uint64_t t = s - geo_slots_;
+    return ptrs_[geo_blocks_ + (t >> big_shift_)] + (t & ((uint64_t(1) << big_shift_) - 1)) * stride_;
+  }
+
+  void ensure(uint32_t slot) {
+    uint64_t s = slot;
+    size_t b = s < geo_slots_ ? 63 - __builtin_clzll((s >> kBaseShift) + 1)
+                              : geo_blocks_ + ((s - geo_slots_) >> big_shift_);
+    while (ptrs_.size() <= b) {
+      size_t k = ptrs_.size();
+      bool huge = k >= geo_blocks_;
+      uint64_t rows = huge ? (uint64_t(1) << big_shift_) : (uint64_t(1) << (kBaseShift + k));
+      size_t bytes = static_cast<size_t>(rows * stride_ * 4);
+      void* p = nullptr;
+      if (huge) {
+        bytes = (bytes + kHuge - 1) & ~(kHuge - 1);
+        p = std::aligned_alloc(kHuge, bytes);
+        if (p != nullptr) ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint; failure only costs speed
+      } else {
+        p = std::malloc(bytes);
+      }
+      if (p == nullptr) throw std::bad_alloc();
+      ptrs_.push_back(static_cast<float*>(p));
+      bytes_ += bytes;
+    }
+  }
+
+  uint64_t bytes() const { return bytes_; }
+
+  void clear() {
+    for (float* p : ptrs_) std::free(p);
+    ptrs_.clear();
+    bytes_ = 0;
+  }
+
+ private:
+  std::vector<float*> ptrs_;
+  uint32_t stride_ = 0, geo_blocks_ = 26, big_shift_ = 0;
+  uint64_t geo_slots_ = UINT64_MAX, bytes_ = 0;
+};
+
 }  // namespace
 
 struct SparseTable::Shard {
@@ -54,14 +197,14 @@ struct SparseTable::Shard {
   std::vector<Entry> entries;
   uint64_t mask = 0;
   uint64_t count = 0;  // resident rows
-  std::vector<std::unique_ptr<float[]>> blocks;
+  RowArena arena;
   std::vector<uint32_t> free_slots;
   uint32_t next_slot = 0;
 
   // SSD tier: append-only log; index key -> (record number, score kept in the record).
   int fd = -1;
   std::string file;
-  std::unordered_map<int64_t, uint64_t> ssd_index;
+  KeyIndex ssd_index;
   uint64_t records_written = 0;  // records in the file, live or dead
   uint64_t no_spill_below = 0;   // after a failed spill, do not retry until count exceeds this
 
@@ -69,15 +212,63 @@ struct SparseTable::Shard {
 
   uint32_t stride = 0;
 
-  float* row(uint32_t slot) { return blocks[slot >> kBlockShift].get() + uint64_t(slot & (kBlockRows - 1)) * stride; }
+  // Reads of the log go through a read-only shared mapping (no syscall per promoted row); the mapping
+  // reserves more than the file holds and is only ever read below records_written, which is inside the file.
+  char* map = nullptr;
+  size_t map_len = 0;
+  std::vector<char> scratch;
+
+  void unmap() {
+    if (map != nullptr) ::munmap(map, map_len);
+    map = nullptr;
+    map_len = 0;
+  }
+
+  bool remap(uint64_t need) {
+    unmap();
+    size_t len = static_cast<size_t>(std::max<uint64_t>(need * 2, uint64_t(64) << 20));
+    len = (len + 4095) & ~size_t(4095);
+    void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return false;
+    map = static_cast<char*>(p);
+    map_len = len;
+    return true;
+  }
+
+  // Record `recno` of the log: a pointer valid until the next remap or scratch use.
+  const char* record(uint64_t recno, size_t rb) {
+    uint64_t off = recno * rb;
+    if (off + rb <= map_len || remap(off + rb)) return map + off;
+    scratch.resize(rb);  // mmap refused (address space limits): fall back to pread
+    std::string err;
+    if (!io::pread_full(fd, scratch.data(), rb, off, &err))
+      throw TableError("reading SSD tier '" + file + "' failed: " + err);
+    return scratch.data();
+  }
+
+  float* row(uint32_t slot) { return arena.row(slot); }
+
+  // Copies of (entries.data(), mask) readable without the lock, only ever used as prefetch addresses: a
+  // stale pointer just prefetches a useless line (prefetches never fault).
+  std::atomic<const Entry*> hint_entries{nullptr};
+  std::atomic<uint64_t> hint_mask{0};
 
   void init_index(uint64_t cap) {
     entries.assign(cap, Entry{kEmptyKey, 0, 0});
     mask = cap - 1;
+    hint_entries.store(entries.data(), std::memory_order_relaxed);
+    hint_mask.store(mask, std::memory_order_relaxed);
   }
 
-  int64_t find(int64_t key) const {
-    uint64_t i = key_hash(key) & mask;
+  void prefetch_hint(uint64_t h) const {
+    const Entry* e = hint_entries.load(std::memory_order_relaxed);
+    __builtin_prefetch(e + (h & hint_mask.load(std::memory_order_relaxed)));
+  }
+
+  int64_t find(int64_t key) const { return find_h(key, key_hash(key)); }
+
+  int64_t find_h(int64_t key, uint64_t h) const {
+    uint64_t i = h & mask;
     while (true) {
       const Entry& e = entries[i];
       if (e.key == key) return static_cast<int64_t>(i);
@@ -133,13 +324,13 @@ struct SparseTable::Shard {
       free_slots.pop_back();
       return s;
     }
-    if ((next_slot >> kBlockShift) >= blocks.size()) blocks.emplace_back(new float[uint64_t(kBlockRows) * stride]);
+    arena.ensure(next_slot);
     return next_slot++;
   }
 
   uint64_t bytes_in_memory() const {
-    return entries.size() * sizeof(Entry) + blocks.size() * uint64_t(kBlockRows) * stride * 4 +
-           free_slots.capacity() * 4 + ssd_index.size() * 32;
+    return entries.size() * sizeof(Entry) + arena.bytes() +
+           free_slots.capacity() * 4 + ssd_index.capacity() * 16;
   }
 };
 
@@ -155,6 +346,9 @@ SparseTable::SparseTable(const TableConfig& config) : config_(config) {
   for (uint32_t s = 0; s < config_.shards; ++s) {
     auto sh = std::make_unique<Shard>();
     sh->stride = config_.stride();
+    // Huge-page blocks only where one block is small next to the shard's budget (bounded overshoot).
+    sh->arena.configure(config_.stride(), capacity_per_shard_ == 0 ||
+                                              capacity_per_shard_ * config_.stride() * 4 >= 8 * RowArena::kHuge);
     sh->init_index(16);
     if (!ssd_path_.empty()) {
       sh->file = ssd_path_ + "/shard-" + std::to_string(s) + ".log";
@@ -167,6 +361,7 @@ SparseTable::SparseTable(const TableConfig& config) : config_(config) {
 
 SparseTable::~SparseTable() {
   for (auto& sh : shards_) {
+    sh->unmap();
     if (sh->fd >= 0) {
       ::close(sh->fd);
       ::unlink(sh->file.c_str());
@@ -276,8 +471,10 @@ struct ShardOps {
   size_t record_bytes() const { return kRecordHeader + size_t(c.stride()) * 4; }
 
   // Returns the row of key, creating or promoting it; touches its score.
-  float* get(int64_t key, uint32_t tick) {
-    int64_t i = sh.find(key);
+  float* get(int64_t key, uint32_t tick) { return get_h(key, key_hash(key), tick); }
+
+  float* get_h(int64_t key, uint64_t h, uint32_t tick) {
+    int64_t i = sh.find_h(key, h);
     if (i >= 0) {
       ++sh.hits;
       touch(sh.entries[i], tick);
@@ -287,24 +484,25 @@ struct ShardOps {
     uint32_t slot = sh.alloc_slot();
     float* r = sh.row(slot);
     uint32_t score = 0;
-    auto it = sh.ssd_index.empty() ? sh.ssd_index.end() : sh.ssd_index.find(key);
-    if (it != sh.ssd_index.end()) {
-      std::vector<char> buf(record_bytes());
-      std::string err;
-      if (!io::pread_full(sh.fd, buf.data(), buf.size(), it->second * buf.size(), &err)) {
+    int64_t it = sh.ssd_index.empty() ? -1 : sh.ssd_index.find(key);
+    if (it >= 0) {
+      const char* rec;
+      try {
+        rec = sh.record(sh.ssd_index.value_at(it), record_bytes());
+      } catch (...) {
         sh.free_slots.push_back(slot);
-        throw TableError("reading row " + std::to_string(key) + " from SSD tier '" + sh.file + "' failed: " + err);
+        throw;
       }
       int64_t stored;
-      std::memcpy(&stored, buf.data(), 8);
+      std::memcpy(&stored, rec, 8);
       if (stored != key) {
         sh.free_slots.push_back(slot);
         throw TableError("SSD tier file '" + sh.file + "' is corrupted (record for " + std::to_string(key) +
                          " holds " + std::to_string(stored) + ")");
       }
-      std::memcpy(&score, buf.data() + 8, 4);
-      std::memcpy(r, buf.data() + kRecordHeader, size_t(c.stride()) * 4);
-      sh.ssd_index.erase(it);
+      std::memcpy(&score, rec + 8, 4);
+      std::memcpy(r, rec + kRecordHeader, size_t(c.stride()) * 4);
+      sh.ssd_index.erase_at(static_cast<uint64_t>(it));
       ++sh.promotions;
     } else {
       init_row(c, key, r);
@@ -316,7 +514,9 @@ struct ShardOps {
   }
 
   void touch(Entry& e, uint32_t tick) const {
-    if (c.eviction == EvictPolicy::kLRU) e.score = tick;
+    if (c.eviction == EvictPolicy::kLRU) {
+      if (e.score != tick) e.score = tick;  // hot rows: skip dirtying a line that already holds the tick
+    }
     else if (e.score != UINT32_MAX) ++e.score;
   }
 
@@ -360,7 +560,7 @@ struct ShardOps {
       int64_t i = sh.find(keys[k]);
       sh.free_slots.push_back(sh.entries[i].slot);
       sh.erase_at(static_cast<uint64_t>(i));
-      sh.ssd_index[keys[k]] = sh.records_written + k;
+      sh.ssd_index.assign(keys[k], sh.records_written + k);
     }
     sh.records_written += n;
     sh.evictions += n;
@@ -379,17 +579,17 @@ struct ShardOps {
     if (nfd < 0) return;  // keep the old log; compaction is an optimisation
     std::vector<std::pair<uint64_t, int64_t>> order;
     order.reserve(live);
-    for (auto& kv : sh.ssd_index) order.emplace_back(kv.second, kv.first);
+    for (uint64_t i = 0; i < sh.ssd_index.capacity(); ++i)
+      if (sh.ssd_index.key_at(i) != kEmptyKey) order.emplace_back(sh.ssd_index.value_at(int64_t(i)), int64_t(i));
     std::sort(order.begin(), order.end());  // read the old file sequentially
     std::vector<char> buf;
     buf.reserve(std::min<size_t>(live, 4096) * rb);
     uint64_t written = 0;
     std::string err;
     bool ok = true;
-    std::vector<char> rec(rb);
     for (size_t k = 0; k < order.size() && ok; ++k) {
-      ok = io::pread_full(sh.fd, rec.data(), rb, order[k].first * rb, &err);
-      buf.insert(buf.end(), rec.begin(), rec.end());
+      const char* rec = sh.record(order[k].first, rb);
+      buf.insert(buf.end(), rec, rec + rb);
       if (ok && (buf.size() >= 4096 * rb || k + 1 == order.size())) {
         ok = io::pwrite_full(nfd, buf.data(), buf.size(), written * rb, &err);
         written += buf.size() / rb;
@@ -402,9 +602,10 @@ struct ShardOps {
       ++sh.spill_errors;
       return;
     }
+    sh.unmap();
     ::close(sh.fd);
     sh.fd = nfd;
-    for (size_t k = 0; k < order.size(); ++k) sh.ssd_index[order[k].second] = k;
+    for (size_t k = 0; k < order.size(); ++k) sh.ssd_index.set_value_at(uint64_t(order[k].second), k);
     sh.records_written = order.size();
     ++sh.compactions;
   }
@@ -415,23 +616,67 @@ struct ShardOps {
 void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
   if (n == 0) return;
   check_keys(keys, n);
-  std::vector<uint32_t> order, offsets;
-  group_by_shard(keys, n, order, offsets);
   const uint32_t tick = next_tick();
   const size_t d = config_.dim;
-  for (uint32_t s = 0; s < config_.shards; ++s) {
-    uint32_t b = offsets[s], e = offsets[s + 1];
-    if (b == e) continue;
-    Shard& sh = *shards_[s];
-    std::lock_guard<std::mutex> lock(sh.mu);
-    ShardOps ops{config_, sh, capacity_per_shard_};
-    for (uint32_t k = b; k < e; ++k) {
-      // Prefetch the index entry a few keys ahead: the lookups are independent cache misses.
-      if (k + 8 < e) sh.prefetch(keys[order[k + 8]]);
-      uint32_t p = order[k];
-      const float* r = ops.get(keys[p], tick);
-      std::memcpy(out + size_t(p) * d, r, d * sizeof(float));
-      if (ops.over_budget()) ops.evict();
+  const uint32_t ns = config_.shards;
+  // Chunks of 2048 ids: grouping a chunk by shard keeps one lock acquisition per shard per chunk while
+  // the scattered writes into `out` stay inside a window that fits in L2 (grouping the whole batch made
+  // every row write a cache miss).  All index lines of the chunk are prefetched before the first lookup,
+  // and each row is prefetched as soon as its slot is known, so the misses overlap.
+  constexpr size_t kChunk = 2048;
+  std::vector<uint64_t> hs(std::min(n, kChunk));
+  std::vector<uint32_t> order(hs.size()), cnt(ns + 1), pos(ns);
+  std::vector<const float*> rows(hs.size());
+  for (size_t base = 0; base < n; base += kChunk) {
+    const size_t m = std::min(kChunk, n - base);
+    const int64_t* k = keys + base;
+    float* o = out + base * d;
+    std::fill(cnt.begin(), cnt.end(), 0u);
+    for (size_t i = 0; i < m; ++i) {
+      uint64_t h = key_hash(k[i]);
+      hs[i] = h;
+      uint32_t s = shard_bits_ == 0 ? 0 : static_cast<uint32_t>(h >> (64 - shard_bits_));
+      ++cnt[s + 1];
+      shards_[s]->prefetch_hint(h);
+    }
+    for (uint32_t s = 0; s < ns; ++s) {
+      cnt[s + 1] += cnt[s];
+      pos[s] = cnt[s];
+    }
+    for (size_t i = 0; i < m; ++i) {
+      uint32_t s = shard_bits_ == 0 ? 0 : static_cast<uint32_t>(hs[i] >> (64 - shard_bits_));
+      order[pos[s]++] = static_cast<uint32_t>(i);
+    }
+    for (uint32_t s = 0; s < ns; ++s) {
+      const uint32_t b = cnt[s], e = cnt[s + 1];
+      if (b == e) continue;
+      Shard& sh = *shards_[s];
+      std::lock_guard<std::mutex> lock(sh.mu);
+      ShardOps ops{config_, sh, capacity_per_shard_};
+      uint32_t pending = b;  // rows[pending, j) are located but not copied yet
+      auto copy_pending = [&](uint32_t upto) {
+        // Fixed-size copies for the common dims compile to a few vector moves instead of a memcpy call.
+        switch (d) {
+          case 8: for (; pending < upto; ++pending) std::memcpy(o + size_t(order[pending]) * 8, rows[pending], 32); break;
+          case 16: for (; pending < upto; ++pending) std::memcpy(o + size_t(order[pending]) * 16, rows[pending], 64); break;
+          case 32: for (; pending < upto; ++pending) std::memcpy(o + size_t(order[pending]) * 32, rows[pending], 128); break;
+          case 64: for (; pending < upto; ++pending) std::memcpy(o + size_t(order[pending]) * 64, rows[pending], 256); break;
+          default:
+            for (; pending < upto; ++pending) std::memcpy(o + size_t(order[pending]) * d, rows[pending], d * sizeof(float));
+        }
+      };
+      for (uint32_t j = b; j < e; ++j) {
+        const uint32_t i = order[j];
+        const float* r = ops.get_h(k[i], hs[i], tick);
+        rows[j] = r;
+        __builtin_prefetch(r);
+        if (d > 16) __builtin_prefetch(r + 16);
+        if (ops.over_budget()) {
+          copy_pending(j + 1);  // eviction may free (and reuse) the slots of rows located so far
+          ops.evict();
+        }
+      }
+      copy_pending(e);
     }
   }
 }
@@ -522,12 +767,9 @@ void SparseTable::peek(const int64_t* keys, size_t n, float* rows, uint8_t* foun
       found[i] = 1;
       continue;
     }
-    auto it = sh.ssd_index.find(keys[i]);
-    if (it == sh.ssd_index.end()) continue;
-    std::string err;
-    if (!io::pread_full(sh.fd, rec.data(), rb, it->second * rb, &err))
-      throw TableError("reading SSD tier '" + sh.file + "' failed: " + err);
-    std::memcpy(out, rec.data() + kRecordHeader, st * 4);
+    int64_t it = sh.ssd_index.find(keys[i]);
+    if (it < 0) continue;
+    std::memcpy(out, sh.record(sh.ssd_index.value_at(it), rb) + kRecordHeader, st * 4);
     found[i] = 2;
   }
 }
@@ -568,10 +810,10 @@ void SparseTable::clear() {
     std::lock_guard<std::mutex> lock(sh.mu);
     sh.init_index(16);
     sh.count = 0;
-    sh.blocks.clear();
+    sh.arena.clear();
     sh.free_slots.clear();
     sh.next_slot = 0;
-    sh.ssd_index.clear();
+    sh.ssd_index.reset(16);
     sh.records_written = 0;
     sh.no_spill_below = 0;
     if (sh.fd >= 0 && ::ftruncate(sh.fd, 0) != 0) { /* the log is rewritten from offset 0 anyway */ }
@@ -673,12 +915,8 @@ void SparseTable::save(const std::string& path) {
         std::memcpy(rec.data() + kRecordHeader, sh.row(e.slot), st * 4);
         w.write(rec.data(), rb);
       }
-      for (auto& kv : sh.ssd_index) {
-        std::string err;
-        if (!io::pread_full(sh.fd, rec.data(), rb, kv.second * rb, &err))
-          throw TableError("saving table: reading SSD tier '" + sh.file + "' failed: " + err);
-        w.write(rec.data(), rb);
-      }
+      for (uint64_t i = 0; i < sh.ssd_index.capacity(); ++i)
+        if (sh.ssd_index.key_at(i) != kEmptyKey) w.write(sh.record(sh.ssd_index.value_at(int64_t(i)), rb), rb);
     }
     uint32_t crc = w.crc();
     char footer[kFooterBytes] = {0};

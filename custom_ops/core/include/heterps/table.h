@@ -39,7 +39,7 @@ struct TableConfig {
   uint64_t memory_budget_bytes = 0;
   std::string ssd_dir;
   EvictPolicy eviction = EvictPolicy::kLRU;
-  uint32_t shards = 64;
+  uint32_t shards = 16;
 
   // "dim=8;optimizer=adam;lr=0.01;...": one textual form shared by the C API and the Paddle op
   // attribute, so a table is described identically everywhere.
