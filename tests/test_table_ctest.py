@@ -1,0 +1,50 @@
+"""The C++ core tests (CTest) and, where nvcc exists, a compile check of the CUDA table and its bench."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = os.environ.get("HETERPS_BUILD_JOBS", "2")
+
+
+def _cmake(build, *extra):
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), *gen, *extra], check=True, capture_output=True,
+                   text=True)
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
+def test_core_ctest():
+    build = ROOT / "build" / "ctest"
+    _cmake(build, "-DHETERPS_CUDA=OFF", "-DCMAKE_BUILD_TYPE=Release")
+    b = subprocess.run(["cmake", "--build", str(build), "-j", JOBS, "--target", "test_table", "test_concurrency"],
+                       capture_output=True, text=True)
+    assert b.returncode == 0, b.stdout[-4000:] + b.stderr[-4000:]
+    r = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert "100% tests passed" in r.stdout and "2 tests" in r.stdout.replace("out of 2", "2 tests")
+
+
+def _nvcc():
+    return shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or _nvcc() is None, reason="no nvcc: CUDA table not compiled")
+def test_cuda_table_compiles_for_sm80_sm90():
+    build = ROOT / "build" / "cuda-check"
+    _cmake(build, "-DHETERPS_CUDA=ON", f"-DCMAKE_CUDA_COMPILER={_nvcc()}", "-DCMAKE_CUDA_ARCHITECTURES=80;90",
+           "-DBUILD_TESTING=OFF")
+    b = subprocess.run(["cmake", "--build", str(build), "-j", JOBS, "--target", "table_bench"], capture_output=True,
+                       text=True, timeout=600)
+    assert b.returncode == 0, b.stdout[-6000:] + b.stderr[-4000:]
+    bench = build / "bench" / "table_bench"
+    assert bench.exists()
+    # Both architectures are embedded in the binary.
+    dump = subprocess.run([str(Path(_nvcc()).parent / "cuobjdump"), "--list-elf", str(bench)], capture_output=True,
+                          text=True)
+    if dump.returncode == 0:
+        assert "sm_80" in dump.stdout and "sm_90" in dump.stdout
