@@ -131,10 +131,10 @@ def interesting_throughput(profile: ModelProfile, cluster: Cluster, seed: int = 
 def _bind_limit(profile: ModelProfile, cluster: Cluster) -> Cluster:
     """Lower max_units of the type the DP (per-stage limits only) leans on most, below what it uses."""
     from .cost_model import CostModel
-    from .schedulers.exact import StageTables, dp_assignment
+    from .schedulers.exact import dp_assignment
 
     model = CostModel(profile, cluster)
-    _, assignment = dp_assignment(StageTables(model).cost)
+    _, assignment = dp_assignment(model.stage_tables().cost)
     if assignment is None:
         return cluster
     stages = model.evaluate(assignment).stages

@@ -15,27 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost_model import CostModel
+from ..cost_model import CostModel, StageTables
 from .base import Schedule, Scheduler, best_feasible, no_plan_reason
 
 _LAGRANGE_ITERATIONS = 40
 _TOLERANCE = 1e-9
-
-
-class StageTables:
-    """Cost and units of every candidate stage: arrays indexed [type, start, end] (inf cost if impossible)."""
-
-    def __init__(self, cost_model: CostModel):
-        n, T = cost_model.num_layers, cost_model.num_types
-        self.cost = np.full((T, n + 1, n + 1), np.inf)
-        self.units = np.zeros((T, n + 1, n + 1))
-        for t in range(T):
-            for i in range(n):
-                for j in range(i + 1, n + 1):
-                    option = cost_model.stage(i, j, t)
-                    if option.within_limit:
-                        self.cost[t, i, j] = option.cost_per_hour
-                        self.units[t, i, j] = option.units
 
 
 def _other_type_min(values: np.ndarray) -> np.ndarray:
@@ -119,7 +103,7 @@ class ExactScheduler(Scheduler):
         self.time_limit = time_limit
 
     def search(self, cost_model: CostModel) -> Schedule:
-        tables = StageTables(cost_model)
+        tables = cost_model.stage_tables()
         relaxed_cost, relaxed = dp_assignment(tables.cost)
         if relaxed is None:
             return Schedule(None, reason=no_plan_reason(cost_model), proven_optimal=True)

@@ -13,7 +13,6 @@ Paddle is imported inside functions only: planning with the other schedulers nev
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -72,7 +71,7 @@ def layer_features(cost_model: CostModel) -> np.ndarray:
 class RLScheduler(Scheduler):
     name = "rl"
 
-    def __init__(self, seed: int = 0, batch_size: int = 64, iterations: int = 150, restarts: int = 16,
+    def __init__(self, seed: int = 0, batch_size: int = 128, iterations: int = 150, restarts: int = 16,
                  time_budget: float = 20.0, hidden_size: int = 32, learning_rate: float = 0.02,
                  entropy_bonus: float = 0.005, top_fraction: float = 0.15, patience: int = 30,
                  prior_strengths: tuple[float, ...] = (2.0, 1.0, 3.0, 0.5)):
@@ -141,15 +140,15 @@ class RLScheduler(Scheduler):
             samples = _sample(rng, probs, stay_probs.numpy().astype(float), self.batch_size)
             if own_best is not None:  # replay this policy's best plan so it cannot drift away from it
                 samples[0] = own_best.assignment
-            rewards = np.empty(self.batch_size)
+            batch = cost_model.evaluate_batch(samples)
+            penalised = cost_model.penalised_costs(batch, reference)
+            rewards = -np.log(np.maximum(penalised, 1e-12) / max(reference, 1e-12))
             improved = False
-            for b, assignment in enumerate(samples):
-                evaluation = cost_model.evaluate(assignment)
-                penalised = cost_model.penalised_cost(evaluation, reference)
-                rewards[b] = -math.log(max(penalised, 1e-12) / max(reference, 1e-12))
-                if evaluation.feasible and (own_best is None or evaluation.cost_per_hour < own_best.cost_per_hour
-                                            - 1e-12):
-                    own_best, improved = evaluation, True
+            feasible_costs = np.where(batch.feasible, batch.cost_per_hour, np.inf)
+            winner = int(np.argmin(feasible_costs))
+            if np.isfinite(feasible_costs[winner]) and (
+                    own_best is None or feasible_costs[winner] < own_best.cost_per_hour - 1e-12):
+                own_best, improved = cost_model.evaluate(samples[winner]), True
             since_better = 0 if improved else since_better + 1
             # Risk-seeking baseline: we want the best plan, not a good average one, so only samples in the top
             # quantile of the batch are reinforced (relative to that quantile); the rest carry no gradient.
@@ -221,24 +220,24 @@ def _sample(rng: np.random.Generator, probs: np.ndarray, stay: np.ndarray, count
 
 def local_search(cost_model: CostModel, assignment: list[int]) -> Evaluation:
     """Best-improvement descent: move any contiguous run of layers [i, j) to one type (this covers moving a
-    layer, a whole stage, a stage boundary, or merging stages), until no move lowers the cost."""
-    current = cost_model.evaluate(assignment)
+    layer, a whole stage, a stage boundary, or merging stages), until no move lowers the cost. All moves of a
+    round are scored in one batch evaluation."""
     n, T = cost_model.num_layers, cost_model.num_types
+    segments = [(i, j) for i in range(n) for j in range(i + 1, n + 1)]
+    starts = np.array([i for i, _ in segments])
+    ends = np.array([j for _, j in segments])
+    # mask[m, l]: layer l lies in segment m
+    mask = (np.arange(n)[None, :] >= starts[:, None]) & (np.arange(n)[None, :] < ends[:, None])
+    current = cost_model.evaluate(assignment)
     while True:
-        best = current
-        for start in range(n):
-            for end in range(start + 1, n + 1):
-                for t in range(T):
-                    if all(a == t for a in current.assignment[start:end]):
-                        continue
-                    candidate = list(current.assignment)
-                    candidate[start:end] = [t] * (end - start)
-                    evaluation = cost_model.evaluate(candidate)
-                    if evaluation.feasible and evaluation.cost_per_hour < best.cost_per_hour - 1e-12:
-                        best = evaluation
-        if best is current:
+        base = np.array(current.assignment)
+        moves = np.where(mask[:, None, :], np.arange(T)[None, :, None], base[None, None, :]).reshape(-1, n)
+        batch = cost_model.evaluate_batch(moves)
+        costs = np.where(batch.feasible, batch.cost_per_hour, np.inf)
+        best = int(np.argmin(costs))
+        if not costs[best] < current.cost_per_hour - 1e-12:
             return current
-        current = best
+        current = cost_model.evaluate(moves[best])
 
 
 SCHEDULER = RLScheduler

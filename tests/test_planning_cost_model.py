@@ -1,0 +1,84 @@
+"""The reference cost model, checked against figures computed by hand from specs/plan-io.md."""
+
+import math
+
+import pytest
+
+from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.planning.model import Cluster, LayerProfile, ModelProfile, PlanningInputError, ResourceType
+
+CPU = ResourceType("cpu", "cpu", price_per_hour=1.0, max_units=64, flops=1e11, mem_bw=1e10, memory=1e10,
+                   net_bw=1e9, ssd_bw=1e9)
+GPU = ResourceType("gpu", "gpu", price_per_hour=4.0, max_units=4, flops=1e13, mem_bw=1e12, memory=1e9,
+                   net_bw=1e10)
+
+
+def model(*layers, batch_size=100):
+    return ModelProfile("m", batch_size, tuple(layers))
+
+
+def test_single_stage_units_time_and_cost():
+    # One dense layer: 1e6 FLOPs/sample on the cpu -> 1e-5 s; one unit gives 1e5 samples/s.
+    layer = LayerProfile("fc", "dense", flops=1e6, param_bytes=1e6, out_bytes=8)
+    cm = CostModel(model(layer), Cluster((CPU,)), throughput=9e4)
+    option = cm.stage(0, 1, 0)
+    assert option.units == 1 and option.time_per_sample == pytest.approx(1e-5)
+    # At 2.9e5/s: k=1 is too slow; from k=2 the dense sync 2*1e6/(100*1e9)=2e-5 is added: k >= 2.9e5*3e-5 = 8.7.
+    cm = CostModel(model(layer), Cluster((CPU,)), throughput=2.9e5)
+    option = cm.stage(0, 1, 0)
+    assert option.units == 9 and option.time_per_sample == pytest.approx(3e-5)
+    plan = cm.to_plan([0], "exact")
+    assert plan.cost_per_hour == 9.0
+    assert plan.cost_per_million_samples == pytest.approx(9.0 / (3600 * 2.9e5) * 1e6)
+    assert plan.throughput == pytest.approx(9 / 3e-5)
+
+
+def test_boundary_traffic_on_both_sides_of_a_stage():
+    layers = [LayerProfile(f"l{i}", "sparse", flops=0, param_bytes=0, io_bytes=0, out_bytes=1000.0 * (i + 1))
+              for i in range(3)]
+    cm = CostModel(model(*layers), Cluster((CPU, GPU)), throughput=1.0)
+    # Middle layer alone: out_bytes of layer 0 in, its own out_bytes out, over its type's net_bw.
+    assert cm.stage_time(1, 2, 0, 1) == pytest.approx(1000 / 1e9 + 2000 / 1e9)
+    assert cm.stage_time(0, 1, 1, 1) == pytest.approx(1000 / 1e10)  # first stage: no inbound traffic
+    assert cm.stage_time(0, 3, 1, 1) == 0.0  # the whole model: no boundary at all
+
+
+def test_spill_to_ssd_for_estimated_and_measured_layers():
+    # 4e10 bytes on cpu units of 1e10 memory: k=2 spills f = (4e10 - 2e10)/4e10 = 0.5.
+    estimated = LayerProfile("emb", "sparse", flops=0, param_bytes=4e10, io_bytes=1e4, out_bytes=0)
+    cm = CostModel(model(estimated), Cluster((CPU,)), throughput=1.0)
+    assert cm.stage_time(0, 1, 0, 2) == pytest.approx(1e4 * (0.5 / 1e10 + 0.5 / 1e9))
+    assert cm.stage_time(0, 1, 0, 4) == pytest.approx(1e4 / 1e10)  # fits: no spill
+    measured = LayerProfile("emb", "sparse", flops=0, param_bytes=4e10, io_bytes=1e4, out_bytes=0,
+                            time={"cpu": 3e-6})
+    cm = CostModel(model(measured), Cluster((CPU,)), throughput=1.0)
+    assert cm.stage_time(0, 1, 0, 2) == pytest.approx(3e-6 + 1e4 * 0.5 * (1 / 1e9 - 1 / 1e10))
+    assert cm.stage_time(0, 1, 0, 4) == pytest.approx(3e-6)
+    # At a low rate one spilling unit is enough on a type with SSD ...
+    assert cm.stage(0, 1, 0).units == 1
+    # ... but a type without SSD needs enough units to hold everything: 4e10 / 1e9 = 40 gpus (max 4).
+    cm = CostModel(model(measured), Cluster((GPU,)), throughput=1.0)
+    assert cm.stage_time(0, 1, 0, 39) is None
+    option = cm.stage(0, 1, 0)
+    assert option.units == 40 and not option.within_limit
+    evaluation = cm.evaluate([0])
+    assert not evaluation.feasible and "gpu needs 40 units" in evaluation.reason
+
+
+def test_stages_of_one_type_share_max_units():
+    layers = [LayerProfile(f"fc{i}", "dense", flops=4e8, param_bytes=0, out_bytes=0) for i in range(3)]
+    gpu = ResourceType("gpu", "gpu", 1.0, max_units=3, flops=1e13, mem_bw=1e12, memory=1e9, net_bw=1e10)
+    cpu = ResourceType("cpu", "cpu", 100.0, max_units=100, flops=1e13, mem_bw=1e12, memory=1e9, net_bw=1e10)
+    cm = CostModel(model(*layers), Cluster((gpu, cpu)), throughput=4.9e4)  # each layer alone: 4e-5 s -> 2 units
+    assert [cm.stage(i, i + 1, 0).units for i in range(3)] == [2, 2, 2]
+    split = cm.evaluate([0, 1, 0])  # 2 + 2 gpu units > 3 shared
+    assert not split.feasible and split.excess_units == 1
+    assert cm.evaluate([0, 1, 1]).feasible
+
+
+def test_throughput_is_required():
+    layer = LayerProfile("fc", "dense", flops=1e6, param_bytes=0, out_bytes=0)
+    with pytest.raises(PlanningInputError, match="throughput"):
+        CostModel(model(layer), Cluster((CPU,)))
+    assert CostModel(model(layer), Cluster((CPU,), throughput=10.0)).throughput == 10.0
+    assert math.isclose(CostModel(model(layer), Cluster((CPU,), 10.0), throughput=20.0).throughput, 20.0)

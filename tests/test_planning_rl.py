@@ -1,0 +1,49 @@
+"""The RL scheduler: within 1.01x of the optimum at the median and 1.05x at worst on a small fixed suite,
+seeded and reproducible, and it finds its plans without exact or brute."""
+
+import statistics
+
+import pytest
+
+pytest.importorskip("paddle")
+
+from heterps_paddle.planning.catalog import generate_workload  # noqa: E402
+from heterps_paddle.planning.cost_model import CostModel  # noqa: E402
+from heterps_paddle.planning.schedulers import brute, exact, make_scheduler  # noqa: E402
+
+# (seed, layers, types, binding limit): small but not trivial, a third with the shared limit binding.
+SUITE = [(11, 6, 3, False), (12, 8, 4, True), (13, 10, 5, False), (14, 12, 3, True), (15, 9, 4, False),
+         (16, 12, 5, False)]
+RL_OPTIONS = {"time_budget": 3.0}
+
+
+def workloads():
+    return [generate_workload(seed, n, T, binding) for seed, n, T, binding in SUITE]
+
+
+def test_rl_is_near_optimal_on_the_fixed_suite(monkeypatch):
+    optima = [make_scheduler("exact").plan(CostModel(w.profile, w.cluster)) for w in workloads()]
+
+    def forbidden(self, cost_model):
+        raise AssertionError("rl must not call exact or brute")
+
+    monkeypatch.setattr(exact.ExactScheduler, "search", forbidden)
+    monkeypatch.setattr(brute.BruteScheduler, "search", forbidden)
+    ratios = []
+    for workload, optimum in zip(workloads(), optima):
+        plan = make_scheduler("rl", seed=0, **RL_OPTIONS).plan(CostModel(workload.profile, workload.cluster))
+        assert plan.feasible and optimum.feasible
+        assert plan.refined_from_cost is not None and plan.refined_from_cost >= plan.cost_per_hour
+        ratios.append(plan.cost_per_hour / optimum.cost_per_hour)
+    assert min(ratios) >= 1 - 1e-9
+    assert statistics.median(ratios) <= 1.01, ratios
+    assert max(ratios) <= 1.05, ratios
+
+
+def test_rl_is_reproducible_with_a_seed():
+    workload = workloads()[1]
+    plans = [make_scheduler("rl", seed=3, time_budget=60.0, restarts=2, iterations=40).plan(
+        CostModel(workload.profile, workload.cluster)) for _ in range(2)]
+    assert plans[0].assignment == plans[1].assignment
+    assert plans[0].refined_from_cost == plans[1].refined_from_cost
+    assert plans[0].evaluations == plans[1].evaluations

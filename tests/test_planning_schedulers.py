@@ -1,0 +1,115 @@
+"""exact is checked against brute force on random small cases (the shared unit limit binding in many of
+them), and every scheduler is run through the one interface."""
+
+import time
+
+import numpy as np
+import pytest
+
+from heterps_paddle.planning.catalog import workload_suite
+from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.planning.model import Cluster, LayerProfile, ModelProfile, PlanningInputError, ResourceType
+from heterps_paddle.planning.schedulers import exact as exact_module
+from heterps_paddle.planning.schedulers import make_scheduler
+
+
+def random_case(seed):
+    """Arbitrary measured times per layer and type, tight limits: many cases where stages share a limit."""
+    rng = np.random.default_rng(seed)
+    n, T = int(rng.integers(2, 8)), int(rng.integers(2, 4))
+    types = [ResourceType(f"t{i}", "cpu", float(rng.uniform(0.5, 3)), int(rng.integers(1, 8)), 1e12, 1e11,
+                          float(rng.choice([1e9, 5e9, 1e11])), 1e9, float(rng.choice([0, 1e9]))) for i in range(T)]
+    layers = [LayerProfile(f"l{i}", str(rng.choice(["sparse", "dense"])), 1e6, float(rng.choice([0, 1e8, 3e9])),
+                           float(rng.choice([0, 1e3])), float(rng.uniform(0, 1e4)),
+                           {f"t{t}": float(rng.lognormal(-9, 1)) for t in range(T) if rng.random() < 0.9})
+              for i in range(n)]
+    return ModelProfile("random", 512, tuple(layers)), Cluster(tuple(types), float(rng.uniform(1e3, 3e4)))
+
+
+def test_exact_matches_brute_force_on_random_small_cases(monkeypatch):
+    milp_calls = []
+    original = exact_module.ExactScheduler._milp
+    monkeypatch.setattr(exact_module.ExactScheduler, "_milp",
+                        lambda self, *args: milp_calls.append(1) or original(self, *args))
+    feasible = 0
+    for seed in range(200):
+        profile, cluster = random_case(seed)
+        exact = make_scheduler("exact").plan(CostModel(profile, cluster))
+        brute = make_scheduler("brute").plan(CostModel(profile, cluster))
+        assert exact.feasible == brute.feasible, seed
+        if brute.feasible:
+            feasible += 1
+            assert exact.cost_per_hour == pytest.approx(brute.cost_per_hour, rel=1e-9), seed
+        else:
+            assert exact.reason
+    # The suite must exercise the hard path (shared limit binding -> MILP), or it proves little.
+    assert feasible > 40 and len(milp_calls) >= 5, (feasible, len(milp_calls))
+
+
+def test_shared_limit_binds_and_exact_pays_for_it():
+    # Cheap type "a" is best for layers 0 and 2, "b" for layer 1; two "a" stages need 2+2 units but a has 3.
+    a = ResourceType("a", "gpu", 1.0, 3, flops=1e12, mem_bw=1e12, memory=1e12, net_bw=1e12)
+    b = ResourceType("b", "cpu", 1.5, 10, flops=1e12, mem_bw=1e12, memory=1e12, net_bw=1e12)
+    layers = (LayerProfile("x", "sparse", 0, 0, 0, 0, {"a": 1.5e-5, "b": 1e-3}),
+              LayerProfile("y", "sparse", 0, 0, 0, 0, {"a": 1e-3, "b": 1e-6}),
+              LayerProfile("z", "sparse", 0, 0, 0, 0, {"a": 1.5e-5, "b": 3e-5}))
+    cm = CostModel(ModelProfile("m", 1, layers), Cluster((a, b)), throughput=1e5)
+    assert not cm.evaluate([0, 1, 0]).feasible  # the unlimited optimum
+    plan = make_scheduler("exact").plan(cm)
+    brute = make_scheduler("brute").plan(CostModel(ModelProfile("m", 1, layers), Cluster((a, b)), 1e5))
+    assert plan.feasible and plan.cost_per_hour == pytest.approx(brute.cost_per_hour)
+    assert sum(s.units for s in plan.stages if s.resource == "a") <= 3
+
+
+def test_exact_is_fast_on_the_largest_workloads():
+    for workload in workload_suite(2):  # both 64 layers x 16 types, the second with a binding limit
+        started = time.perf_counter()
+        plan = make_scheduler("exact").plan(CostModel(workload.profile, workload.cluster))
+        assert plan.feasible
+        assert time.perf_counter() - started < 5.0
+
+
+def test_infeasible_target_gives_a_reason():
+    slow = ResourceType("slow", "cpu", 1.0, 2, flops=1e9, mem_bw=1e9, memory=1e9, net_bw=1e9)
+    layer = LayerProfile("fc", "dense", flops=1e9, param_bytes=0, out_bytes=0)  # 1 s per sample
+    cm = CostModel(ModelProfile("m", 1, (layer,)), Cluster((slow,)), throughput=10.0)
+    for name in ("exact", "brute", "greedy", "genetic"):
+        plan = make_scheduler(name).plan(cm)
+        assert not plan.feasible and "10 samples/s" in plan.reason
+
+
+def test_brute_refuses_more_than_a_million_assignments():
+    workload = workload_suite(1)[0]
+    with pytest.raises(PlanningInputError, match="refuses"):
+        make_scheduler("brute").plan(CostModel(workload.profile, workload.cluster))
+
+
+def test_heuristics_are_feasible_and_never_beat_exact():
+    for workload in workload_suite(6)[2:]:
+        optimum = make_scheduler("exact").plan(CostModel(workload.profile, workload.cluster))
+        for name in ("greedy", "genetic"):
+            plan = make_scheduler(name, seed=1).plan(CostModel(workload.profile, workload.cluster))
+            if plan.feasible:
+                assert plan.cost_per_hour >= optimum.cost_per_hour * (1 - 1e-9)
+    again = make_scheduler("genetic", seed=1).plan(CostModel(workload.profile, workload.cluster))
+    assert again.assignment == plan.assignment  # seeded
+
+
+def test_unknown_scheduler_is_an_input_error():
+    with pytest.raises(PlanningInputError, match="unknown scheduler"):
+        make_scheduler("annealing")
+
+
+def test_batch_evaluation_agrees_with_evaluate():
+    for workload in workload_suite(4):
+        cm = CostModel(workload.profile, workload.cluster)
+        rng = np.random.default_rng(0)
+        samples = rng.integers(0, cm.num_types, (60, cm.num_layers))
+        samples[:20] = samples[:20, :1]  # single-type plans, and runs
+        samples[20:40] = np.repeat(samples[20:40, ::4], 4, axis=1)[:, :cm.num_layers]  # runs of four
+        batch = cm.evaluate_batch(samples)
+        for k, assignment in enumerate(samples):
+            one = cm.evaluate(assignment)
+            assert one.feasible == batch.feasible[k]
+            assert one.cost_per_hour == pytest.approx(batch.cost_per_hour[k])
+            assert one.excess_units == batch.excess_units[k]
