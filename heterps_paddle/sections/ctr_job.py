@@ -86,6 +86,11 @@ def train(args) -> int:
     import heterps_paddle  # noqa: F401  (installs strategy.heterps)
     from heterps_paddle.sections import runtime
 
+    fault = os.environ.get("HETERPS_JOB_FAULT", "")  # fault injection for the tests (docs/sections.md)
+    if fault == "heter_never_starts" and runtime.role() == "heter":
+        print("heterps-job: injected fault: this heterogeneous trainer exits before starting", flush=True)
+        os._exit(1)
+
     paddle.enable_static()
     paddle.seed(args.seed)
     np.random.seed(args.seed)
@@ -125,6 +130,17 @@ def train(args) -> int:
         files = sorted(os.path.join(args.data, f) for f in os.listdir(args.data) if f.endswith(".txt"))
         mine = files[fleet.worker_index()::fleet.worker_num()] * args.epochs
         dataset.set_filelist(mine)
+    if fault.startswith("heter_dies_after=") and runtime.role() == "heter":
+        import threading
+
+        delay = float(fault.split("=", 1)[1])
+
+        def die():
+            time.sleep(delay)
+            print(f"heterps-job: injected fault: heterogeneous trainer pid {os.getpid()} dies now", flush=True)
+            os._exit(1)
+
+        threading.Thread(target=die, daemon=True).start()
     t0 = time.time()
     exe.train_from_dataset(program, dataset, fetch_list=fetch, fetch_info=[v.name.split(".")[0] for v in fetch]
                            if fetch else None, print_period=print_period, debug=False)

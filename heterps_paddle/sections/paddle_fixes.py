@@ -17,9 +17,10 @@ replaces it (``install()`` points Paddle's builder factory at it) and differs in
    ``slots`` attribute that ``create_backward_block`` loses is restored.
 5. Dense parameters of a heterogeneous section are never pulled back from the servers: ``send`` with
    ``is_sparse == 0`` pushes through ``FleetWrapper::PushDenseVarsAsync`` behind the Communicator's back,
-   and the Communicator's recv thread only pulls after sends it saw.  Dense ``send`` ops are re-marked
-   ``is_sparse = 1`` so they go through ``Communicator::Send`` and its recv thread keeps every section's
-   dense parameters fresh.                                             -> ``_route_dense_sends``
+   and the Communicator's recv thread only pulls after sends it saw.  Default: a pull thread per
+   section (runtime.DenseRefresher, started around train_from_dataset).  Alternative
+   (HETERPS_DENSE_REFRESH=communicator): dense ``send`` ops are re-marked ``is_sparse = 1`` so they go
+   through ``Communicator::Send`` and its recv thread pulls.          -> ``_route_dense_sends``
 
 Every fix checks the shape of what it fixes and raises ``PaddleBehaviourChanged`` when Paddle does not
 look as expected, so a different Paddle fails loudly at ``minimize`` instead of training silently wrong.
@@ -240,7 +241,10 @@ class FixedHeterProgramBuilder(HeterAsyncPsProgramBuilder):
         if section is None:
             raise PaddleBehaviourChanged("heterps: the split pass produced no section program")
         _restore_push_slots(section, a.get(PUSH_SLOTS_KEY, {}))
-        _route_dense_sends(section)
+        from .runtime import dense_refresh_mode
+
+        if dense_refresh_mode() == "communicator":
+            _route_dense_sends(section)
         if self.is_heter_worker:
             _retag_for_place(section, a["role_maker"]._heter_device_type())
         self.cloned_main = section

@@ -151,7 +151,8 @@ def check_launch_matches(plan: SectionPlan, env: dict[str, str] | None = None) -
     """
     env = os.environ if env is None else env
     role = env.get("TRAINING_ROLE", "")
-    expected = " ".join(launch_arguments(plan, 1, False)).replace("--server_num=1 ", "")
+    expected = (" ".join(launch_arguments(plan, 1, False)).replace("--server_num=1 ", "")
+                + f" (see `heterps launch-args {plan.path}`)")
     heter_units = [s.units for s in plan.heter_stages()]
     if not heter_units:
         if env.get("STAGE_NUM") and int(env["STAGE_NUM"]) > 1:

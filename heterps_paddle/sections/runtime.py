@@ -34,7 +34,69 @@ def prepare_sections(program, plan: SectionPlan, strategy) -> dict[str, int]:
     paddle_fixes.FixedHeterProgramBuilder.expected_stages = plan.num_stages
     for k, v in COMMUNICATOR_ENV_DEFAULTS.items():
         os.environ.setdefault(k, v)  # read by TrainerRuntimeConfig inside the PS optimizer's minimize
+    start_watchdog()
+    _wrap_train_from_dataset()
     return layer_stage
+
+
+def dense_refresh_mode() -> str:
+    """How a section's dense parameters come back from the servers (fix 5; docs/sections.md):
+
+    ``pull`` (default): grads are pushed as Paddle generates them (every micro-batch) and a thread pulls
+    the section's dense tables every HETERPS_DENSE_PULL_MS (20) ms, like plain async PS's pull-dense
+    worker.  ``communicator``: dense sends go through Communicator::Send and its recv thread.
+    """
+    mode = os.environ.get("HETERPS_DENSE_REFRESH", "pull")
+    if mode not in ("pull", "communicator"):
+        from .plan import PlanError
+
+        raise PlanError(f"HETERPS_DENSE_REFRESH must be 'pull' or 'communicator', got {mode!r}")
+    return mode
+
+
+class DenseRefresher:
+    """Pull this section's dense tables from the servers into the global scope, every ``interval_s``."""
+
+    def __init__(self, program, interval_s: float | None = None):
+        import threading
+
+        from paddle.distributed import fleet
+        from paddle.distributed.ps.utils.public import get_the_one_recv_context
+
+        self.rt = fleet.fleet._runtime_handle
+        self.scope = paddle.static.global_scope()
+        used = {n for blk in program.blocks for n in blk.vars}
+        dense_map = get_the_one_recv_context(self.rt.context, split_dense_table=self.rt.is_heter_ps_mode)
+        self.tables = {tid: names for tid, names in dense_map.items()
+                       if names and all(n in used and self.scope.find_var(n) is not None for n in names)}
+        ms = float(os.environ.get("HETERPS_DENSE_PULL_MS", "20"))
+        self.interval_s = ms / 1000.0 if interval_s is None else interval_s
+        self.pulls = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="heterps-dense-refresh", daemon=True)
+
+    def start(self):
+        if self.tables:
+            self._thread.start()
+        return self
+
+    def pull_once(self):
+        for tid, names in self.tables.items():
+            self.rt._worker.pull_dense_params(self.scope, tid, names)
+        self.pulls += 1
+        if self.pulls == 1:
+            print(f"heterps: dense refresh every {self.interval_s * 1000:.0f} ms for tables "
+                  f"{ {t: n for t, n in self.tables.items()} }", flush=True)
+
+    def _loop(self):
+        while not self._stop.wait(self.interval_s):
+            self.pull_once()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        print(f"heterps: dense refresh: {self.pulls} pulls of tables {sorted(self.tables)}", flush=True)
 
 
 def role() -> str:
@@ -128,3 +190,174 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     if n_pos == 0 or n_neg == 0:
         return float("nan")
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Fault watchdog.
+#
+# Paddle 2.6.2's legacy PS launcher waits only for the CPU trainers and ignores exit codes; a trainer
+# whose heterogeneous peer died (or never started) blocks forever inside C++ (init_worker's
+# wait_server_ready, or a send_and_recv with no answer).  The watchdog runs in every process of a
+# sectioned job, probes the TCP endpoints of the processes this one depends on, and when one is gone it
+# prints a line naming the stage and process and ends this process, so the launcher tears the job down.
+# ----------------------------------------------------------------------------------------------------
+
+import re
+import socket
+import sys
+import threading
+import time
+
+FATAL_TAG = "HETERPS-FATAL"
+IDENTITY_TAG = "process:"
+WATCHDOG_EXIT_CODE = 17
+
+
+def _split_eps(value: str | None) -> list[str]:
+    return [e for e in (value or "").split(",") if e]
+
+
+def peer_endpoints(env=None) -> list[tuple[str, str]]:
+    """(description, endpoint) of the processes this process cannot work without."""
+    env = os.environ if env is None else env
+    peers = [(f"parameter server {i} ({ep})", ep) for i, ep in enumerate(_split_eps(env.get(
+        "PADDLE_PSERVERS_IP_PORT_LIST")))]
+    heter = _split_eps(env.get("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST"))
+    counts = [int(x) for x in re.findall(r"\d+", env.get("PADDLE_STAGE_TRAINERS_NUM", ""))][1:]
+    my_stage = int(env.get("STAGE_ID", "1"))
+    pos = 0
+    for stage_offset, n in enumerate(counts):
+        stage = stage_offset + 2
+        for i in range(n):
+            if pos < len(heter) and stage > my_stage:
+                # A stage depends on every later stage: its micro-batches' gradients come back through them.
+                peers.append((f"stage {stage} heterogeneous trainer {i} ({heter[pos]})", heter[pos]))
+            pos += 1
+    return peers
+
+
+def _reachable(ep: str, timeout: float = 1.0) -> bool:
+    host, port = ep.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class Watchdog:
+    """Probe peers every ``interval`` s; fatal when one never comes up within ``startup_timeout`` s or
+    stops answering for ``misses`` probes in a row after it was up."""
+
+    def __init__(self, peers, startup_timeout: float, interval: float = 1.0, misses: int = 3,
+                 on_fatal=None):
+        self.peers = list(peers)
+        self.startup_timeout = startup_timeout
+        self.interval = interval
+        self.misses = misses
+        self.on_fatal = on_fatal or _exit_fatal
+        self.armed = True
+        self._seen = set()
+        self._missed = {}
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, name="heterps-watchdog", daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def check_once(self):
+        """One round of probes; returns a fatal message or None."""
+        if not self.armed:
+            return None
+        dead, missing = [], []
+        for desc, ep in self.peers:
+            if _reachable(ep):
+                self._seen.add(ep)
+                self._missed[ep] = 0
+            elif ep in self._seen:
+                self._missed[ep] = self._missed.get(ep, 0) + 1
+                if self._missed[ep] >= self.misses:
+                    dead.append(desc)
+            else:
+                missing.append(desc)
+        me = describe_self()
+        if dead:
+            return (f"{FATAL_TAG}: {me}: {'; '.join(dead)} stopped answering "
+                    f"(process died or was killed); stopping this job instead of waiting forever")
+        if missing and time.monotonic() - self._t0 > self.startup_timeout:
+            return (f"{FATAL_TAG}: {me}: {'; '.join(missing)} never started within "
+                    f"{self.startup_timeout:.0f} s (HETERPS_STARTUP_TIMEOUT); stopping this job")
+        return None
+
+    def _loop(self):
+        while True:
+            time.sleep(self.interval)
+            msg = self.check_once()
+            if msg:
+                self.on_fatal(msg)
+                return
+
+
+def describe_self(env=None) -> str:
+    env = os.environ if env is None else env
+    r = env.get("TRAINING_ROLE", "TRAINER")
+    ep = f"{env.get('POD_IP', '?')}:{env.get('PADDLE_PORT', '?')}"
+    if r == "HETER_TRAINER":
+        return f"stage {env.get('STAGE_ID')} heterogeneous trainer {ep} (pid {os.getpid()})"
+    return f"stage 1 CPU trainer {env.get('PADDLE_TRAINER_ID', '?')} {ep} (pid {os.getpid()})"
+
+
+def _exit_fatal(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+    print(msg, file=sys.stdout, flush=True)
+    # The main thread is blocked in C++ (no Python exception can reach it): end the process; the
+    # launcher then stops the rest of the job.
+    os._exit(WATCHDOG_EXIT_CODE)
+
+
+_watchdog: dict = {}
+
+
+def start_watchdog() -> Watchdog | None:
+    """Start the watchdog once per process (trainers and heterogeneous trainers of a sectioned job)."""
+    if role() == "server" or "STAGE_NUM" not in os.environ or os.environ.get("HETERPS_WATCHDOG") == "0":
+        return None
+    if "dog" in _watchdog:
+        return _watchdog["dog"]
+    timeout = float(os.environ.get("HETERPS_STARTUP_TIMEOUT", "120"))
+    peers = peer_endpoints()
+    # Names this process in its log: the launch wrapper reads it to say which stage a dead log belongs to.
+    print(f"heterps: {IDENTITY_TAG} {describe_self()}; watching {len(peers)} peers", flush=True)
+    dog = Watchdog(peers, startup_timeout=timeout).start()
+    _watchdog["dog"] = dog
+    return dog
+
+
+def _wrap_train_from_dataset() -> None:
+    """Around each ``train_from_dataset`` of a sectioned job: refresh dense parameters while it runs
+    (fix 5, ``pull`` mode), and disarm a CPU trainer's watchdog when its own training is over (its
+    peers then go away because the job is ending, not because something failed)."""
+    exe_cls = paddle.static.Executor
+    if getattr(exe_cls.train_from_dataset, "_heterps_wrapped", False):
+        return
+    original = exe_cls.train_from_dataset
+
+    def train_from_dataset(self, program=None, *args, **kwargs):
+        dog = _watchdog.get("dog")
+        if dog is not None:
+            dog.armed = True
+        refresher = None
+        if dense_refresh_mode() == "pull":
+            prog = program if program is not None else paddle.static.default_main_program()
+            refresher = DenseRefresher(prog).start()
+        try:
+            return original(self, program, *args, **kwargs)
+        finally:
+            if refresher is not None:
+                refresher.stop()
+            if dog is not None and role() == "trainer":
+                dog.armed = False
+
+    train_from_dataset._heterps_wrapped = True
+    exe_cls.train_from_dataset = train_from_dataset
