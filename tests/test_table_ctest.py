@@ -43,8 +43,12 @@ def test_cuda_table_compiles_for_sm80_sm90():
     assert b.returncode == 0, b.stdout[-6000:] + b.stderr[-4000:]
     bench = build / "bench" / "table_bench"
     assert bench.exists()
-    # Both architectures are embedded in the binary.
-    dump = subprocess.run([str(Path(_nvcc()).parent / "cuobjdump"), "--list-elf", str(bench)], capture_output=True,
-                          text=True)
-    if dump.returncode == 0:
-        assert "sm_80" in dump.stdout and "sm_90" in dump.stdout
+    # Both architectures are compiled in: from the binary where cuobjdump exists, else from the commands.
+    cuobjdump = Path(_nvcc()).parent / "cuobjdump"
+    if cuobjdump.exists():
+        text = subprocess.run([str(cuobjdump), "--list-elf", str(bench)], capture_output=True, text=True).stdout
+        assert "sm_80" in text and "sm_90" in text
+    elif shutil.which("ninja"):
+        text = subprocess.run(["ninja", "-C", str(build), "-t", "commands", "table_bench"], capture_output=True,
+                              text=True).stdout
+        assert "sm_80" in text and "sm_90" in text, text[-2000:]

@@ -59,6 +59,7 @@ TableConfig TableConfig::parse(const std::string& text) {
     else if (k == "init_range") c.init_range = static_cast<float>(parse_number(k, v));
     else if (k == "seed") c.seed = parse_uint(k, v);
     else if (k == "memory_budget_bytes") c.memory_budget_bytes = parse_uint(k, v);
+    else if (k == "host_memory_budget_bytes") c.host_memory_budget_bytes = parse_uint(k, v);
     else if (k == "ssd_dir") c.ssd_dir = v;
     else if (k == "eviction") {
       if (v == "lru") c.eviction = EvictPolicy::kLRU;
@@ -84,8 +85,6 @@ void TableConfig::validate() const {
   if (!(std::isfinite(init_range) && init_range >= 0)) throw TableError("table config: init_range must be >= 0");
   if (shards == 0 || shards > 1024 || (shards & (shards - 1)) != 0)
     throw TableError("table config: shards must be a power of two in [1, 1024]");
-  if (memory_budget_bytes > 0 && ssd_dir.empty())
-    throw TableError("table config: memory_budget_bytes needs ssd_dir (where cold rows go)");
   if (ssd_dir.find(';') != std::string::npos) throw TableError("table config: ssd_dir may not contain ';'");
 }
 
@@ -95,7 +94,8 @@ std::string TableConfig::to_string() const {
   const char* opt = optimizer == Optimizer::kSGD ? "sgd" : optimizer == Optimizer::kAdagrad ? "adagrad" : "adam";
   o << "dim=" << dim << ";optimizer=" << opt << ";lr=" << lr << ";beta1=" << beta1 << ";beta2=" << beta2
     << ";epsilon=" << epsilon << ";init_range=" << init_range << ";seed=" << seed
-    << ";memory_budget_bytes=" << memory_budget_bytes << ";ssd_dir=" << ssd_dir
+    << ";memory_budget_bytes=" << memory_budget_bytes << ";host_memory_budget_bytes=" << host_memory_budget_bytes
+    << ";ssd_dir=" << ssd_dir
     << ";eviction=" << (eviction == EvictPolicy::kLRU ? "lru" : "lfu") << ";shards=" << shards;
   return o.str();
 }

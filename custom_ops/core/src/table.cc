@@ -336,6 +336,8 @@ struct SparseTable::Shard {
 
 SparseTable::SparseTable(const TableConfig& config) : config_(config) {
   config_.validate();
+  if (config_.memory_budget_bytes > 0 && config_.ssd_dir.empty())
+    throw TableError("table config: memory_budget_bytes needs ssd_dir (where cold rows go)");
   shard_bits_ = 0;
   while ((1u << shard_bits_) < config_.shards) ++shard_bits_;
   if (config_.memory_budget_bytes > 0) {
@@ -518,6 +520,42 @@ struct ShardOps {
       if (e.score != tick) e.score = tick;  // hot rows: skip dirtying a line that already holds the tick
     }
     else if (e.score != UINT32_MAX) ++e.score;
+  }
+
+  // Insert or overwrite a full row (weights and optimizer state).
+  void put(int64_t key, uint32_t score, const float* src) {
+    int64_t i = sh.find(key);
+    uint32_t slot;
+    if (i >= 0) {
+      slot = sh.entries[i].slot;
+      sh.entries[i].score = score;
+    } else {
+      int64_t at = sh.ssd_index.empty() ? -1 : sh.ssd_index.find(key);
+      if (at >= 0) sh.ssd_index.erase_at(static_cast<uint64_t>(at));  // the new row supersedes the spilled one
+      slot = sh.alloc_slot();
+      sh.insert_entry(key, slot, score);
+    }
+    std::memcpy(sh.row(slot), src, size_t(c.stride()) * 4);
+    if (over_budget()) evict();
+  }
+
+  // Remove key's full row into dst (from memory or SSD), or write its initial row if absent.
+  void take(int64_t key, float* dst) {
+    int64_t i = sh.find(key);
+    if (i >= 0) {
+      std::memcpy(dst, sh.row(sh.entries[i].slot), size_t(c.stride()) * 4);
+      sh.free_slots.push_back(sh.entries[i].slot);
+      sh.erase_at(static_cast<uint64_t>(i));
+      return;
+    }
+    int64_t at = sh.ssd_index.empty() ? -1 : sh.ssd_index.find(key);
+    if (at >= 0) {
+      std::memcpy(dst, sh.record(sh.ssd_index.value_at(at), record_bytes()) + kRecordHeader, size_t(c.stride()) * 4);
+      sh.ssd_index.erase_at(static_cast<uint64_t>(at));
+      ++sh.promotions;
+      return;
+    }
+    init_row(c, key, dst);
   }
 
   bool over_budget() const { return capacity != 0 && sh.count > capacity && sh.count > sh.no_spill_below; }
@@ -820,6 +858,27 @@ void SparseTable::clear() {
   }
 }
 
+void SparseTable::put_rows(const int64_t* keys, size_t n, const float* rows, const uint32_t* scores) {
+  check_keys(keys, n);
+  const uint32_t tick = next_tick();
+  for (size_t i = 0; i < n; ++i) {
+    Shard& sh = *shards_[shard_of(keys[i])];
+    std::lock_guard<std::mutex> lock(sh.mu);
+    ShardOps ops{config_, sh, capacity_per_shard_};
+    ops.put(keys[i], scores ? scores[i] : tick, rows + i * config_.stride());
+  }
+}
+
+void SparseTable::take_rows(const int64_t* keys, size_t n, float* rows) {
+  check_keys(keys, n);
+  for (size_t i = 0; i < n; ++i) {
+    Shard& sh = *shards_[shard_of(keys[i])];
+    std::lock_guard<std::mutex> lock(sh.mu);
+    ShardOps ops{config_, sh, capacity_per_shard_};
+    ops.take(keys[i], rows + i * config_.stride());
+  }
+}
+
 uint32_t SparseTable::shard_of(int64_t key) const {
   return shard_bits_ == 0 ? 0 : static_cast<uint32_t>(key_hash(key) >> (64 - shard_bits_));
 }
@@ -1004,17 +1063,7 @@ void SparseTable::load(const std::string& path) {
     Shard& sh = *shards_[shard_of(key)];
     std::lock_guard<std::mutex> lock(sh.mu);
     ShardOps ops{config_, sh, capacity_per_shard_};
-    int64_t i = sh.find(key);
-    uint32_t slot;
-    if (i >= 0) {
-      slot = sh.entries[i].slot;
-      sh.entries[i].score = score;
-    } else {
-      slot = sh.alloc_slot();
-      sh.insert_entry(key, slot, score);
-    }
-    std::memcpy(sh.row(slot), rec.data() + kRecordHeader, st * 4);
-    if (ops.over_budget()) ops.evict();
+    ops.put(key, score, reinterpret_cast<const float*>(rec.data() + kRecordHeader));
   }
   // The LRU clock continues past the loaded scores so new touches rank as newer.
   uint32_t max_score = 0;

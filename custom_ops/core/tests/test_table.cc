@@ -83,7 +83,7 @@ static void test_nan_rejected() {
   CHECK_THROWS_WITH(t.pull(&bad, 1, out), "reserved");
   CHECK_THROWS_WITH(TableConfig::parse("dim=0"), "dim");
   CHECK_THROWS_WITH(TableConfig::parse("optimizer=rmsprop"), "optimizer");
-  CHECK_THROWS_WITH(TableConfig::parse("memory_budget_bytes=100"), "ssd_dir");
+  CHECK_THROWS_WITH(SparseTable(TableConfig::parse("memory_budget_bytes=100")), "ssd_dir");
 }
 
 static void test_spill_and_promote(const char* policy) {

@@ -37,6 +37,8 @@ struct TableConfig {
   // 0 = unlimited.  Otherwise resident rows are capped at budget / row_cost_bytes() and the coldest
   // rows are written to ssd_dir.
   uint64_t memory_budget_bytes = 0;
+  // Only for the GPU table: memory_budget_bytes bounds device memory, this its host tier (0 = unlimited).
+  uint64_t host_memory_budget_bytes = 0;
   std::string ssd_dir;
   EvictPolicy eviction = EvictPolicy::kLRU;
   uint32_t shards = 16;
@@ -86,6 +88,12 @@ class SparseTable {
   // Full stored rows (weights then optimizer state, stride() floats each) without touching scores;
   // missing keys give found[i] = 0 and zeros.  For tests and inspection.
   void peek(const int64_t* keys, size_t n, float* rows, uint8_t* found);
+
+  // For an upper tier (the GPU table) that keeps its own copy of hot rows: take_rows removes the keys'
+  // full rows (stride() floats: weights then optimizer state) from this table, or gives their initial rows
+  // if absent; put_rows inserts or overwrites full rows (scores: eviction scores, or null for "now").
+  void take_rows(const int64_t* keys, size_t n, float* rows);
+  void put_rows(const int64_t* keys, size_t n, const float* rows, const uint32_t* scores);
 
   // Atomic (temp file + rename), checksummed, versioned.  Failures throw TableError naming the file;
   // the table is unchanged by a failed save or a rejected load.
