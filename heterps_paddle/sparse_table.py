@@ -131,6 +131,24 @@ def load_ops() -> None:
         _ops_loaded = True
 
 
+def _gpu_call(fname: str, name: bytes) -> None:
+    """On a GPU build, the device copy of a table (made by the ops for GPU tensors) keeps its hot rows in
+    device memory; its host tier is this process's CPU table of the same name.  flush moves every device
+    row to the host table (before save), drop forgets the device copy (after load)."""
+    if not _ops_loaded:
+        return
+    lib = ctypes.CDLL(str(ops_library_path()))  # already loaded by Paddle: the same handle
+    fn = getattr(lib, fname, None)
+    if fn is None:  # CPU build: no CUDA table compiled in
+        return
+    fn.argtypes, fn.restype = [ctypes.c_char_p], ctypes.c_int
+    if fn(name) != 0:
+        lib.heterps_gpu_last_error.restype = ctypes.c_char_p
+        msg = lib.heterps_gpu_last_error().decode("utf-8", "replace")
+        if "no GPU sparse table" not in msg:
+            raise SparseTableError(msg)
+
+
 def _as_ids(ids) -> np.ndarray:
     """ids -> contiguous int64 array, with clear errors for values that are not int64."""
     if isinstance(ids, np.ndarray):
@@ -261,6 +279,7 @@ class SparseTable:
         except OSError as exc:
             raise SparseTableError(f"cannot create checkpoint directory {directory!r}: {exc}") from None
         path = self.checkpoint_path(directory)
+        _gpu_call("heterps_gpu_table_flush_to_host", self._bname)
         _check(_core().heterps_table_save(self._bname, path.encode()))
         return path
 
@@ -271,6 +290,7 @@ class SparseTable:
         if not os.path.exists(path):
             raise SparseTableError(f"no checkpoint for table {self.name!r}: {path} does not exist")
         _check(_core().heterps_table_load(self._bname, path.encode()))
+        _gpu_call("heterps_gpu_table_drop", self._bname)  # stale device rows: refetched from the host table
 
     def stats(self) -> dict:
         buf = (ctypes.c_uint64 * len(STATS_FIELDS))()

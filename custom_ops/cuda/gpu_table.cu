@@ -265,10 +265,12 @@ struct DevBuf {  // grow-only device scratch
 
 class GpuTable {
  public:
-  GpuTable(const heterps::TableConfig& c, int device) : c_(c), device_(device) {
+  GpuTable(const std::string& name, const heterps::TableConfig& c, int device) : c_(c), device_(device) {
+    // The host tier is the CPU table of the same name in the core registry: Python's SparseTable (save,
+    // load, stats, pull on the host) sees every row once the device rows are flushed to it.
     heterps::TableConfig host = c;
     host.memory_budget_bytes = c.host_memory_budget_bytes;
-    host_ = std::make_unique<heterps::SparseTable>(host);
+    host_ = heterps::get_or_create_table(name, host.to_string());
     hstride_ = c.stride();
     dstride_ = (hstride_ + 3) & ~3u;
     slot_bytes_ = 8 + 4 + 4 + 4 + uint64_t(dstride_) * 4 + uint64_t(c.dim) * 4;  // key, score, flags, seen, row, accum
@@ -352,7 +354,7 @@ class GpuTable {
  private:
   heterps::TableConfig c_;
   int device_;
-  std::unique_ptr<heterps::SparseTable> host_;
+  std::shared_ptr<heterps::SparseTable> host_;
   uint32_t hstride_, dstride_;
   uint64_t slot_bytes_, max_rows_;
   Dev t_;
@@ -547,7 +549,7 @@ int heterps_gpu_table_open(const char* name, const char* config, int device) {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = registry().find(name);
     if (it != registry().end()) return;
-    registry()[name] = std::make_shared<GpuTable>(c, device);
+    registry()[name] = std::make_shared<GpuTable>(name, c, device);
   });
 }
 
