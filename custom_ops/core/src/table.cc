@@ -47,6 +47,51 @@ struct Entry {
 // Record of the SSD log and of checkpoints: key, score, 4 bytes padding, then stride floats.
 constexpr size_t kRecordHeader = 16;
 
+// A fixed-size array that asks for transparent huge pages once it spans 2 MiB (the row index of a large
+// shard is probed at random, like the rows).
+template <class T>
+class HugeArray {
+ public:
+  HugeArray() = default;
+  HugeArray(const HugeArray&) = delete;
+  HugeArray& operator=(const HugeArray&) = delete;
+  ~HugeArray() { std::free(p_); }
+  void assign(size_t n, const T& v) {
+    std::free(p_);
+    p_ = nullptr;
+    n_ = 0;
+    size_t bytes = n * sizeof(T);
+    constexpr size_t kHuge = size_t(2) << 20;
+    if (bytes >= kHuge) {
+      bytes = (bytes + kHuge - 1) & ~(kHuge - 1);
+      p_ = static_cast<T*>(std::aligned_alloc(kHuge, bytes));
+      if (p_ != nullptr) ::madvise(p_, bytes, MADV_HUGEPAGE);
+    } else {
+      p_ = static_cast<T*>(std::malloc(std::max<size_t>(bytes, sizeof(T))));
+    }
+    if (p_ == nullptr) throw std::bad_alloc();
+    n_ = n;
+    std::fill(p_, p_ + n, v);
+  }
+  void swap(HugeArray& o) {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+  }
+  size_t size() const { return n_; }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  T& operator[](size_t i) { return p_[i]; }
+  const T& operator[](size_t i) const { return p_[i]; }
+  T* begin() { return p_; }
+  T* end() { return p_ + n_; }
+  const T* begin() const { return p_; }
+  const T* end() const { return p_ + n_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
 // key -> record number of the SSD log.  Open addressing (like the row index): std::unordered_map's node
 // allocations and modulo hashing showed up as a fifth of the time of a promotion-heavy pull.
 class KeyIndex {
@@ -194,7 +239,7 @@ class RowArena {
 
 struct SparseTable::Shard {
   std::mutex mu;
-  std::vector<Entry> entries;
+  HugeArray<Entry> entries;
   uint64_t mask = 0;
   uint64_t count = 0;  // resident rows
   RowArena arena;
@@ -289,7 +334,7 @@ struct SparseTable::Shard {
   }
 
   void grow() {
-    std::vector<Entry> old;
+    HugeArray<Entry> old;
     old.swap(entries);
     init_index(old.size() * 2);
     for (const Entry& e : old) {
