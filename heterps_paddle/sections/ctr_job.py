@@ -1,17 +1,19 @@
-"""A small CTR-DNN fleet job for the sections runtime: what the tests and ``heterps bench sections`` launch.
+"""CTR-DNN as a sectioned fleet job: what the sections tests and ``heterps bench sections`` launch.
 
-    python -m paddle.distributed.launch $(heterps launch-args PLAN.json) --log_dir LOG \\
+    python -m heterps_paddle.sections.launch --plan PLAN.json --log_dir LOG -- \
         heterps_paddle/sections/ctr_job.py --data DIR --plan PLAN.json --out result.json
 
-Without ``--plan`` it is the same model as plain async PS (the unsplit reference).  ``gen`` writes the
-generated data (slot-format text for a QueueDataset and a held-out .npz):
+(or ``python -m paddle.distributed.launch $(heterps launch-args PLAN.json) --log_dir LOG ...``).
+Without ``--plan`` it is the same job as plain async PS: the unsplit reference.
 
-    python heterps_paddle/sections/ctr_job.py gen --out DIR --rows 20000 --seed 1
+Model and data are the project's shared ones: ``examples/ctr_dnn`` (26 slots sharing one table, sum
+pooling, 13 dense features, fc layers, 2-way softmax; here with smaller fc layers, ``--fc``) and the
+generator of ``heterps gen-data`` (``gen`` below writes it).  Layers as the planning profiler names
+them: ``embedding_0``, ``fc_0`` .. ``fc_<n>`` (the last one holds the softmax, the loss and the AUC).
 
-Model (CTR-DNN as in PaddleRec, scaled down): SLOTS sparse slots sharing one table (layer ``emb``: lookup
-+ sum pooling + concat with the dense features), fc layers ``fc_0``.. with relu, a 2-way softmax
-layer with the loss and AUC.  Worker 0 evaluates held-out AUC from the servers' parameters at the end
-and writes it with the last stage's logged loss curve to ``--out``.
+Every epoch's files go through one ``train_from_dataset`` call (heterogeneous trainers serve one
+call for the whole job).  At the end CPU trainer 0 evaluates held-out AUC with the servers'
+parameters (runtime.sectioned_eval) and each process writes its figures to ``--out.<role><id>``.
 """
 
 from __future__ import annotations
@@ -22,61 +24,53 @@ import os
 import sys
 import time
 
-import numpy as np
 
-SLOTS = 8
-VOCAB = 1000  # ids per slot; slot s uses ids [s * VOCAB, (s + 1) * VOCAB)
-DENSE = 4
-EMB_DIM = 8
-HIDDEN = (32, 32)
+def gen(out: str, rows: int, seed: int, test_fraction: float = 0.25) -> None:
+    from heterps_paddle.data.generator import generate
 
-
-def gen(out: str, rows: int, heldout: int, seed: int, files: int = 2) -> None:
-    """Zipf-ish ids with a planted logistic signal; best possible AUC is well below 1."""
-    rng = np.random.default_rng(seed)
-    w_slot = rng.normal(0, 0.8, size=(SLOTS, VOCAB))
-    w_dense = rng.normal(0, 0.5, size=DENSE)
-    total = rows + heldout
-    p = 1.0 / np.arange(1, VOCAB + 1) ** 1.05
-    p /= p.sum()
-    ids = rng.choice(VOCAB, size=(total, SLOTS), p=p)
-    dense = rng.random((total, DENSE)).astype(np.float32)
-    logit = w_slot[np.arange(SLOTS), ids].sum(1) + (dense - 0.5) @ w_dense * 2 - 0.3
-    label = (rng.random(total) < 1 / (1 + np.exp(-logit))).astype(np.int64)
-    gids = ids + np.arange(SLOTS) * VOCAB
-    os.makedirs(out, exist_ok=True)
-    per = (rows + files - 1) // files
-    for f in range(files):
-        with open(os.path.join(out, f"part-{f}.txt"), "w") as fh:
-            for r in range(f * per, min(rows, (f + 1) * per)):
-                parts = [f"1 {label[r]}", f"{DENSE} " + " ".join(f"{x:.5f}" for x in dense[r])]
-                parts += [f"1 {g}" for g in gids[r]]
-                fh.write(" ".join(parts) + "\n")
-    np.savez(os.path.join(out, "heldout.npz"), ids=gids[rows:], dense=dense[rows:], label=label[rows:])
+    meta = generate(out, rows, seed, test_fraction)
+    print(json.dumps({"train_rows": meta.train_rows, "test_rows": meta.test_rows,
+                      "bayes_test_auc": meta.bayes_test_auc}))
 
 
-def build_model(lr: float):
+def _meta(data_dir: str):
+    from heterps_paddle.data.generator import load_meta
+
+    meta = load_meta(data_dir)
+    if meta is None:
+        raise SystemExit(f"ctr_job: {data_dir} holds no generated data set (run: ctr_job.py gen --out {data_dir})")
+    return meta
+
+
+def _embedding_moved(exe, eval_prog, scope, feeds, multislot_file: str, rows: int = 256) -> float:
+    """Fraction of looked-up embedding values (first slot, held-out rows) outside the initialiser's
+    range (+-0.05): the servers' sparse table learned only if sparse gradients reached it."""
+    import numpy as np
     import paddle
 
-    label = paddle.static.data("label", [None, 1], "int64")
-    dense = paddle.static.data("dense_input", [None, DENSE], "float32")
-    slots = [paddle.static.data(f"s{i}", [None, 1], "int64", lod_level=1) for i in range(SLOTS)]
-    pooled = []
-    for s in slots:
-        emb = paddle.static.nn.sparse_embedding(
-            input=s, size=[SLOTS * VOCAB, EMB_DIM],
-            param_attr=paddle.ParamAttr(name="emb.w_0",
-                                        initializer=paddle.nn.initializer.Uniform(-0.05, 0.05)))
-        emb = paddle.reshape(emb, [-1, EMB_DIM])
-        pooled.append(paddle.static.nn.sequence_lod.sequence_pool(emb, "sum"))
-    x = paddle.concat(pooled + [dense], axis=1)
-    for h in HIDDEN:
-        x = paddle.static.nn.fc(x, h, activation="relu")
-    predict = paddle.static.nn.fc(x, 2, activation="softmax")
-    cost = paddle.nn.functional.cross_entropy(predict, label, use_softmax=False, reduction="none")
-    loss = paddle.mean(cost)
-    auc_var, _, _ = paddle.static.auc(input=predict, label=label)
-    return [label, dense] + slots, predict, loss, auc_var
+    lines = open(multislot_file).read().split("\n")[:rows]
+    cols = {v.name: [] for v in feeds}
+    lods = {v.name: [] for v in feeds}
+    for line in lines:
+        tok = line.split()
+        pos = 0
+        for v in feeds:
+            n = int(tok[pos])
+            cols[v.name].extend(tok[pos + 1:pos + 1 + n])
+            lods[v.name].append(n)
+            pos += 1 + n
+    feed = {}
+    for v in feeds:
+        if v.lod_level:
+            arr = np.array(cols[v.name], dtype="int64").reshape(-1, 1)
+            feed[v.name] = paddle.base.create_lod_tensor(arr, [lods[v.name]], paddle.CPUPlace())
+        else:
+            dtype = "int64" if "int" in str(v.dtype) else "float32"
+            feed[v.name] = np.array(cols[v.name], dtype=dtype).reshape(len(lines), -1)
+    lookup = next(op for op in eval_prog.global_block().ops if op.type == "distributed_lookup_table")
+    out = exe.run(eval_prog, feed=feed, fetch_list=[lookup.output("Outputs")[0]], scope=scope,
+                  return_numpy=False)[0]
+    return float((np.abs(np.asarray(out)) > 0.05).mean())
 
 
 def train(args) -> int:
@@ -84,6 +78,10 @@ def train(args) -> int:
     import paddle.distributed.fleet as fleet
 
     import heterps_paddle  # noqa: F401  (installs strategy.heterps)
+    from heterps_paddle.data import dataset as data
+    from heterps_paddle.evaluation import accumulated_auc
+    from heterps_paddle.examples import build_net
+    from heterps_paddle.examples.common import ModelConfig
     from heterps_paddle.sections import runtime
 
     fault = os.environ.get("HETERPS_JOB_FAULT", "")  # fault injection for the tests (docs/sections.md)
@@ -93,13 +91,14 @@ def train(args) -> int:
 
     paddle.enable_static()
     paddle.seed(args.seed)
-    np.random.seed(args.seed)
     fleet.init()
     main, startup = paddle.static.default_main_program(), paddle.static.default_startup_program()
     main.random_seed = startup.random_seed = args.seed
-    feeds, predict, loss, auc_var = build_model(args.lr)
-    test_program = main.clone(for_test=True)
-    test_startup = startup.clone()
+    config = ModelConfig(sparse_feature_dim=args.emb_dim, fc_sizes=tuple(args.fc), embedding="ps",
+                         learning_rate=args.lr)
+    model = build_net("ctr_dnn", config)
+    # The whole model's forward pass, kept before minimize splits it: held-out evaluation runs it.
+    test_program, test_startup = main.clone(for_test=True), startup.clone()
 
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
@@ -108,7 +107,7 @@ def train(args) -> int:
         strategy.heterps_configs = {"plan": args.plan}
         strategy.pipeline_configs = {"accumulate_steps": args.microbatches}
     opt = fleet.distributed_optimizer(paddle.optimizer.Adam(args.lr), strategy)
-    opt.minimize(loss)
+    opt.minimize(model.loss)
 
     if fleet.is_server():
         fleet.init_server()
@@ -119,17 +118,17 @@ def train(args) -> int:
     exe.run(paddle.static.default_startup_program())
     fleet.init_worker()
     program = paddle.static.default_main_program()
-    print_period = args.print_period
-    # The loss lives in the last stage's section, inside its heter block (not block 0).
-    fetch = [blk.vars[v.name] for v in (loss, auc_var) for blk in program.blocks if v.name in blk.vars][:2]
+    # The loss and AUC live in the last stage's section, inside its heter block (not block 0).
+    fetch = [blk.vars[v.name] for v in (model.loss, model.auc) for blk in program.blocks if v.name in blk.vars][:2]
+    meta = _meta(args.data)
+    rows = 0
     if runtime.role() == "heter":
         dataset = runtime.heter_worker_dataset(program)
     else:
-        dataset = paddle.distributed.QueueDataset()
-        dataset.init(batch_size=args.batch, thread_num=1, use_var=feeds, pipe_command="cat")
-        files = sorted(os.path.join(args.data, f) for f in os.listdir(args.data) if f.endswith(".txt"))
-        mine = files[fleet.worker_index()::fleet.worker_num()] * args.epochs
-        dataset.set_filelist(mine)
+        mine = data.shard(list(meta.train_files), fleet.worker_index(), fleet.worker_num())
+        files, report = data.prepare_multislot(mine)
+        rows = report.rows * args.epochs
+        dataset = data.make_dataset(model.feeds, files * args.epochs, args.batch)
     if fault.startswith("heter_dies_after=") and runtime.role() == "heter":
         import threading
 
@@ -142,40 +141,29 @@ def train(args) -> int:
 
         threading.Thread(target=die, daemon=True).start()
     t0 = time.time()
-    exe.train_from_dataset(program, dataset, fetch_list=fetch, fetch_info=[v.name.split(".")[0] for v in fetch]
-                           if fetch else None, print_period=print_period, debug=False)
-    elapsed = time.time() - t0
+    exe.train_from_dataset(program, dataset, fetch_list=fetch, fetch_info=["loss", "auc"][:len(fetch)] or None,
+                           print_period=args.print_period, debug=False)
+    t1 = time.time()
     print(f"heterps-job: role={runtime.role()} stage={runtime.stage_id()} train_start={t0:.3f} "
-          f"train_seconds={elapsed:.3f}", flush=True)
+          f"train_end={t1:.3f} rows={rows}", flush=True)
 
-    result = {"role": runtime.role(), "stage": runtime.stage_id(), "train_seconds": elapsed}
+    result = {"role": runtime.role(), "stage": runtime.stage_id(), "train_start": t0, "train_end": t1,
+              "rows": rows}
     if runtime.role() == "trainer" and fleet.worker_index() == 0:
-        rt = fleet.fleet._runtime_handle
-        eval_scope = paddle.static.Scope()
-        eval_prog = runtime.distributed_eval_program(test_program, rt)
-        with paddle.static.scope_guard(eval_scope):
-            exe.run(test_startup)
-        pulled = runtime.pull_dense_into(eval_scope, rt)
-        held = np.load(os.path.join(args.data, "heldout.npz"))
-        scores = []
-        place = paddle.CPUPlace()
-        n = len(held["label"])
-        for b in range(0, n, 512):
-            ids = held["ids"][b:b + 512]
-            m = len(ids)
-            feed = {"dense_input": held["dense"][b:b + 512], "label": held["label"][b:b + 512].reshape(-1, 1)}
-            for i in range(SLOTS):
-                feed[f"s{i}"] = paddle.base.create_lod_tensor(ids[:, i:i + 1].astype("int64"), [[1] * m], place)
-            out = exe.run(eval_prog, feed=feed, fetch_list=[predict.name], scope=eval_scope)[0]
-            scores.append(np.asarray(out)[:, 1])
-        result["heldout_auc"] = runtime.auc(held["label"], np.concatenate(scores))
-        result["dense_vars_pulled"] = len(pulled)
-        result["samples"] = int(sum(1 for f in files for _ in open(f)) * args.epochs)
-        print(f"heterps-job: heldout_auc={result['heldout_auc']:.5f}", flush=True)
+        test_files, _ = data.prepare_multislot(list(meta.test_files))
+        eval_prog, eval_scope, pulled = runtime.sectioned_eval(exe, test_program, test_startup)
+        test_set = data.make_dataset(model.feeds, test_files, 512)
+        exe.train_from_dataset(program=eval_prog, dataset=test_set, scope=eval_scope, print_period=10**9)
+        result["heldout_auc"] = accumulated_auc(eval_scope, model.auc_states)
+        result["sparse_rows_moved"] = _embedding_moved(exe, eval_prog, eval_scope, model.feeds, test_files[0])
+        result["dense_vars_pulled"] = pulled
+        result["bayes_test_auc"] = meta.bayes_test_auc
+        print(f"heterps-job: heldout_auc={result['heldout_auc']:.5f} (best possible "
+              f"{meta.bayes_test_auc:.4f}; dense vars from servers: {len(pulled)})", flush=True)
     if args.out:
-        suffix = f".{runtime.role()}{runtime.stage_id()}.{os.environ.get('PADDLE_TRAINER_ID', '0')}" \
-            if runtime.role() == "heter" else f".{runtime.role()}{fleet.worker_index()}"
-        with open(args.out + suffix, "w") as f:
+        ident = f"{runtime.stage_id()}.{os.environ.get('PADDLE_PORT', '0')}" if runtime.role() == "heter" \
+            else str(fleet.worker_index())
+        with open(f"{args.out}.{runtime.role()}{ident}", "w") as f:
             json.dump(result, f)
     fleet.stop_worker()
     return 0
@@ -187,17 +175,19 @@ def main(argv=None) -> int:
         p = argparse.ArgumentParser(prog="ctr_job gen")
         p.add_argument("--out", required=True)
         p.add_argument("--rows", type=int, default=20000)
-        p.add_argument("--heldout", type=int, default=4000)
         p.add_argument("--seed", type=int, default=1)
+        p.add_argument("--test_fraction", type=float, default=0.25)
         a = p.parse_args(argv[1:])
-        gen(a.out, a.rows, a.heldout, a.seed)
+        gen(a.out, a.rows, a.seed, a.test_fraction)
         return 0
     p = argparse.ArgumentParser(prog="ctr_job")
-    p.add_argument("--data", required=True)
+    p.add_argument("--data", required=True, help="a directory written by `ctr_job.py gen` / `heterps gen-data`")
     p.add_argument("--plan", default=None)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--lr", type=float, default=0.002)
+    p.add_argument("--lr", type=float, default=0.005)
+    p.add_argument("--fc", type=int, nargs="+", default=[64, 64])
+    p.add_argument("--emb_dim", type=int, default=9)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--microbatches", type=int, default=1)
     p.add_argument("--print_period", type=int, default=20)

@@ -213,6 +213,20 @@ def device_runs(program) -> list[tuple[str, int, list[str]]]:
     return [(ops[0].attr("op_device") if ops else "", len(ops), [op.type for op in ops]) for ops in blocks]
 
 
+def section_summary(program) -> str:
+    """What a section does with the servers and its neighbours (logged; the tests read it)."""
+    from collections import Counter
+
+    types = Counter(op.type for blk in program.blocks for op in blk.ops)
+    push = [op for blk in program.blocks for op in blk.ops if op.type == "distributed_push_sparse"]
+    sends = sorted(name for blk in program.blocks for op in blk.ops if op.type == "send"
+                   for name in op.attr("send_varnames"))
+    return (f"{sum(types.values())} ops; lookups={types['distributed_lookup_table']} "
+            f"sparse_pushes={len(push)} (slots {[list(op.attr('slots')) for op in push]}) "
+            f"dense_sends={sends} send_and_recv={types['send_and_recv']} "
+            f"listen={types['heter_listen_and_serv']}")
+
+
 class FixedHeterProgramBuilder(HeterAsyncPsProgramBuilder):
     expected_stages = None  # set by the meta optimizer from the plan; checked before splitting
 
@@ -249,6 +263,8 @@ class FixedHeterProgramBuilder(HeterAsyncPsProgramBuilder):
             _retag_for_place(section, a["role_maker"]._heter_device_type())
         self.cloned_main = section
         a["cloned_main"] = section
+        print(f"heterps: section of stage {a['role_maker']._get_stage_id()}: {section_summary(section)}",
+              flush=True)
 
         # Fix 3: the pipeline options go on the section program and the startup program that will run.
         new_pass("set_heter_pipeline_opt_pass", a).apply([self.cloned_main], [self.cloned_startup], ctx)

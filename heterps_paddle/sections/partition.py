@@ -10,7 +10,7 @@ reaches an executor.  Backward ops copy the tag of their forward op (Paddle's ``
 
 from __future__ import annotations
 
-from .layers import group_layers
+from ..planning.profiler import group_layers  # the one home of "ops -> layers" (and of layer names)
 from .plan import PlanError, SectionPlan
 
 
@@ -37,12 +37,20 @@ def check_plan_against_layers(plan: SectionPlan, layer_names: list[str]) -> None
 
 
 def tag_program(program, plan: SectionPlan) -> dict[str, int]:
-    """Set ``op_device`` of every forward op to its stage's split tag; returns layer -> stage."""
-    layers = group_layers(program)
+    """Set ``op_device`` of every forward op to its stage's split tag; returns layer -> stage.
+
+    Layers and their names come from the planning profiler's grouping, the same one that named the
+    plan's layers, so a plan made by ``heterps plan`` for this model matches by construction.
+    """
+    try:
+        layers, _ = group_layers(program)
+    except ValueError as exc:
+        raise PlanError(f"{plan.path}: cannot group the program into layers: {exc}") from None
     check_plan_against_layers(plan, [layer.name for layer in layers])
     layer_stage = plan.layer_to_stage
+    ops = list(program.global_block().ops)
     for layer in layers:
         tag = split_tag(layer_stage[layer.name])
-        for op in layer.ops:
-            op._set_attr("op_device", tag)
+        for index in layer.op_indices:
+            ops[index]._set_attr("op_device", tag)
     return layer_stage

@@ -159,6 +159,23 @@ def distributed_eval_program(test_program, runtime):
     return prog
 
 
+def sectioned_eval(exe, test_program, test_startup):
+    """Held-out evaluation of a (sectioned or not) PS job on a CPU trainer, from the servers' parameters.
+
+    ``test_program``/``test_startup``: the whole model's forward pass, cloned before ``minimize`` split
+    it.  Returns (program, scope, dense var names pulled): run the program in the scope (exe.run or
+    train_from_dataset); sparse rows are read from the servers' tables as it runs.
+    """
+    from paddle.distributed import fleet
+
+    rt = fleet.fleet._runtime_handle
+    prog = distributed_eval_program(test_program, rt)
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        exe.run(test_startup)
+    return prog, scope, pull_dense_into(scope, rt)
+
+
 def pull_dense_into(scope, runtime) -> list[str]:
     """Copy every dense table from the servers into ``scope`` (its vars must exist there)."""
     from paddle.distributed.ps.utils.public import get_the_one_recv_context
@@ -344,6 +361,8 @@ def _wrap_train_from_dataset() -> None:
     original = exe_cls.train_from_dataset
 
     def train_from_dataset(self, program=None, *args, **kwargs):
+        if getattr(program, "_heter_pipeline_opt", None) is None:
+            return original(self, program, *args, **kwargs)  # not a section (e.g. an evaluation program)
         dog = _watchdog.get("dog")
         if dog is not None:
             dog.armed = True
