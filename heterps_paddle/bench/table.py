@@ -72,30 +72,41 @@ def _make_table(sparse_table_cls, dim, optimizer, n_keys, budget, ssd_dir, name)
     return table
 
 
-def _measure(tables, dense, batches, warm):
-    """Interleaves numpy gather, table pulls and table pushes batch by batch, so that the load of this
-    shared machine hits all of them alike; rates come from the median batch time."""
+def _measure(tables, dense, rows_dict, batches, warm, dict_ids):
+    """Interleaves the references (numpy gather; dict of rows on the first `dict_ids` ids of each batch),
+    table pulls and table pushes batch by batch, so that the load of this shared machine hits all of them
+    alike.  Rates come from the median batch time; ratios are medians of the per-batch ratios."""
     import numpy as np
 
     n, dim = len(batches[0]), dense.shape[1]
     out = np.empty((n, dim), np.float32)
     grads = np.random.default_rng(1).normal(0, 0.01, size=(n, dim)).astype(np.float32)
+
+    def naive(ids):
+        return np.stack([rows_dict[k] for k in ids.tolist()])
+
     for b in warm:  # steady state: hot rows resident, buffers faulted in
         np.take(dense, b, axis=0, out=out)
+        naive(b[:dict_ids])
         for t in tables.values():
             t.pull(b, out=out)
             t.push(b, grads)
     before = {m: t.stats() for m, t in tables.items()}
-    times = {"numpy": []}
+    per = {"numpy": [], "dict": []}  # seconds per id
     for m in tables:
-        times[m + "_pull"], times[m + "_push"] = [], []
+        per[m + "_pull"], per[m + "_push"] = [], []
     for b in batches:
-        times["numpy"].append(_timed(lambda x: np.take(dense, x, axis=0, out=out), b))
+        per["numpy"].append(_timed(lambda x: np.take(dense, x, axis=0, out=out), b) / n)
+        per["dict"].append(_timed(naive, b[:dict_ids]) / dict_ids)
         for m, t in tables.items():
-            times[m + "_pull"].append(_timed(lambda x: t.pull(x, out=out), b))
+            per[m + "_pull"].append(_timed(lambda x: t.pull(x, out=out), b) / n)
         for m, t in tables.items():
-            times[m + "_push"].append(_timed(lambda x: t.push(x, grads), b))
-    rates = {k: n / _median(v) for k, v in times.items()}
+            per[m + "_push"].append(_timed(lambda x: t.push(x, grads), b) / n)
+    rates = {k: 1.0 / _median(v) for k, v in per.items()}
+
+    def paired(a, b):  # rate(a) / rate(b), batch by batch
+        return _median([tb / ta for ta, tb in zip(per[a], per[b])])
+
     results = {}
     for m, t in tables.items():
         after = t.stats()
@@ -110,7 +121,12 @@ def _measure(tables, dense, batches, warm):
             "evictions": after["evictions"] - before[m]["evictions"],
             "spill_errors": after["spill_errors"],
         }
-    return rates["numpy"], results
+    ratios = {"pull_vs_numpy": paired("memory_pull", "numpy"), "pull_vs_dict": paired("memory_pull", "dict")}
+    if "ssd" in tables:
+        ratios["ssd_vs_memory_pull"] = paired("ssd_pull", "memory_pull")
+        ratios["ssd_vs_memory_push"] = paired("ssd_push", "memory_push")
+    refs = {"numpy_gather_rows_per_s": rates["numpy"], "python_dict_rows_per_s": rates["dict"]}
+    return refs, results, ratios
 
 
 def run(args) -> int:
@@ -127,7 +143,7 @@ def run(args) -> int:
     rng = np.random.default_rng(args.seed)
     own_tmp = args.ssd_dir is None
     ssd_dir = tempfile.mkdtemp(prefix="heterps-bench-") if own_tmp else args.ssd_dir
-    results, refs = [], []
+    results, refs, ratios = [], [], []
     try:
         for dim in dims:
             stride = dim + {"sgd": 0, "adagrad": dim, "adam": 2 * dim + 2}[args.optimizer]
@@ -147,15 +163,14 @@ def run(args) -> int:
                     for mode, b in (("memory", 0), ("ssd", budget)):
                         tables[mode] = _make_table(SparseTable, dim, args.optimizer, args.rows, b, ssd_dir,
                                                    f"bench-{dim}-{dist}-{mode}-{os.getpid()}")
-                    numpy_rate, per_mode = _measure(tables, dense, batches, warm)
+                    ref, per_mode, ratio = _measure(tables, dense, d, batches, warm, min(args.batch, 32768))
                 finally:
                     for t in tables.values():
                         t.close()
-                # The naive reference: a dict of rows, gathered with a list comprehension and np.stack.
-                small = batches[0][: min(args.batch, 100_000)]
-                t_dict = _median([_timed(lambda x: np.stack([d[k] for k in x.tolist()]), small) for _ in range(3)])
-                refs.append({"dim": dim, "dist": dist, "numpy_gather_rows_per_s": numpy_rate,
-                             "python_dict_rows_per_s": len(small) / t_dict})
+                ref.update({"dim": dim, "dist": dist})
+                refs.append(ref)
+                ratio.update({"dim": dim, "dist": dist})
+                ratios.append(ratio)
                 for mode, r in per_mode.items():
                     r.update({"dim": dim, "dist": dist, "mode": mode,
                               "memory_budget_bytes": budget if mode == "ssd" else 0})
@@ -165,20 +180,6 @@ def run(args) -> int:
         if own_tmp:
             shutil.rmtree(ssd_dir, ignore_errors=True)
 
-    def get(dim, dist, mode):
-        return next(r for r in results if (r["dim"], r["dist"], r["mode"]) == (dim, dist, mode))
-
-    ratios = []
-    for ref in refs:
-        mem = get(ref["dim"], ref["dist"], "memory")
-        ssd = get(ref["dim"], ref["dist"], "ssd")
-        ratios.append({
-            "dim": ref["dim"], "dist": ref["dist"],
-            "pull_vs_numpy": mem["pull_rows_per_s"] / ref["numpy_gather_rows_per_s"],
-            "pull_vs_dict": mem["pull_rows_per_s"] / ref["python_dict_rows_per_s"],
-            "ssd_vs_memory_pull": ssd["pull_rows_per_s"] / mem["pull_rows_per_s"],
-            "ssd_vs_memory_push": ssd["push_rows_per_s"] / mem["push_rows_per_s"],
-        })
     checks = {
         "pull_vs_numpy": all(r["pull_vs_numpy"] >= TARGETS["pull_vs_numpy_min"] for r in ratios),
         "pull_vs_dict": all(r["pull_vs_dict"] >= TARGETS["pull_vs_dict_min"] for r in ratios),

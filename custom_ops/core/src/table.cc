@@ -520,7 +520,7 @@ struct ShardOps {
   // Returns the row of key, creating or promoting it; touches its score.
   float* get(int64_t key, uint32_t tick) { return get_h(key, key_hash(key), tick); }
 
-  float* get_h(int64_t key, uint64_t h, uint32_t tick) {
+  __attribute__((noinline)) float* get_h(int64_t key, uint64_t h, uint32_t tick) {
     int64_t i = sh.find_h(key, h);
     if (i >= 0) {
       ++sh.hits;
@@ -710,24 +710,32 @@ void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
   std::vector<uint64_t> hs(std::min(n, kChunk));
   std::vector<uint32_t> order(hs.size()), cnt(ns + 1), pos(ns);
   std::vector<const float*> rows(hs.size());
+  std::vector<const Entry*> hint_e(ns);
+  std::vector<uint64_t> hint_m(ns);
+  const uint32_t shard_shift = shard_bits_ == 0 ? 0 : 64 - shard_bits_;
+  const uint32_t shard_mask = ns - 1;  // shards == 1: shift 0, mask 0
   for (size_t base = 0; base < n; base += kChunk) {
     const size_t m = std::min(kChunk, n - base);
     const int64_t* k = keys + base;
     float* o = out + base * d;
     std::fill(cnt.begin(), cnt.end(), 0u);
+    for (uint32_t s = 0; s < ns; ++s) {  // prefetch addresses only: a stale copy is harmless
+      hint_e[s] = shards_[s]->hint_entries.load(std::memory_order_relaxed);
+      hint_m[s] = shards_[s]->hint_mask.load(std::memory_order_relaxed);
+    }
     for (size_t i = 0; i < m; ++i) {
       uint64_t h = key_hash(k[i]);
       hs[i] = h;
-      uint32_t s = shard_bits_ == 0 ? 0 : static_cast<uint32_t>(h >> (64 - shard_bits_));
+      uint32_t s = static_cast<uint32_t>(h >> shard_shift) & shard_mask;
       ++cnt[s + 1];
-      shards_[s]->prefetch_hint(h);
+      __builtin_prefetch(hint_e[s] + (h & hint_m[s]));
     }
     for (uint32_t s = 0; s < ns; ++s) {
       cnt[s + 1] += cnt[s];
       pos[s] = cnt[s];
     }
     for (size_t i = 0; i < m; ++i) {
-      uint32_t s = shard_bits_ == 0 ? 0 : static_cast<uint32_t>(hs[i] >> (64 - shard_bits_));
+      uint32_t s = static_cast<uint32_t>(hs[i] >> shard_shift) & shard_mask;
       order[pos[s]++] = static_cast<uint32_t>(i);
     }
     for (uint32_t s = 0; s < ns; ++s) {
@@ -748,17 +756,34 @@ void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
             for (; pending < upto; ++pending) std::memcpy(o + size_t(order[pending]) * d, rows[pending], d * sizeof(float));
         }
       };
+      const bool lru = config_.eviction == EvictPolicy::kLRU;
+      uint64_t hits = 0;
       for (uint32_t j = b; j < e; ++j) {
         const uint32_t i = order[j];
-        const float* r = ops.get_h(k[i], hs[i], tick);
+        const float* r;
+        // Hit path inline; creation, promotion and eviction out of line.
+        int64_t at = sh.find_h(k[i], hs[i]);
+        if (__builtin_expect(at >= 0, 1)) {
+          Entry& en = sh.entries[at];
+          if (lru) {
+            if (en.score != tick) en.score = tick;
+          } else if (en.score != UINT32_MAX) {
+            ++en.score;
+          }
+          r = sh.row(en.slot);
+          ++hits;
+        } else {
+          r = ops.get_h(k[i], hs[i], tick);
+        }
         rows[j] = r;
         __builtin_prefetch(r);
         if (d > 16) __builtin_prefetch(r + 16);
-        if (ops.over_budget()) {
+        if (__builtin_expect(ops.over_budget(), 0)) {
           copy_pending(j + 1);  // eviction may free (and reuse) the slots of rows located so far
           ops.evict();
         }
       }
+      sh.hits += hits;
       copy_pending(e);
     }
   }

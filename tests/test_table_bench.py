@@ -1,0 +1,29 @@
+"""`heterps bench table` end to end on a small key space: one JSON object with every measurement."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_table_json(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "heterps_paddle", "bench", "table", "--json", "--dims", "8,16",
+                          "--rows", "20000", "--batch", "4096", "--batches", "3", "--ssd-dir", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    assert {(r["dim"], r["dist"], r["mode"]) for r in report["results"]} == {
+        (d, dist, mode) for d in (8, 16) for dist in ("zipf", "uniform") for mode in ("memory", "ssd")}
+    for r in report["results"]:
+        assert r["pull_rows_per_s"] > 0 and r["push_rows_per_s"] > 0 and r["spill_errors"] == 0
+        if r["mode"] == "ssd":  # the SSD tier really was in use
+            assert r["rows_on_ssd"] >= 20000 // 2 and r["rows_in_memory"] <= 20000 // 4 + 64
+        else:
+            assert r["rows_on_ssd"] == 0 and r["rows_in_memory"] == 20000
+    for ratio in report["ratios"]:
+        assert set(ratio) >= {"pull_vs_numpy", "pull_vs_dict", "ssd_vs_memory_pull"}
+        assert ratio["pull_vs_dict"] > 1  # even on a busy machine a batched C++ pull beats a Python loop
+    assert set(report["targets_met"]) == {"pull_vs_numpy", "pull_vs_dict", "ssd_zipf_vs_memory"}
+    assert not list(tmp_path.iterdir())  # the tables' SSD directories were removed with them
