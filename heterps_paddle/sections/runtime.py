@@ -321,7 +321,12 @@ def describe_self(env=None) -> str:
     r = env.get("TRAINING_ROLE", "TRAINER")
     ep = f"{env.get('POD_IP', '?')}:{env.get('PADDLE_PORT', '?')}"
     if r == "HETER_TRAINER":
-        return f"stage {env.get('STAGE_ID')} heterogeneous trainer {ep} (pid {os.getpid()})"
+        stage = int(env.get("STAGE_ID", "0"))
+        index = "?"
+        for desc, peer in peer_endpoints({**env, "STAGE_ID": "1"}):
+            if peer == ep and desc.startswith(f"stage {stage} "):
+                index = desc.split()[4]
+        return f"stage {stage} heterogeneous trainer {index} {ep} (pid {os.getpid()})"
     return f"stage 1 CPU trainer {env.get('PADDLE_TRAINER_ID', '?')} {ep} (pid {os.getpid()})"
 
 
