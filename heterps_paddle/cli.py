@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gen-data": ("heterps_paddle.data.commands", "write synthetic Criteo-format CTR data with a planted signal"),
     "plan": ("heterps_paddle.planning.commands", "plan layer placement and unit counts from a profile and a cluster"),
     "profile": ("heterps_paddle.planning.profile_command", "profile a static program into a model profile file"),
+    "local-cluster": ("heterps_paddle.local_cluster", "write a cluster file describing this machine (measured)"),
     "launch-args": ("heterps_paddle.launch_args", "print the paddle.distributed.launch arguments for a plan"),
     "bench": ("heterps_paddle.bench", "benchmarks that print numbers (JSON with --json)"),
 }

@@ -33,3 +33,16 @@ def test_user_errors_exit_2_without_traceback(tmp_path):
     result = cli("gen-data", "--rows", "-5", "--out", str(tmp_path))
     assert result.returncode == 2
     assert "--rows must be positive" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_local_cluster_file_is_a_valid_cluster(tmp_path):
+    from heterps_paddle.planning.model import load_cluster
+
+    out = tmp_path / "local.yaml"
+    result = cli("local-cluster", "--out", str(out), "--throughput", "5000")
+    assert result.returncode == 0, result.stderr
+    cluster = load_cluster(str(out))
+    assert cluster.throughput == 5000
+    assert [(t.name, t.kind) for t in cluster.resource_types] == [("local_cpu", "cpu"), ("local_gpu", "gpu")]
+    for t in cluster.resource_types:
+        assert t.max_units >= 1 and t.flops > 1e8 and t.mem_bw > 1e7 and t.net_bw > 1e7 and t.memory > 1e8
