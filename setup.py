@@ -136,6 +136,7 @@ setup(
         "heterps_paddle.planning",
         "heterps_paddle.planning.schedulers",
         "heterps_paddle.bench",
+        "heterps_paddle.sections",
         # The example fleet scripts are installed too, so `heterps bench` and `heterps profile --example`
         # work from any install; the source of truth stays in examples/.
         "heterps_paddle.examples",
