@@ -115,6 +115,10 @@ class KeyIndex {
     }
   }
   uint64_t value_at(int64_t i) const { return vals_[i]; }
+  void prefetch(uint64_t h) const {
+    __builtin_prefetch(keys_.data() + (h & mask_));
+    __builtin_prefetch(vals_.data() + (h & mask_));
+  }
   int64_t key_at(uint64_t i) const { return keys_[i]; }
   void set_value_at(uint64_t i, uint64_t v) { vals_[i] = v; }
   void assign(int64_t key, uint64_t v) {
@@ -158,7 +162,7 @@ class KeyIndex {
 };
 
 // Row storage of one shard: blocks that never move (so growth copies nothing).  Block sizes double from 64
-// rows up to 2 MiB, then stay at 2 MiB, 2 MiB-aligned and advised as transparent huge pages: a lookup is a
+// rows up to 256 KiB, then are 2 MiB, 2 MiB-aligned and advised as transparent huge pages: a lookup is a
 // random access, and with 4 KiB pages most of them also miss the TLB (numpy's large arrays get huge pages
 // the same way).  Slots are handed out in order, so untouched pages of the last block cost nothing
 // except under huge pages, which are used only where a block is small next to the shard's budget.
@@ -183,7 +187,11 @@ class RowArena {
     }
     big_shift_ = 0;
     while ((uint64_t(1) << big_shift_) < rows_big) ++big_shift_;
-    geo_blocks_ = big_shift_ - kBaseShift;
+    // Doubling blocks only up to 256 KiB, then 2 MiB blocks: most rows of a large shard sit on huge pages,
+    // while a small shard (the common case in tests and small tables) never commits a whole huge page.
+    uint32_t small_shift = kBaseShift;
+    while ((uint64_t(2) << small_shift) * stride * 4 <= (size_t(256) << 10)) ++small_shift;
+    geo_blocks_ = std::min(small_shift, big_shift_) - kBaseShift;
     geo_slots_ = ((uint64_t(1) << geo_blocks_) - 1) << kBaseShift;
   }
 
@@ -605,10 +613,10 @@ struct ShardOps {
 
   bool over_budget() const { return capacity != 0 && sh.count > capacity && sh.count > sh.no_spill_below; }
 
-  // Moves the coldest rows (lowest score) to the SSD log until the shard is 1/16 below its capacity, in
-  // one write.  Evicting a batch at once amortises the O(shard) selection to O(16) per evicted row.
+  // Moves the coldest rows (lowest score) to the SSD log until the shard is 1/8 below its capacity, in
+  // one write.  Evicting a batch at once amortises the O(shard) selection to O(8) per evicted row.
   void evict() {
-    uint64_t target = capacity - std::max<uint64_t>(1, capacity / 16);
+    uint64_t target = capacity - std::max<uint64_t>(1, capacity / 8);
     if (sh.count <= target) return;
     uint64_t n = sh.count - target;
     std::vector<uint64_t> cand;
@@ -702,15 +710,17 @@ void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
   const uint32_t tick = next_tick();
   const size_t d = config_.dim;
   const uint32_t ns = config_.shards;
-  // Chunks of 2048 ids: grouping a chunk by shard keeps one lock acquisition per shard per chunk while
-  // the scattered writes into `out` stay inside a window that fits in L2 (grouping the whole batch made
-  // every row write a cache miss).  All index lines of the chunk are prefetched before the first lookup,
-  // and each row is prefetched as soon as its slot is known, so the misses overlap.
+  // Chunks of 2048 ids.  Stage 1 hashes the chunk, groups it by shard (counting sort: one lock acquisition
+  // per shard per chunk) and prefetches every index line; stage 2 locates and prefetches every row; stage 3
+  // copies.  Each stage's cache misses are independent of each other, so they overlap.
   constexpr size_t kChunk = 2048;
   std::vector<uint64_t> hs(std::min(n, kChunk));
   std::vector<uint32_t> order(hs.size()), cnt(ns + 1), pos(ns);
   std::vector<const float*> rows(hs.size());
   std::vector<const Entry*> hint_e(ns);
+  std::vector<std::unique_lock<std::mutex>> locks;
+  locks.reserve(ns);
+  std::vector<uint32_t> missing;
   std::vector<uint64_t> hint_m(ns);
   const uint32_t shard_shift = shard_bits_ == 0 ? 0 : 64 - shard_bits_;
   const uint32_t shard_mask = ns - 1;  // shards == 1: shift 0, mask 0
@@ -738,24 +748,15 @@ void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
       uint32_t s = static_cast<uint32_t>(hs[i] >> shard_shift) & shard_mask;
       order[pos[s]++] = static_cast<uint32_t>(i);
     }
+    // Stage 2: under the locks of every shard the chunk touches (taken in ascending order, as save() does,
+    // so no deadlock), locate each row and prefetch it.  Stage 3: copy in the batch's order, so the writes
+    // into `out` are sequential.  Keeping the locks until the copy is what makes the located rows stable.
     for (uint32_t s = 0; s < ns; ++s) {
       const uint32_t b = cnt[s], e = cnt[s + 1];
       if (b == e) continue;
       Shard& sh = *shards_[s];
-      std::lock_guard<std::mutex> lock(sh.mu);
+      locks.emplace_back(sh.mu);
       ShardOps ops{config_, sh, capacity_per_shard_};
-      uint32_t pending = b;  // rows[pending, j) are located but not copied yet
-      auto copy_pending = [&](uint32_t upto) {
-        // Fixed-size copies for the common dims compile to a few vector moves instead of a memcpy call.
-        switch (d) {
-          case 8: for (; pending < upto; ++pending) std::memcpy(o + size_t(order[pending]) * 8, rows[pending], 32); break;
-          case 16: for (; pending < upto; ++pending) std::memcpy(o + size_t(order[pending]) * 16, rows[pending], 64); break;
-          case 32: for (; pending < upto; ++pending) std::memcpy(o + size_t(order[pending]) * 32, rows[pending], 128); break;
-          case 64: for (; pending < upto; ++pending) std::memcpy(o + size_t(order[pending]) * 64, rows[pending], 256); break;
-          default:
-            for (; pending < upto; ++pending) std::memcpy(o + size_t(order[pending]) * d, rows[pending], d * sizeof(float));
-        }
-      };
       const bool lru = config_.eviction == EvictPolicy::kLRU;
       uint64_t hits = 0;
       for (uint32_t j = b; j < e; ++j) {
@@ -773,19 +774,45 @@ void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
           r = sh.row(en.slot);
           ++hits;
         } else {
-          r = ops.get_h(k[i], hs[i], tick);
+          // Not resident: deferred until the group's hits are located, with the SSD index line
+          // prefetched meanwhile (a promotion costs several dependent misses).
+          rows[i] = nullptr;
+          missing.push_back(j);
+          if (!sh.ssd_index.empty()) sh.ssd_index.prefetch(hs[i]);
+          continue;
         }
-        rows[j] = r;
-        __builtin_prefetch(r);
-        if (d > 16) __builtin_prefetch(r + 16);
+        rows[i] = r;
+        for (size_t l = 0; l < d; l += 16) __builtin_prefetch(r + l);  // every line of the weights
+      }
+      sh.hits += hits;
+      for (uint32_t j : missing) {
+        const uint32_t i = order[j];
+        const float* r = ops.get_h(k[i], hs[i], tick);  // creates, promotes, or finds a repeated id
+        rows[i] = r;
+        for (size_t l = 0; l < d; l += 16) __builtin_prefetch(r + l);
         if (__builtin_expect(ops.over_budget(), 0)) {
-          copy_pending(j + 1);  // eviction may free (and reuse) the slots of rows located so far
+          // Eviction may free (and reuse) the slots of rows of this shard located so far: copy them now.
+          for (uint32_t jj = b; jj < e; ++jj) {
+            const uint32_t ii = order[jj];
+            if (rows[ii] != nullptr) std::memcpy(o + size_t(ii) * d, rows[ii], d * sizeof(float));
+            rows[ii] = nullptr;
+          }
           ops.evict();
         }
       }
-      sh.hits += hits;
-      copy_pending(e);
+      missing.clear();
     }
+    // Fixed-size copies for the common dims compile to a few vector moves instead of a memcpy call.
+    switch (d) {
+      case 8: for (size_t i = 0; i < m; ++i) if (rows[i]) std::memcpy(o + i * 8, rows[i], 32); break;
+      case 16: for (size_t i = 0; i < m; ++i) if (rows[i]) std::memcpy(o + i * 16, rows[i], 64); break;
+      case 32: for (size_t i = 0; i < m; ++i) if (rows[i]) std::memcpy(o + i * 32, rows[i], 128); break;
+      case 64: for (size_t i = 0; i < m; ++i) if (rows[i]) std::memcpy(o + i * 64, rows[i], 256); break;
+      default:
+        for (size_t i = 0; i < m; ++i)
+          if (rows[i]) std::memcpy(o + i * d, rows[i], d * sizeof(float));
+    }
+    locks.clear();
   }
 }
 

@@ -218,6 +218,25 @@ static void test_compaction() {
   for (float x : pull(t, k)) CHECK(x == -8.0f);
 }
 
+// One shard, 4-byte rows: 700k rows span the doubling blocks and two 2 MiB huge-page blocks of the arena.
+static void test_arena_across_block_kinds() {
+  SparseTable t(TableConfig::parse("dim=1;optimizer=sgd;lr=1;init_range=0;shards=1"));
+  const int64_t n = 700000;
+  std::vector<int64_t> k(n);
+  std::vector<float> g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    k[i] = i * 3 + 1;
+    g[i] = static_cast<float>(i % 1000) + 0.5f;
+  }
+  t.push(k.data(), n, g.data());
+  std::vector<float> w(n);
+  t.pull(k.data(), n, w.data());
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += w[i] != -g[i];
+  CHECK(bad == 0);
+  CHECK(t.stats().bytes_in_memory >= uint64_t(n) * 4);
+}
+
 int main(int argc, char** argv) {
   g_tmp = argc > 1 ? argv[1] : "/tmp/heterps-test";
   ::mkdir(g_tmp.c_str(), 0755);
@@ -231,6 +250,7 @@ int main(int argc, char** argv) {
   test_save_load_and_corruption();
   test_failed_spill_keeps_rows();
   test_compaction();
+  test_arena_across_block_kinds();
   std::printf(g_failures ? "FAILED (%d)\n" : "OK\n", g_failures);
   return g_failures ? 1 : 0;
 }
