@@ -221,7 +221,8 @@ class RowArena {
         p = std::aligned_alloc(kHuge, bytes);
         if (p != nullptr) ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint; failure only costs speed
       } else {
-        p = std::malloc(bytes);
+        bytes = (bytes + 63) & ~size_t(63);
+        p = std::aligned_alloc(64, bytes);  // a 64-byte row must not straddle two cache lines
       }
       if (p == nullptr) throw std::bad_alloc();
       ptrs_.push_back(static_cast<float*>(p));
