@@ -14,6 +14,7 @@ Paddle is imported inside functions only: planning with the other schedulers nev
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,15 +72,17 @@ def layer_features(cost_model: CostModel) -> np.ndarray:
 class RLScheduler(Scheduler):
     name = "rl"
 
-    def __init__(self, seed: int = 0, batch_size: int = 128, iterations: int = 150, restarts: int = 16,
-                 time_budget: float = 20.0, hidden_size: int = 32, learning_rate: float = 0.02,
+    def __init__(self, seed: int = 0, batch_size: int = 128, iterations: int = 120, restarts: int = 6,
+                 time_budget: float = 60.0, hidden_size: int = 32, learning_rate: float = 0.02,
                  entropy_bonus: float = 0.005, top_fraction: float = 0.15, patience: int = 30,
                  prior_strengths: tuple[float, ...] = (2.0, 1.0, 3.0, 0.5)):
         super().__init__(seed)
         self.batch_size = batch_size
         self.iterations = iterations  # per restart
         self.restarts = restarts
-        self.time_budget = time_budget  # seconds of training over all restarts; the refinement comes after
+        # A safety cap on training seconds (the refinement comes after). Normally the fixed restarts x
+        # iterations end first, so a seed gives the same plan on any machine; hitting the cap trades that away.
+        self.time_budget = time_budget
         self.hidden_size = hidden_size
         self.learning_rate = learning_rate
         self.entropy_bonus = entropy_bonus
@@ -130,16 +133,18 @@ class RLScheduler(Scheduler):
         prior = paddle.to_tensor(prior_logits(cost_model, strength))
         policy = _make_policy(paddle, features.shape[-1], self.hidden_size, T)
         optimizer = paddle.optimizer.Adam(learning_rate=self.learning_rate, parameters=policy.parameters())
+        unit_table = cost_model.stage_tables().units
+        reach = free_reach(unit_table)
         own_best: Evaluation | None = None
         since_better = 0
         for iteration in range(self.iterations):
-            logits, stay_logits = policy(features)
-            log_probs = paddle.nn.functional.log_softmax(logits[0] + prior, axis=-1)  # [n, T]
-            stay_probs = paddle.nn.functional.sigmoid(stay_logits[0])  # [n]
-            probs = np.exp(log_probs.numpy().astype(float))
-            samples = _sample(rng, probs, stay_probs.numpy().astype(float), self.batch_size)
-            if own_best is not None:  # replay this policy's best plan so it cannot drift away from it
-                samples[0] = own_best.assignment
+            type_logits, move_logits = policy(features)
+            log_probs = paddle.nn.functional.log_softmax(type_logits[0] + prior, axis=-1)  # [n, T]
+            weights = (policy.stay_weights.numpy().astype(float), policy.return_weights.numpy().astype(float))
+            rollout = _rollout(rng, np.exp(log_probs.numpy().astype(float)), move_logits[0].numpy().astype(float),
+                               weights, unit_table, reach, self.batch_size,
+                               forced=None if own_best is None else np.array(own_best.assignment))
+            samples = rollout.samples
             batch = cost_model.evaluate_batch(samples)
             penalised = cost_model.penalised_costs(batch, reference)
             rewards = -np.log(np.maximum(penalised, 1e-12) / max(reference, 1e-12))
@@ -157,14 +162,7 @@ class RLScheduler(Scheduler):
             spread = rewards.std()
             if spread > 1e-9:
                 advantages /= spread
-            one_hot = np.zeros((self.batch_size, n, T), dtype="float32")
-            one_hot[np.arange(self.batch_size)[:, None], np.arange(n)[None, :], samples] = 1.0
-            fresh_prob = paddle.sum(paddle.to_tensor(one_hot) * paddle.exp(log_probs)[None], axis=2)  # [batch, n]
-            same = np.zeros((self.batch_size, n), dtype="float32")
-            same[:, 1:] = samples[:, 1:] == samples[:, :-1]
-            stay_row = paddle.concat([paddle.zeros([1]), stay_probs[1:]])[None]  # layer 0 has no predecessor
-            step_prob = stay_row * paddle.to_tensor(same) + (1.0 - stay_row) * fresh_prob
-            chosen = paddle.sum(paddle.log(step_prob + 1e-12), axis=1)  # [batch] log-probability of each sample
+            chosen = _log_probability(paddle, policy, log_probs, move_logits[0], rollout)  # [batch]
             entropy = -paddle.sum(paddle.exp(log_probs) * log_probs) / n
             loss = (-paddle.mean(paddle.to_tensor(advantages.astype("float32")) * chosen) / n
                     - self.entropy_bonus * entropy)
@@ -173,7 +171,7 @@ class RLScheduler(Scheduler):
             optimizer.step()
             if self.trace is not None and iteration % 10 == 0:
                 self.trace.append((restart, iteration, own_best.cost_per_hour if own_best else None,
-                                   float(entropy), float(stay_probs.mean())))
+                                   float(entropy), float(rollout.moves[:, 1:, 0].mean())))
             if time.perf_counter() - started > self.time_budget:
                 break
             if float(entropy) < 0.2 and since_better >= self.patience:
@@ -183,6 +181,19 @@ class RLScheduler(Scheduler):
         return best
 
 
+# ---------------------------------------------------------------------------------------------- the policy
+#
+# Per layer the LSTM gives a distribution over types and two "move" logits. A sample is drawn layer by layer:
+# keep the previous layer's type (stay), go back to the type of the run before the current one (return: a short
+# stage of another type between two stages of one type is a common shape of optimal plans, because a stage
+# that grows past one unit pays the dense gradient sync), or draw a fresh type. The move logits are shifted by
+# features of the partial sample (what staying would add to the current run's units, how long the run is) with
+# learned weights, so the policy can learn where stages should end.
+
+STAY_FEATURES = 5
+RETURN_FEATURES = 2
+
+
 def _make_policy(paddle, feature_size: int, hidden_size: int, num_types: int):
     class Policy(paddle.nn.Layer):
         def __init__(self):
@@ -190,32 +201,119 @@ def _make_policy(paddle, feature_size: int, hidden_size: int, num_types: int):
             self.embed = paddle.nn.Linear(feature_size, hidden_size)
             self.lstm = paddle.nn.LSTM(hidden_size, hidden_size, direction="bidirect")
             self.head = paddle.nn.Linear(2 * hidden_size, num_types)
-            # Start by keeping the previous type ~73% of the time: early samples then have a few long stages,
-            # as good plans do, instead of a new stage (and at least one more unit) every other layer.
-            self.stay = paddle.nn.Linear(2 * hidden_size, 1, bias_attr=paddle.ParamAttr(
-                initializer=paddle.nn.initializer.Constant(1.0)))
+            # Start by staying most of the time and rarely returning: early samples then have a few long
+            # stages, as good plans do, instead of a new stage (and at least one more unit) every other layer.
+            self.moves = paddle.nn.Linear(2 * hidden_size, 2, bias_attr=paddle.ParamAttr(
+                initializer=paddle.nn.initializer.Assign([1.0, -1.0])))
+            # At first: stay within the run's free reach, leave at its end, and return after a one-layer stage.
+            self.stay_weights = self.create_parameter(
+                [STAY_FEATURES], default_initializer=paddle.nn.initializer.Assign([2.0, -2.0, -1.0, -0.5, 0.0]))
+            self.return_weights = self.create_parameter(
+                [RETURN_FEATURES], default_initializer=paddle.nn.initializer.Assign([1.0, 0.0]))
 
         def forward(self, x):
-            """Per layer: type logits, and the logit of keeping the previous layer's type."""
+            """Per layer: type logits [1, n, T] and (stay, return) logits [1, n, 2]."""
             hidden, _ = self.lstm(paddle.tanh(self.embed(x)))
-            return self.head(hidden), self.stay(hidden)[..., 0]
+            return self.head(hidden), self.moves(hidden)
 
     return Policy()
 
 
-def _sample(rng: np.random.Generator, probs: np.ndarray, stay: np.ndarray, count: int) -> np.ndarray:
-    """[count, layers] type indices: layer l keeps layer l-1's type with probability stay[l], else draws from
-    probs[l]. Stages are runs, so a policy that can say "same as before" in one number learns them fast."""
+@dataclass
+class Rollout:
+    samples: np.ndarray  # [batch, n] type indices
+    stay_features: np.ndarray  # [batch, n, STAY_FEATURES]
+    return_features: np.ndarray  # [batch, n, RETURN_FEATURES]
+    can_return: np.ndarray  # [batch, n] bool: there is a run before the current one
+    moves: np.ndarray  # [batch, n, 2] float: the sampled type equals the stay / return type
+
+
+def free_reach(unit_table: np.ndarray) -> np.ndarray:
+    """[type, start]: the furthest end of a stage from ``start`` that needs no more units than its first layer
+    alone (layers up to there come "for free" on that type). Not monotone in between: boundary traffic depends
+    on where a stage ends, so a longer stage can be cheaper than a shorter one."""
+    T, n1, _ = unit_table.shape
+    n = n1 - 1
+    reach = np.zeros((T, n + 1), dtype=np.int64)
+    for start in range(n):
+        alone = unit_table[:, start, start + 1][:, None]
+        free = unit_table[:, start, start + 1:] <= alone  # [T, ends]
+        last_free = free.shape[1] - 1 - np.argmax(free[:, ::-1], axis=1)
+        reach[:, start] = start + 1 + last_free
+    reach[:, n] = n
+    return reach
+
+
+def _rollout(rng: np.random.Generator, probs: np.ndarray, move_logits: np.ndarray, weights, unit_table: np.ndarray,
+             reach: np.ndarray, count: int, forced: np.ndarray | None = None) -> Rollout:
+    """Draw ``count`` samples (row 0 is ``forced`` when given: the replayed best plan), recording the features
+    their log-probability needs. Stay features: is this layer before, at or past the current run's free reach
+    (``free_reach``), does keeping the type add units to the run if it ended here, the run's length."""
+    stay_weights, return_weights = weights
     n = probs.shape[0]
+    unit_count = unit_table.shape[1] - 1
     cumulative = np.cumsum(probs, axis=-1)
     cumulative[:, -1] = 1.0
     fresh = (rng.random((count, n, 1)) > cumulative[None]).sum(axis=-1).astype(np.int64)
-    keep = rng.random((count, n)) < stay[None, :]
-    keep[:, 0] = False
-    samples = fresh
+    uniform = rng.random((count, n))
+    samples = fresh.copy()
+    if forced is not None:
+        samples[0] = forced
+    stay_features = np.zeros((count, n, STAY_FEATURES), dtype="float32")
+    return_features = np.zeros((count, n, RETURN_FEATURES), dtype="float32")
+    can_return = np.zeros((count, n), dtype=bool)
+    moves = np.zeros((count, n, 2), dtype="float32")
+    run_start = np.zeros(count, dtype=np.int64)
+    previous_run = np.full(count, -1, dtype=np.int64)
     for layer in range(1, n):
-        samples[:, layer] = np.where(keep[:, layer], samples[:, layer - 1], fresh[:, layer])
-    return samples
+        current = samples[:, layer - 1]
+        added = unit_table[current, run_start, layer + 1] - unit_table[current, run_start, layer]
+        run_length = layer - run_start
+        run_reach = reach[current, run_start]
+        stay_features[:, layer] = np.stack([layer < run_reach, layer == run_reach, layer > run_reach, added > 0,
+                                            run_length / unit_count], axis=1)
+        return_features[:, layer] = np.stack([run_length == 1, np.minimum(run_length, 4) / 4], axis=1)
+        can_return[:, layer] = previous_run >= 0
+        z_stay = move_logits[layer, 0] + stay_features[:, layer] @ stay_weights
+        z_return = np.where(can_return[:, layer], move_logits[layer, 1] + return_features[:, layer] @ return_weights,
+                            -np.inf)
+        top = np.maximum(np.maximum(z_stay, z_return), 0.0)
+        e_stay, e_return, e_fresh = np.exp(z_stay - top), np.exp(z_return - top), np.exp(-top)
+        total = e_stay + e_return + e_fresh
+        u = uniform[:, layer] * total
+        chosen = np.where(u < e_stay, current, np.where(u < e_stay + e_return, previous_run, fresh[:, layer]))
+        if forced is not None:
+            chosen[0] = forced[layer]
+        samples[:, layer] = chosen
+        moves[:, layer, 0] = chosen == current
+        moves[:, layer, 1] = can_return[:, layer] & (chosen == previous_run)
+        switched = chosen != current
+        previous_run = np.where(switched, current, previous_run)
+        run_start = np.where(switched, layer, run_start)
+    return Rollout(samples, stay_features, return_features, can_return, moves)
+
+
+def _log_probability(paddle, policy, log_probs, move_logits, rollout: Rollout):
+    """log P(sample) under the policy, differentiable: per layer
+    P = p_stay [a = current] + p_return [a = previous run] + p_fresh pi(a)."""
+    count, n = rollout.samples.shape
+    T = log_probs.shape[-1]
+    one_hot = np.zeros((count, n, T), dtype="float32")
+    one_hot[np.arange(count)[:, None], np.arange(n)[None, :], rollout.samples] = 1.0
+    fresh_prob = paddle.sum(paddle.to_tensor(one_hot) * paddle.exp(log_probs)[None], axis=2)  # [batch, n]
+    z_stay = move_logits[None, :, 0] + paddle.matmul(paddle.to_tensor(rollout.stay_features), policy.stay_weights)
+    z_return = move_logits[None, :, 1] + paddle.matmul(paddle.to_tensor(rollout.return_features),
+                                                       policy.return_weights)
+    not_first = np.ones((count, n), dtype="float32")
+    not_first[:, 0] = 0.0  # layer 0 has nothing to stay with: its type is a fresh draw
+    can_return = paddle.to_tensor(rollout.can_return.astype("float32"))
+    z_return = z_return - 1e4 * (1.0 - can_return)
+    z_stay = z_stay - 1e4 * (1.0 - paddle.to_tensor(not_first))
+    z = paddle.stack([z_stay, z_return, paddle.zeros_like(z_stay)], axis=-1)
+    p = paddle.nn.functional.softmax(z, axis=-1)
+    moves = paddle.to_tensor(rollout.moves)
+    step = p[..., 0] * moves[..., 0] + p[..., 1] * moves[..., 1] + p[..., 2] * fresh_prob
+    return paddle.sum(paddle.log(step + 1e-12), axis=1)
 
 
 def local_search(cost_model: CostModel, assignment: list[int]) -> Evaluation:
