@@ -65,7 +65,7 @@ class _Sampler:
                         continue
                     if p.pid not in self.role:
                         env = p.environ()
-                        r = env.get("TRAINING_ROLE", "?")
+                        r = env.get("TRAINING_ROLE", "launcher")
                         self.role[p.pid] = {"PSERVER": "server", "TRAINER": "stage 1",
                                             "HETER_TRAINER": f"stage {env.get('STAGE_ID')}"}.get(r, r)
                     t = p.cpu_times()
@@ -95,14 +95,14 @@ class _Sampler:
     def busy(self, start: float, end: float) -> dict[str, float]:
         per_role: dict[str, list[float]] = {}
         for pid, samples in self.samples.items():
-            if len(samples) < 2:
+            if len(samples) < 2 or self.role.get(pid) == "launcher":
                 continue
             cpu = self._at(samples, end) - self._at(samples, start)
             per_role.setdefault(self.role.get(pid, "?"), []).append(cpu / max(end - start, 1e-9))
         return {r: round(sum(v) / len(v), 3) for r, v in sorted(per_role.items())}
 
 
-def _run_one(name, stages, work, data, args) -> dict:
+def _run_one(name, stages, work, data, args, microbatches=None) -> dict:
     from ..sections import ctr_job
     from ..sections.launch import launch
 
@@ -115,7 +115,7 @@ def _run_one(name, stages, work, data, args) -> dict:
         plan_path = os.path.join(work, f"plan_{name}.json")
         with open(plan_path, "w") as f:
             json.dump({"format": 1, "feasible": True, "stages": stages}, f)
-        argv += ["--plan", plan_path, "--microbatches", str(args.microbatches)]
+        argv += ["--plan", plan_path, "--microbatches", str(microbatches or args.microbatches)]
     with _Sampler(out) as sampler:
         r = launch(plan_path, argv, os.path.join(work, f"log_{name}"), timeout=900,
                    launch_args=None if plan_path else ["--server_num=1", "--worker_num=1"])
@@ -125,6 +125,7 @@ def _run_one(name, stages, work, data, args) -> dict:
         res = json.load(f)
     window = res["train_end"] - res["train_start"]
     return {"samples_per_second": round(res["rows"] / window, 1), "train_seconds": round(window, 3),
+            "microbatches": None if stages is None else (microbatches or args.microbatches),
             "heldout_auc": round(res["heldout_auc"], 5), "stages": 1 if stages is None else len(stages),
             "busy_fraction": sampler.busy(res["train_start"], res["train_end"])}
 
@@ -142,6 +143,10 @@ def run(args) -> int:
     for name, stages in SPLITS.items():
         print(f"bench sections: running {name} ...", file=sys.stderr, flush=True)
         results[name] = _run_one(name, stages, work, data, args)
+    if args.microbatches != 1:
+        # The same 2-stage split with one micro-batch in flight: what the overlap of stages buys.
+        print("bench sections: running 2-stage with 1 micro-batch ...", file=sys.stderr, flush=True)
+        results["2-stage-1mb"] = _run_one("2-stage-1mb", SPLITS["2-stage"], work, data, args, microbatches=1)
     base = results["unsplit"]["samples_per_second"]
     for r in results.values():
         r["relative_to_unsplit"] = round(r["samples_per_second"] / base, 3)

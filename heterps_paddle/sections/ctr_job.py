@@ -25,12 +25,10 @@ import sys
 import time
 
 
-def gen(out: str, rows: int, seed: int, test_fraction: float = 0.25) -> None:
+def gen(out: str, rows: int, seed: int, test_fraction: float = 0.25):
     from heterps_paddle.data.generator import generate
 
-    meta = generate(out, rows, seed, test_fraction)
-    print(json.dumps({"train_rows": meta.train_rows, "test_rows": meta.test_rows,
-                      "bayes_test_auc": meta.bayes_test_auc}))
+    return generate(out, rows, seed, test_fraction)
 
 
 def _meta(data_dir: str):
@@ -178,7 +176,9 @@ def main(argv=None) -> int:
         p.add_argument("--seed", type=int, default=1)
         p.add_argument("--test_fraction", type=float, default=0.25)
         a = p.parse_args(argv[1:])
-        gen(a.out, a.rows, a.seed, a.test_fraction)
+        meta = gen(a.out, a.rows, a.seed, a.test_fraction)
+        print(json.dumps({"train_rows": meta.train_rows, "test_rows": meta.test_rows,
+                          "bayes_test_auc": meta.bayes_test_auc}))
         return 0
     p = argparse.ArgumentParser(prog="ctr_job")
     p.add_argument("--data", required=True, help="a directory written by `ctr_job.py gen` / `heterps gen-data`")
