@@ -1,7 +1,7 @@
 """Sections learn: CTR-DNN on generated data, unsplit vs a 2-stage and a 3-stage split, real processes.
 
 Unsplit: plain async PS, 1 server + 1 CPU trainer.  2-stage: embedding layer on the CPU trainer, the fc
-layers, loss and AUC on a heterogeneous trainer.  3-stage: CPU trainer -> heter trainer (fc_0) -> heter
+layers, loss and AUC on a heterogeneous trainer (also with 2 CPU trainers sharing the data).  3-stage: CPU trainer -> heter trainer (fc_0) -> heter
 trainer (fc_1, fc_2 + loss).  Same data, steps, seed.  Held-out AUC (computed on CPU trainer 0 from the
 servers' parameters) must agree within 0.01, and the loss curves (printed by the stage that holds the
 loss) must overlap.
@@ -40,13 +40,17 @@ def runs(tmp_path_factory):
         "two": _plan(tmp / "plan2.json", [
             {"resource": "cpu_16", "layers": ["embedding_0"], "units": 1},
             {"resource": "gpu_a100", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1}]),
+        # the same split with 2 CPU trainers (each reads half of the files) sharing one heter trainer
+        "two_2w": _plan(tmp / "plan2w.json", [
+            {"resource": "cpu_16", "layers": ["embedding_0"], "units": 2},
+            {"resource": "gpu_a100", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1}]),
         "three": _plan(tmp / "plan3.json", [
             {"resource": "cpu_16", "layers": ["embedding_0"], "units": 1},
             {"resource": "gpu_a100", "layers": ["fc_0"], "units": 1},
             {"resource": "cpu_64", "layers": ["fc_1", "fc_2"], "units": 1}]),
     }
     out = {}
-    for name in ("base", "two", "three"):
+    for name in ("base", "two", "two_2w", "three"):
         log_dir = str(tmp / f"log_{name}")
         res = str(tmp / f"res_{name}")
         argv = [JOB, "--data", data, "--out", res] + ARGS
@@ -93,7 +97,7 @@ def test_unsplit_reference_learns(runs):
     assert base["heldout_auc"] > 0.65  # a constant predictor gets 0.5
 
 
-@pytest.mark.parametrize("name", ["two", "three"])
+@pytest.mark.parametrize("name", ["two", "two_2w", "three"])
 def test_sections_match_unsplit_auc(runs, name):
     base, split = runs["base"]["result"], runs[name]["result"]
     print(f"{name}-stage held-out AUC {split['heldout_auc']:.4f} vs unsplit {base['heldout_auc']:.4f}",
@@ -114,7 +118,7 @@ def test_loss_curves_overlap(runs, name):
         assert abs(mb - ms) < 0.05 and abs(mb - ms) / (vb + vs) ** 0.5 < 3.5, (b, s)
 
 
-@pytest.mark.parametrize("name", ["base", "two", "three"])
+@pytest.mark.parametrize("name", ["base", "two", "two_2w", "three"])
 def test_sparse_gradients_reach_the_servers(runs, name):
     # Embedding rows start within +-0.05; after training a good share of the looked-up values on the
     # servers left that range, which only sparse pushes can do.
@@ -123,6 +127,7 @@ def test_sparse_gradients_reach_the_servers(runs, name):
 
 @pytest.mark.parametrize("name,stage_tables", [
     ("two", {2: {"dnn_0", "dnn_1", "dnn_out"}}),
+    ("two_2w", {2: {"dnn_0", "dnn_1", "dnn_out"}}),
     ("three", {2: {"dnn_0"}, 3: {"dnn_1", "dnn_out"}}),
 ])
 def test_every_stage_refreshes_its_dense_parameters(runs, name, stage_tables):
@@ -144,7 +149,7 @@ def test_every_stage_refreshes_its_dense_parameters(runs, name, stage_tables):
 
 
 def test_stage_one_pushes_sparse_gradients(runs):
-    for name in ("two", "three"):
+    for name in ("two", "two_2w", "three"):
         text = open(os.path.join(runs[name]["log_dir"], "workerlog.0"), errors="replace").read()
         m = re.search(r"heterps: section of stage 1: .* sparse_pushes=(\d+) \(slots (.*?)\) ", text)
         assert m and int(m.group(1)) == 1, name
