@@ -354,6 +354,14 @@ def sparse_embedding(input, table: SparseTable):
     out = helper.create_variable_for_type_inference(dtype="float32")
     helper.append_op(type="heterps_pull", inputs={"Ids": [input], "Handle": [handle]},
                      outputs={"Out": [out]}, attrs={"table": table.name, "config": table.config_string})
+    if getattr(input, "lod_level", 0):
+        # Sequence (LoD) ids give sequence rows, as paddle.static.nn.embedding does, so sequence_pool works:
+        # custom ops do not carry LoD, so a lod_reset op copies the ids' LoD onto the rows.
+        seq = helper.create_variable_for_type_inference(dtype="float32")
+        seq.desc.set_lod_level(input.lod_level)
+        helper.append_op(type="lod_reset", inputs={"X": [out], "Y": [input]}, outputs={"Out": [seq]},
+                         attrs={"append": False})
+        return seq
     return out
 
 

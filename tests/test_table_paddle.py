@@ -158,3 +158,22 @@ def test_program_runs_in_a_process_that_only_loaded_the_ops(static, tmp_path):
     delta = rows[:, :3] - expect
     assert (np.abs(delta) > 0).all() and (np.abs(delta) <= 0.0101).all()
     np.testing.assert_allclose(rows[:, 9:], np.tile([[0.9, 0.999]], (6, 1)), rtol=1e-6)  # one step taken
+
+
+def test_static_lod_ids_feed_sequence_pool(static):
+    # The CTR examples feed slots as LoD sequences and sum-pool them: rows must carry the ids' LoD.
+    t = SparseTable(dim=4, optimizer="sgd", lr=1.0, init_range=0.0, name=_name("lod"))
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [None, 1], "int64", lod_level=1)
+        rows = paddle.squeeze(sparse_embedding(x, t), axis=1)
+        pooled = paddle.static.nn.sequence_lod.sequence_pool(rows, "sum")
+        loss = paddle.sum(pooled * paddle.to_tensor(np.array([[1.0], [2.0]], np.float32)))
+        paddle.optimizer.SGD(0.0).minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    ids = paddle.base.create_lod_tensor(np.array([[1], [2], [3], [1], [5]], np.int64), [[2, 3]], paddle.CPUPlace())
+    (out,) = exe.run(main, feed={"x": ids}, fetch_list=[pooled])
+    assert out.shape == (2, 4)
+    # sequence 0 = ids (1, 2) with weight 1, sequence 1 = ids (3, 1, 5) with weight 2; SGD lr 1 from zero
+    np.testing.assert_array_equal(t.pull([1, 2, 3, 5])[:, 0], [-3.0, -1.0, -2.0, -2.0])
