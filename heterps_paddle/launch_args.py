@@ -47,8 +47,9 @@ def run(args) -> int:
     elif args.devices == "cpu":
         gpu = False
     else:
-        gpu = any(s.kind == "gpu" for s in plan.stages) and _paddle_has_cuda()
-        if any(s.kind == "gpu" for s in plan.stages) and not gpu:
+        wants_gpu = any(s.kind == "gpu" for s in plan.heter_stages())
+        gpu = wants_gpu and _paddle_has_cuda()
+        if wants_gpu and not gpu:
             print("heterps launch-args: no CUDA in this Paddle; GPU stages will run on cpu", file=sys.stderr)
     argv = launch_arguments(plan, args.server_num, gpu)
     if args.json:

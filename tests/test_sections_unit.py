@@ -42,7 +42,8 @@ def test_cluster_file_decides_the_kind(tmp_path):
 
 @pytest.mark.parametrize("plan,needle", [
     ({"stages": []}, "non-empty list"),
-    ({"stages": [{"resource": "gpu_x", "layers": ["a"], "units": 1}]}, "must be a CPU stage"),
+    ({"stages": [{"resource": "gpu_x", "layers": ["a"], "units": 1},
+                 {"resource": "cpu", "layers": ["b"], "units": 1}]}, "must be a CPU stage"),
     ({"stages": [{"resource": "cpu", "layers": ["a"], "units": 0}]}, "positive integer"),
     ({"stages": [{"resource": "cpu", "layers": ["a"], "units": 1},
                  {"resource": "gpu", "layers": ["a"], "units": 1}]}, "more than one stage"),
@@ -52,6 +53,18 @@ def test_cluster_file_decides_the_kind(tmp_path):
 def test_bad_plans_are_refused_with_the_reason(tmp_path, plan, needle):
     with pytest.raises(PlanError, match=needle):
         load_plan(_write(tmp_path, plan))
+
+
+def test_plan_made_by_heterps_plan_loads(tmp_path):
+    # The shape `heterps plan --json --out` writes (specs/plan-io.md), extra keys included; a one-stage
+    # plan (here all on a GPU type) runs unsplit on the CPU trainers.
+    plan = load_plan(_write(tmp_path, {
+        "format": 1, "scheduler": "exact", "model": "ctr_dnn", "feasible": True,
+        "assignment": {"embedding_0": "gpu_t4", "fc_0": "gpu_t4"},
+        "stages": [{"resource": "gpu_t4", "layers": ["embedding_0", "fc_0"], "units": 3,
+                    "time_per_sample": 7.8e-07, "throughput": 1274898.9}],
+        "throughput": 1274898.9, "cost_per_hour": 0.526}))
+    assert plan.num_stages == 1 and launch_arguments(plan, 1, False) == ["--server_num=1", "--worker_num=3"]
 
 
 def test_launch_mismatch_names_what_the_plan_expects(tmp_path):

@@ -117,10 +117,11 @@ def load_plan(path: str, cluster_path: str | None = None) -> SectionPlan:
         if kind not in ("cpu", "gpu"):
             raise PlanError(f"{where}: kind must be 'cpu' or 'gpu', got {kind!r}")
         stages.append(Stage(index=i + 1, resource=resource, kind=kind, layers=tuple(layers), units=int(units)))
-    if stages[0].kind != "cpu":
+    if stages[0].kind != "cpu" and len(stages) > 1:
         # Paddle's heter pipeline reads data only on stage 1, which runs as ordinary CPU trainers.
-        raise PlanError(f"{path}: stages[0] runs on {stages[0].resource!r} ({stages[0].kind}); the first stage "
-                        "reads the data and must be a CPU stage (put at least the first layer on a CPU type)")
+        raise PlanError(f"{path}: stages[0] runs on {stages[0].resource!r} ({stages[0].kind}); in a split job the "
+                        "first stage reads the data on Paddle's CPU trainers and must be a CPU stage (put at "
+                        "least the first layer on a CPU type)")
     return SectionPlan(path=path, stages=tuple(stages))
 
 
