@@ -162,14 +162,15 @@ def _bind_limit(profile: ModelProfile, cluster: Cluster) -> Cluster:
 
 
 def workload_suite(count: int = 24, seed: int = 0) -> list[Workload]:
-    """The benchmark suite: sizes spread over 4..64 layers and 2..16 types, the largest case included."""
+    """The benchmark suite: sizes spread over 4..64 layers and 2..16 types, the largest case included, a few
+    small enough for brute force, every third with a binding shared unit limit."""
     rng = np.random.default_rng(seed)
     suite = []
     for index in range(count):
-        if index == 0:
-            n, T = 64, 16
-        elif index == 1:
-            n, T = 64, 16
+        if index in (0, 1):
+            n, T = 64, 16  # the largest case, once without and once with a binding limit
+        elif index in (2, 3, 4):
+            n, T = 4 + index, 2 + index  # small enough for brute force to check the others
         else:
             n, T = int(rng.integers(4, 65)), int(rng.integers(2, 17))
         suite.append(generate_workload(seed * 1000 + index, n, T, binding=(index % 3 == 1)))

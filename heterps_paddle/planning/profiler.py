@@ -279,12 +279,11 @@ def profile_program(main_program, startup_program, feed: dict, batch_size: int, 
         executor.run(startup_program)
         for _ in range(2):  # warm-up: first runs build the interpreter and allocate
             executor.run(main_program, feed=feed, fetch_list=fetch_list)
-        wall = []
-        for _ in range(timing_steps):
-            started = time.perf_counter()
-            executor.run(main_program, feed=feed, fetch_list=fetch_list)
-            wall.append(time.perf_counter() - started)
+        # Wall-clock steps before and after the profiled ones: on a shared machine the load drifts, and the
+        # prediction is checked against the same period the per-layer times come from.
+        wall = _timed_steps(executor, main_program, feed, fetch_list, (timing_steps + 1) // 2)
         per_step, _ = measure_op_seconds(main_program, feed, fetch_list, executor, steps)
+        wall += _timed_steps(executor, main_program, feed, fetch_list, timing_steps // 2)
     layer_seconds = [[0.0] * len(layers) for _ in per_step]
     for step, seconds in enumerate(per_step):
         for op_index, value in seconds.items():
@@ -298,6 +297,15 @@ def profile_program(main_program, startup_program, feed: dict, batch_size: int, 
                                      out_bytes=size["out_bytes"], time=times))
     profile = ModelProfile(name=name, batch_size=batch_size, layers=tuple(profiles))
     return ProfileReport(profile, statistics.median(wall), sum(medians))
+
+
+def _timed_steps(executor, program, feed, fetch_list, count: int) -> list[float]:
+    seconds = []
+    for _ in range(count):
+        started = time.perf_counter()
+        executor.run(program, feed=feed, fetch_list=fetch_list)
+        seconds.append(time.perf_counter() - started)
+    return seconds
 
 
 def profile_example(name: str, batch_size: int = 512, seed: int = 0, time_key: str | None = "local_cpu",
