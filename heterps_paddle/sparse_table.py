@@ -34,7 +34,7 @@ OPTIMIZERS = ("sgd", "adagrad", "adam")
 EVICTION_POLICIES = ("lru", "lfu")
 STATS_FIELDS = ("rows_in_memory", "rows_on_ssd", "hits", "misses", "ssd_promotions", "evictions",
                 "bytes_in_memory", "bytes_on_ssd", "spill_errors", "memory_budget_bytes", "capacity_rows",
-                "compactions")
+                "compactions", "bytes_ssd_index")
 CHECKPOINT_SUFFIX = ".htbl"
 
 

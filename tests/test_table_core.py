@@ -301,8 +301,10 @@ def test_stats_and_budget(tmp_path):
                     ssd_dir=str(tmp_path / "ssd"), shards=4)
     t.pull(np.arange(4000))
     s = t.stats()
-    assert s["capacity_rows"] == 1000
-    assert s["rows_in_memory"] <= 1000 and s["rows_in_memory"] + s["rows_on_ssd"] == 4000
+    assert 800 <= s["capacity_rows"] <= 1000
+    assert s["rows_in_memory"] <= s["capacity_rows"] and s["rows_in_memory"] + s["rows_on_ssd"] == 4000
+    assert s["bytes_in_memory"] <= s["memory_budget_bytes"]  # rows and their index fit the budget
+    assert s["bytes_ssd_index"] >= 16 * s["rows_on_ssd"]
     assert s["misses"] == 4000 and s["hits"] == 0 and s["bytes_on_ssd"] >= s["rows_on_ssd"] * 48
     t.pull(np.arange(4000))
     assert t.stats()["ssd_promotions"] > 0

@@ -116,7 +116,7 @@ uint64_t TableConfig::row_cost_bytes() const { return uint64_t(stride()) * 4 + 3
 void TableStats::to_array(uint64_t* out) const {
   const uint64_t v[kFields] = {rows_in_memory, rows_on_ssd, hits, misses, ssd_promotions, evictions,
                                bytes_in_memory, bytes_on_ssd, spill_errors, memory_budget_bytes,
-                               capacity_rows, compactions};
+                               capacity_rows, compactions, bytes_ssd_index};
   for (int i = 0; i < kFields; ++i) out[i] = v[i];
 }
 

@@ -382,10 +382,9 @@ struct SparseTable::Shard {
     return next_slot++;
   }
 
-  uint64_t bytes_in_memory() const {
-    return entries.size() * sizeof(Entry) + arena.bytes() +
-           free_slots.capacity() * 4 + ssd_index.capacity() * 16;
-  }
+  // Resident rows (high-water mark of slots handed out: freed slots are reused) and the row index.
+  uint64_t bytes_in_memory() const { return entries.size() * sizeof(Entry) + uint64_t(next_slot) * stride * 4; }
+
 };
 
 SparseTable::SparseTable(const TableConfig& config) : config_(config) {
@@ -395,8 +394,19 @@ SparseTable::SparseTable(const TableConfig& config) : config_(config) {
   shard_bits_ = 0;
   while ((1u << shard_bits_) < config_.shards) ++shard_bits_;
   if (config_.memory_budget_bytes > 0) {
-    uint64_t rows = config_.memory_budget_bytes / config_.row_cost_bytes();
-    capacity_per_shard_ = std::max<uint64_t>(1, rows / config_.shards);
+    // The largest per-shard row cap whose rows (cap + 1: a shard briefly holds one row over its cap
+    // before evicting) and index (a power of two of 16-byte entries, at most half full) fit the shard's
+    // share of the budget.  The SSD tier's own index is reported apart (bytes_ssd_index).
+    const uint64_t share = config_.memory_budget_bytes / config_.shards;
+    const uint64_t row_bytes = uint64_t(config_.stride()) * 4;
+    auto cost = [&](uint64_t r) {
+      uint64_t entries = 16;
+      while (entries < 2 * (r + 2)) entries <<= 1;
+      return (r + 1) * row_bytes + entries * sizeof(Entry);
+    };
+    uint64_t r = share / config_.row_cost_bytes() + 1;
+    while (r > 1 && cost(r) > share) --r;
+    capacity_per_shard_ = std::max<uint64_t>(1, r);
     ssd_path_ = io::make_private_dir(config_.ssd_dir);
   }
   for (uint32_t s = 0; s < config_.shards; ++s) {
@@ -922,6 +932,7 @@ TableStats SparseTable::stats() const {
     t.ssd_promotions += sh.promotions;
     t.evictions += sh.evictions;
     t.bytes_in_memory += sh.bytes_in_memory();
+    t.bytes_ssd_index += sh.ssd_index.capacity() * 16;
     t.bytes_on_ssd += sh.records_written * (kRecordHeader + size_t(config_.stride()) * 4);
     t.spill_errors += sh.spill_errors;
     t.compactions += sh.compactions;

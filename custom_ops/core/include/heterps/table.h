@@ -61,13 +61,14 @@ struct TableStats {
   uint64_t misses = 0;        // key not resident (new row created or promoted from SSD)
   uint64_t ssd_promotions = 0;
   uint64_t evictions = 0;     // rows written to SSD
-  uint64_t bytes_in_memory = 0;
+  uint64_t bytes_in_memory = 0;  // resident rows + their index (what the budget bounds)
   uint64_t bytes_on_ssd = 0;
   uint64_t spill_errors = 0;  // failed SSD writes (rows kept resident over budget)
   uint64_t memory_budget_bytes = 0;
   uint64_t capacity_rows = 0;  // resident-row cap derived from the budget (0 = unlimited)
   uint64_t compactions = 0;
-  static constexpr int kFields = 12;
+  uint64_t bytes_ssd_index = 0;  // in-memory index of the SSD tier (outside the budget)
+  static constexpr int kFields = 13;
   void to_array(uint64_t* out) const;
 };
 
