@@ -78,6 +78,12 @@ def load_plan(path: str, cluster_path: str | None = None) -> SectionPlan:
             data = json.load(f)
     except ValueError as exc:
         raise PlanError(f"{path}: not valid JSON ({exc})") from None
+    return plan_from_dict(data, path, _load_cluster_kinds(cluster_path))
+
+
+def plan_from_dict(data, path: str = "<plan>", kinds: dict[str, str] | None = None) -> SectionPlan:
+    """The same checks on a plan already in memory (``path`` names it in errors; ``kinds``: resource
+    type -> cpu|gpu, e.g. from the cluster the plan was made for)."""
     if not isinstance(data, dict):
         raise PlanError(f"{path}: the plan must be a JSON object, got {type(data).__name__}")
     if data.get("format", 1) != 1:
@@ -88,7 +94,7 @@ def load_plan(path: str, cluster_path: str | None = None) -> SectionPlan:
     stages_raw = data.get("stages")
     if not isinstance(stages_raw, list) or not stages_raw:
         raise PlanError(f"{path}: key 'stages' must be a non-empty list of stages")
-    kinds = _load_cluster_kinds(cluster_path)
+    kinds = kinds or {}
     stages = []
     seen_layers: set[str] = set()
     for i, st in enumerate(stages_raw):
