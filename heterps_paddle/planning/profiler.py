@@ -263,9 +263,12 @@ def profile_program(main_program, startup_program, feed: dict, batch_size: int, 
     ``time_key``: the resource type name under which measured per-sample times are written (None: not written).
     ``measure=False``: sizes only, nothing is run (the step-time figures are then NaN).
     """
-    os.environ.setdefault("FLAGS_new_executor_serial_run", "1")
     import paddle
 
+    # One op at a time, so the trace's operator events follow the block order and per-op times add up to the
+    # step (with the default thread pool, ops overlap and their durations sum to more than the step). Set at run
+    # time: the environment variable only counts if set before Paddle was first imported.
+    paddle.set_flags({"FLAGS_new_executor_serial_run": True})
     paddle.enable_static()
     layers, op_layer = group_layers(main_program, _ids_per_sample(feed, batch_size))
     sizes = static_layer_sizes(main_program, layers)
