@@ -82,3 +82,13 @@ def test_throughput_is_required():
         CostModel(model(layer), Cluster((CPU,)))
     assert CostModel(model(layer), Cluster((CPU,), throughput=10.0)).throughput == 10.0
     assert math.isclose(CostModel(model(layer), Cluster((CPU,), 10.0), throughput=20.0).throughput, 20.0)
+
+
+def test_a_type_without_parameter_memory():
+    layer = LayerProfile("emb", "sparse", flops=0, param_bytes=1e9, io_bytes=100, out_bytes=0)
+    no_memory = ResourceType("x", "cpu", 1.0, 8, flops=1e12, mem_bw=1e10, memory=0, net_bw=1e9)
+    option = CostModel(model(layer), Cluster((no_memory,)), throughput=10.0).stage(0, 1, 0)
+    assert not option.within_limit  # cannot hold the parameters with any number of units
+    spilling = ResourceType("y", "cpu", 1.0, 8, flops=1e12, mem_bw=1e10, memory=0, net_bw=1e9, ssd_bw=1e9)
+    option = CostModel(model(layer), Cluster((spilling,)), throughput=10.0).stage(0, 1, 0)
+    assert option.units == 1 and option.time_per_sample == pytest.approx(100 / 1e9)  # everything from SSD

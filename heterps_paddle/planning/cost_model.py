@@ -172,9 +172,14 @@ class CostModel:
         # Units from which the parameters fit in memory (no spill); 1 when they fit in one unit.
         if params <= t.memory:
             fit = 1
+        elif t.memory <= 0:  # no parameter memory at all: every unit spills everything
+            if not t.has_ssd:
+                return StageOption(start, end, type_index, _UNIT_SCAN_LIMIT, math.inf, False,
+                                   float(self.price[type_index]))
+            fit = _UNIT_SCAN_LIMIT
         else:
-            fit = max(1, math.ceil(params / t.memory)) if t.memory > 0 else _UNIT_SCAN_LIMIT
-            while fit > 1 and params - (fit - 1) * t.memory <= 0:
+            fit = max(1, math.ceil(params / t.memory))
+            while fit > 1 and params - (fit - 1) * t.memory <= 0:  # guard the division's rounding both ways
                 fit -= 1
             while params - fit * t.memory > 0:
                 fit += 1

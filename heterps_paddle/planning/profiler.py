@@ -215,10 +215,9 @@ def _ids_per_sample(feed: dict, batch_size: int) -> dict[str, float]:
 def measure_op_seconds(program, feed: dict, fetch_list, executor, steps: int = 4) -> tuple[list[dict[int, float]], int]:
     """Per profiled step: op index -> seconds, from the Chrome trace (serial executor: one event per op, in
     block order). Framework events that are not block ops (feed, share_buffer, fetch) go to the op before them."""
-    import paddle
     import paddle.profiler as profiler
 
-    ops = [op for op in program.global_block().ops]
+    ops = list(program.global_block().ops)
     with tempfile.TemporaryDirectory() as trace_dir:
         prof = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU], scheduler=(1, 1 + steps),
                                  on_trace_ready=profiler.export_chrome_tracing(trace_dir))
@@ -251,7 +250,6 @@ def measure_op_seconds(program, feed: dict, fetch_list, executor, steps: int = 4
                 target = last_matched
             seconds[target] = seconds.get(target, 0.0) + event["dur"] * 1e-6
         per_step.append(seconds)
-    del paddle
     return per_step, len(ops)
 
 
