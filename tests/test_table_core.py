@@ -267,6 +267,7 @@ def test_full_disk_via_rlimit_fsize(tmp_path):
     assert res["stats"]["rows_on_ssd"] > 0            # ... after some succeeded
     assert res["all_minus_one"]                       # and no update was lost
     assert "File too large" in res["save"] and ".tmp." in res["save"]
+    assert "spilling rows to" in out.stderr and "File too large" in out.stderr  # the failed spill was reported
     assert not list((tmp_path / "ckpt").glob("*"))    # nothing half-written remains
 
 

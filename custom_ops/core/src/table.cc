@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -261,6 +262,7 @@ struct SparseTable::Shard {
   KeyIndex ssd_index;
   uint64_t records_written = 0;  // records in the file, live or dead
   uint64_t no_spill_below = 0;   // after a failed spill, do not retry until count exceeds this
+  bool spill_warned = false;
 
   uint64_t hits = 0, misses = 0, promotions = 0, evictions = 0, spill_errors = 0, compactions = 0;
 
@@ -656,6 +658,11 @@ struct ShardOps {
       // next attempt comes only after the shard has grown by another 1/8 of its capacity.
       ++sh.spill_errors;
       sh.no_spill_below = sh.count + std::max<uint64_t>(1, capacity / 8);
+      if (!sh.spill_warned) {  // once per shard: every op path (Python, Paddle op, C++) sees it on stderr
+        std::fprintf(stderr, "heterps sparse table: spilling rows to '%s' failed (%s); they stay in memory "
+                     "over the budget (stats: spill_errors)\n", sh.file.c_str(), err.c_str());
+        sh.spill_warned = true;
+      }
       if (::ftruncate(sh.fd, off_t(sh.records_written * rb)) != 0) { /* best effort; index untouched */ }
       return;
     }
