@@ -117,7 +117,9 @@ def summarise(rows: list[dict], schedulers: list[str]) -> dict:
 
 
 def _row_line(row: dict) -> str:
-    parts = [f"{row['workload']:<28} {row['layers']:>3}x{row['types']:<3}"]
+    optimum = row["results"]["exact"]["cost_per_hour"]
+    parts = [f"{row['workload']:<28} {row['layers']:>3}x{row['types']:<3} "
+             f"optimum {'none' if optimum is None else format(optimum, '.4g') + '/h':<9}"]
     for name, result in row["results"].items():
         if "skipped" in result:
             parts.append(f"{name}=skip")

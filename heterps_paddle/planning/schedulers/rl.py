@@ -1,12 +1,14 @@
 """``rl``: the HeterPS scheduler, an LSTM policy trained by REINFORCE on the cost model.
 
 The policy reads one feature vector per layer (program order) with a bidirectional LSTM, so each layer's choice
-sees the whole model, and emits a distribution over resource types per layer. Each iteration samples a batch of
-assignments, scores them with the cost model (log cost relative to the best single-type plan, with a penalty for
-plans over ``max_units``), and follows the policy gradient with a risk-seeking baseline (the batch's top-quantile
-reward: only the best samples are reinforced) and a decaying entropy bonus; the best plan so far is replayed in
-every batch. The best sample seen is then improved by a local search (single-layer and whole-stage moves);
-the cost before that step is reported as ``refined_from_cost``. It never calls ``exact`` or ``brute``.
+sees the whole model, and gives per layer a distribution over resource types and two move logits: keep the
+previous layer's type, go back to the type of the run before, or draw a type (see ``_rollout``). Each iteration
+samples a batch of assignments, scores them with the cost model (log cost relative to the best single-type plan,
+with a penalty for plans over ``max_units``), and follows the policy gradient with a risk-seeking baseline (only
+the batch's top-quantile samples are reinforced) and a small entropy bonus; the policy's best plan is replayed in
+every batch. Restarts with fresh policies explore other modes. The best sample is then improved by a local
+search (moving any contiguous run of layers to one type); its cost before that is reported as
+``refined_from_cost``. It never calls ``exact`` or ``brute``; with a seed it gives the same plan every time.
 
 Paddle is imported inside functions only: planning with the other schedulers never loads it.
 """
@@ -89,7 +91,7 @@ class RLScheduler(Scheduler):
         self.top_fraction = top_fraction
         self.patience = patience  # a restart ends once its policy is nearly deterministic and stuck this long
         self.prior_strengths = prior_strengths  # cycled over restarts: how much the prior steers the start
-        self.trace: list | None = None  # (restart, iteration, best cost, entropy, mean stay) when set to a list
+        self.trace: list | None = None  # (restart, iteration, best cost, entropy, stay share) when set to a list
 
     def search(self, cost_model: CostModel) -> Schedule:
         best = self._train(cost_model)
