@@ -1,10 +1,14 @@
-"""For tests in a source checkout: build heterps_paddle/_ops in place when it is missing or older than
-the sources (`python setup.py build_ext --inplace`).  Installed packages never use this; they are built
-by pip at install time."""
+"""For tests: make sure the heterps_paddle that tests import has its native libraries.
+
+When that package is this source checkout (``python -m pytest`` from the repository root), build
+heterps_paddle/_ops in place if it is missing or older than the sources (``python setup.py build_ext
+--inplace``).  When it is an installed copy (``pip install .`` then ``pytest``), pip built it; nothing to do.
+``package_env()`` gives subprocesses the same package."""
 
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import subprocess
 import sys
@@ -31,8 +35,23 @@ def stale() -> bool:
     return not all(p.exists() for p in libs) or min(p.stat().st_mtime for p in libs) < _newest_source()
 
 
+def package_root() -> Path:
+    """The directory from which `import heterps_paddle` resolves in this process."""
+    spec = importlib.util.find_spec("heterps_paddle")
+    if spec is None or spec.origin is None:
+        return ROOT
+    return Path(spec.origin).resolve().parents[1]
+
+
+def package_env(**extra) -> dict:
+    """Environment for a subprocess that must import the same heterps_paddle as this process."""
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package_root()), os.environ.get("PYTHONPATH")) if p)
+    return env
+
+
 def ensure_built() -> None:
-    if not stale():
+    if package_root() != ROOT or not stale():
         return
     (ROOT / "build").mkdir(exist_ok=True)
     with open(ROOT / "build" / ".heterps-build.lock", "w") as lock:

@@ -138,13 +138,14 @@ def test_differential_against_python_model(tmp_path, optimizer, eviction):
     table.close()
 
 
-def test_init_is_the_same_in_another_process():
+def test_init_is_the_same_in_another_process(tmp_path):
     ids = [0, 1, -7, 2**62, 123456789]
     t = SparseTable(dim=6, seed=99, name=_name("xproc"))
     here = t.pull(ids)
     code = ("import json,numpy as np\nfrom heterps_paddle.sparse_table import SparseTable\n"
             f"t=SparseTable(dim=6, seed=99, name='other')\nprint(json.dumps(t.pull({ids!r}).tolist()))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_eb.package_env(), capture_output=True,
+                         text=True, check=True)
     np.testing.assert_array_equal(np.array(json.loads(out.stdout), np.float32), here)
     other = SparseTable(dim=6, seed=100, name=_name("xproc"))
     assert not np.array_equal(other.pull(ids), here)
@@ -259,8 +260,8 @@ print(json.dumps(res))
 
 
 def test_full_disk_via_rlimit_fsize(tmp_path):
-    out = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, str(tmp_path)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, str(tmp_path)], cwd=tmp_path, env=_eb.package_env(),
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["stats"]["spill_errors"] > 0           # spills hit the limit ...

@@ -150,7 +150,8 @@ def test_program_runs_in_a_process_that_only_loaded_the_ops(static, tmp_path):
                                                        found.ctypes.data) == 0
         np.save(r"{tmp_path / 'rows.npy'}", rows); np.save(r"{tmp_path / 'found.npy'}", found)
     """)
-    out = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", child], cwd=tmp_path, env=_eb.package_env(), capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     rows, found = np.load(tmp_path / "rows.npy"), np.load(tmp_path / "found.npy")
     assert (found == 1).all()

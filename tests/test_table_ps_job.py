@@ -74,7 +74,7 @@ def test_launched_ps_job_trains_the_table(tmp_path):
     lines = [f"3 {a} {b} {c} 1 {y}" for (a, b, c), y in zip(ids.tolist(), label.tolist())]
     (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
     (tmp_path / "job.py").write_text(JOB)
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = _eb.package_env()
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         env.pop(var, None)
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--server_num=1", "--worker_num=1",
