@@ -56,27 +56,45 @@ class HeterPSOptimizer(MetaOptimizerBase):
     def minimize_impl(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
         # Re-validate: the configs dict may have been mutated in place after assignment.
         configs = validate_heterps_configs(dict(self.user_defined_strategy.heterps_configs))
+        section_plan = None
         if configs["plan"] is not None:
-            # A saved plan: check the launch against it and, with more than one stage, tag the ops of each
-            # stage (before backward, so grad ops inherit the tags) and let the fixed heter builder split
-            # them into sections (heterps_paddle/sections, docs/sections.md).
-            from .sections.plan import check_launch_matches, load_plan
+            from .sections.plan import load_plan
 
-            plan = load_plan(configs["plan"])
-            check_launch_matches(plan)
-            if plan.num_stages > 1:
-                from .sections.runtime import prepare_sections
+            section_plan = load_plan(configs["plan"], configs["cluster"])
+        elif configs["cluster"] is not None:
+            # The automatic path: profile -> schedule -> provision, once per launch (auto_plan.py).
+            import paddle
 
-                layer_stage = prepare_sections(loss.block.program, plan, self.user_defined_strategy)
-                logger.info("heterps: plan %s: %d stages, layers -> stage %s", configs["plan"],
-                            plan.num_stages, layer_stage)
-            else:
-                logger.info("heterps: plan %s has one stage; program handed to ParameterServerOptimizer "
-                            "unsplit", configs["plan"])
+            from .auto_plan import plan_for_job
+            from .sections.plan import plan_from_dict
+
+            job = plan_for_job(loss, startup_program or paddle.static.default_startup_program(),
+                               self.user_defined_optimizer, configs)
+            print(f"heterps: plan written to {job.plan_path}\n{job.report}", flush=True)
+            section_plan = plan_from_dict(job.plan.to_dict(), job.plan_path,
+                                          kinds={t.name: t.kind for t in job.cluster.resource_types})
+        if section_plan is None:
+            logger.info("heterps: no cluster or plan given; program handed to ParameterServerOptimizer unchanged")
         else:
-            logger.info("heterps: enabled with %s; program handed to ParameterServerOptimizer unchanged",
-                        configs)
+            self._apply_plan(loss, section_plan)
         return self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
+
+    def _apply_plan(self, loss, section_plan):
+        """Check the launch against the plan and, with more than one stage, tag each stage's ops (before
+        backward, so grad ops inherit the tags) for the fixed heter builder to split into sections
+        (heterps_paddle/sections, docs/sections.md)."""
+        from .sections.plan import check_launch_matches
+
+        check_launch_matches(section_plan)
+        if section_plan.num_stages > 1:
+            from .sections.runtime import prepare_sections
+
+            layer_stage = prepare_sections(loss.block.program, section_plan, self.user_defined_strategy)
+            logger.info("heterps: plan %s: %d stages, layers -> stage %s", section_plan.path,
+                        section_plan.num_stages, layer_stage)
+        else:
+            logger.info("heterps: plan %s has one stage; program handed to ParameterServerOptimizer unsplit",
+                        section_plan.path)
 
 
 def register_meta_optimizer() -> None:

@@ -60,7 +60,8 @@ def _non_negative_int(value: int) -> str | None:
 CONFIG_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in (
-        ConfigKey("cluster", (str,), None, "cluster description file (YAML/JSON, see specs/plan-io.md)",
+        ConfigKey("cluster", (str,), None, "cluster description file (YAML/JSON, see specs/plan-io.md); with "
+                  "'plan' it only says which resource types are CPUs and which GPUs",
                   _existing_file),
         ConfigKey("throughput", (int, float), None, "required samples/s (overrides the cluster file's)",
                   _positive),
@@ -69,6 +70,7 @@ CONFIG_KEYS: dict[str, ConfigKey] = {
         ConfigKey("plan", (str,), None, "a saved plan JSON to use instead of planning", _existing_file),
         ConfigKey("seed", (int,), 0, "seed for the scheduler and profiling", _non_negative_int),
         ConfigKey("output_dir", (str,), ".", "where plan.json and the plan report are written", None),
+        ConfigKey("profile_batch_size", (int,), 512, "batch size the program is profiled with", _positive),
     )
 }
 
@@ -105,10 +107,6 @@ def validate_heterps_configs(configs: Any) -> dict[str, Any]:
             if reason:
                 raise HeterPSConfigError(f"strategy.heterps_configs[{name!r}]: {reason} ({key.help})")
         full[name] = value
-    if full["plan"] is not None and full["cluster"] is not None:
-        raise HeterPSConfigError(
-            "strategy.heterps_configs: give either 'plan' (a saved plan) or 'cluster' (plan now), not both; "
-            f"got plan={full['plan']!r} and cluster={full['cluster']!r}")
     return full
 
 

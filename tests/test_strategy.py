@@ -55,14 +55,6 @@ def test_bad_values_name_key_given_and_allowed(configs, words):
         assert word in str(err.value)
 
 
-def test_plan_and_cluster_together_is_an_error(tmp_path):
-    plan, cluster = tmp_path / "plan.json", tmp_path / "cluster.yaml"
-    plan.write_text("{}")
-    cluster.write_text("format: 1")
-    with pytest.raises(HeterPSConfigError, match="either 'plan'"):
-        validate_heterps_configs({"plan": str(plan), "cluster": str(cluster)})
-
-
 def test_defaults_are_filled_and_input_not_mutated():
     given = {"throughput": 5}
     full = validate_heterps_configs(given)

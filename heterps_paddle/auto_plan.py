@@ -1,0 +1,221 @@
+"""The automatic path of ``strategy.heterps``: profile the program, schedule, provision, once per launch.
+
+Called from HeterPSOptimizer.minimize_impl when ``heterps_configs["cluster"]`` names a cluster file.
+
+One plan per launch.  Profiling measures times, so two processes profiling the same program would not
+get the same numbers and could choose different plans.  So the first process of a launch to get the
+lock on ``output_dir`` profiles and plans, writes ``plan.json`` and ``plan_report.txt`` there, and every
+other process of the same launch reads that file (a launch is recognised by the endpoints
+``paddle.distributed.launch`` hands every process).  When a launch spans several hosts this only works if
+``output_dir`` is shared storage: such a launch is refused unless ``HETERPS_SHARED_OUTPUT_DIR=1`` says it
+is, or a saved plan is given instead (``heterps_configs["plan"]``, e.g. from ``heterps plan``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+from .errors import HeterPSError
+from .local_cluster import LOCAL_CPU, LOCAL_GPU
+from .planning.model import Cluster, Plan, load_cluster, model_profile_to_dict, plan_from_dict, save_yaml
+
+logger = logging.getLogger("heterps_paddle")
+
+PLAN_FILE = "plan.json"
+REPORT_FILE = "plan_report.txt"
+PROFILE_FILE = "profile.yaml"
+LAUNCH_FILE = "plan.launch"
+# The resource types a profile measured on this machine stands for (heterps local-cluster's names).
+LOCAL_TYPES = (LOCAL_CPU, LOCAL_GPU)
+LAUNCH_ENV = ("PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_TRAINER_ENDPOINTS", "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST")
+
+
+class PlanningFailed(HeterPSError):
+    pass
+
+
+@dataclass
+class JobPlan:
+    plan: Plan
+    cluster: Cluster
+    plan_path: str
+    report: str
+
+
+def launch_id() -> str | None:
+    """What every process of one launch shares and another launch does not (its random ports)."""
+    parts = [os.environ.get(key, "") for key in LAUNCH_ENV]
+    if not any(parts):
+        return None
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _launch_hosts() -> set[str]:
+    hosts = set()
+    for key in LAUNCH_ENV:
+        for endpoint in filter(None, os.environ.get(key, "").replace(";", ",").split(",")):
+            hosts.add(endpoint.rsplit(":", 1)[0])
+    return hosts
+
+
+@contextlib.contextmanager
+def _locked(directory: str):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, ".heterps-plan.lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def random_feed_for(program, batch_size: int, seed: int = 0) -> dict:
+    """Plausible inputs for any static program: ids within the vocabulary of the table that reads them
+    (Zipf-skewed, as CTR ids are), int64 labels in {0, 1}, floats in [0, 1)."""
+    import numpy as np
+    import paddle
+
+    rng = np.random.default_rng(seed)
+    block = program.global_block()
+    vocab = {}
+    for op in block.ops:
+        if op.type in ("lookup_table", "lookup_table_v2"):
+            for ids in op.input("Ids"):
+                vocab[ids] = int(block.var(op.input("W")[0]).shape[0])
+    feed = {}
+    for var in block.vars.values():
+        if not getattr(var, "is_data", False):
+            continue
+        dims = [batch_size if d is None or d < 0 else d for d in var.shape]
+        if var.dtype == paddle.int64:
+            if var.name in vocab:
+                values = ((rng.zipf(1.1, int(np.prod(dims))) - 1) % vocab[var.name]).astype(np.int64).reshape(dims)
+            else:
+                values = rng.integers(0, 2, dims).astype(np.int64)
+        else:
+            values = rng.random(dims).astype("float32")
+        if var.lod_level > 0:  # one row per sample, as the example slots are
+            feed[var.name] = paddle.base.create_lod_tensor(values, [[1] * batch_size], paddle.CPUPlace())
+        else:
+            feed[var.name] = values
+    return feed
+
+
+def profile_for_planning(loss, startup_program, optimizer, batch_size: int, seed: int, time_keys):
+    """Profile the program being minimised, on this machine's CPU, as training will run it.
+
+    Works on copies: the user's program is untouched.  Tables that live on the parameter servers
+    (``sparse_embedding``: SELECTED_ROWS parameters) become local tables in the copy, so the lookups can
+    run here; the copy gets the same optimizer as the job, so optimizer ops are timed too.
+    """
+    import paddle
+    from paddle.base import core
+
+    from .planning.profiler import profile_program
+
+    main = loss.block.program.clone()
+    startup = startup_program.clone()
+    for program in (main, startup):
+        for var in program.list_vars():
+            if var.persistable and var.type == core.VarDesc.VarType.SELECTED_ROWS:
+                shape, dtype = list(var.shape), var.dtype
+                var.desc.set_type(core.VarDesc.VarType.LOD_TENSOR)  # forgets shape and dtype: restore them
+                var.desc.set_shape(shape)
+                var.desc.set_dtype(dtype)
+    copy_loss = main.global_block().var(loss.name)
+    # On the servers a sparse table updates only the rows a batch touched; a local Adam would update the
+    # whole table every step (its lazy mode does what the servers do).
+    options = {"lazy_mode": True} if isinstance(optimizer, paddle.optimizer.Adam) else {}
+    with paddle.static.program_guard(main, startup):
+        type(optimizer)(learning_rate=optimizer._learning_rate, **options).minimize(copy_loss)
+    report = profile_program(main, startup, random_feed_for(main, batch_size, seed), batch_size,
+                             fetch_list=[copy_loss], name="job", time_key=time_keys[0] if time_keys else None)
+    profile = report.profile
+    if len(time_keys) > 1:  # the other local types run on the same cores: same measured times
+        from dataclasses import replace
+
+        profile = replace(profile, layers=tuple(
+            replace(layer, time={key: layer.time[time_keys[0]] for key in time_keys}) for layer in profile.layers))
+    return profile, report
+
+
+def plan_report(cost_model, plan: Plan) -> str:
+    """The plan, then the all-CPU plan and the best single GPU type plan at the same target."""
+    from .planning.commands import format_summary
+
+    lines = [format_summary(cost_model, plan), "", "single-type alternatives at the same target:"]
+    types = cost_model.cluster.resource_types
+    for kind in ("cpu", "gpu"):
+        best = None
+        for evaluation, rtype in zip(cost_model.single_type_evaluations(), types):
+            if rtype.kind == kind and evaluation.feasible and (best is None or
+                                                               evaluation.cost_per_hour < best[0].cost_per_hour):
+                best = (evaluation, rtype)
+        if best is None:
+            lines.append(f"  all-{kind.upper()}: no single {kind} type meets the target within max_units")
+        else:
+            alt = cost_model.to_plan(best[0].assignment, f"all-{kind}", evaluations=0)
+            lines.append(f"  all-{kind.upper()} ({best[1].name}): {sum(s.units for s in alt.stages)} units, "
+                         f"{alt.throughput:,.0f} samples/s, {alt.cost_per_hour:.4g}/h, "
+                         f"{alt.cost_per_million_samples:.4g} per million samples")
+    return "\n".join(lines)
+
+
+def plan_for_job(loss, startup_program, optimizer, configs: dict) -> JobPlan:
+    """The launch's plan: read from output_dir if another process of this launch made it, else made here."""
+    from .planning.cost_model import CostModel
+    from .planning.schedulers import make_scheduler
+
+    cluster = load_cluster(configs["cluster"]).with_throughput(configs["throughput"])
+    if cluster.throughput is None:
+        raise PlanningFailed(f"strategy.heterps_configs: no throughput target: give 'throughput' or put one in "
+                             f"{configs['cluster']}")
+    out_dir = os.path.abspath(configs["output_dir"])
+    plan_path = os.path.join(out_dir, PLAN_FILE)
+    this_launch = launch_id()
+    if len(_launch_hosts()) > 1 and os.environ.get("HETERPS_SHARED_OUTPUT_DIR") != "1":
+        raise PlanningFailed(
+            f"this launch spans hosts {sorted(_launch_hosts())}: each would profile and plan on its own and could "
+            "choose different plans. Make the plan once (`heterps plan` on a profile, or one run) and pass it as "
+            "heterps_configs['plan'], or set HETERPS_SHARED_OUTPUT_DIR=1 if output_dir "
+            f"({out_dir}) is storage every host shares.")
+    with _locked(out_dir):
+        launch_path = os.path.join(out_dir, LAUNCH_FILE)
+        if this_launch and os.path.isfile(plan_path) and os.path.isfile(launch_path):
+            with open(launch_path, encoding="utf-8") as f:
+                made_by = f.read().strip()
+            if made_by == this_launch:
+                with open(plan_path, encoding="utf-8") as f:
+                    plan = plan_from_dict(json.load(f), plan_path)
+                with open(os.path.join(out_dir, REPORT_FILE), encoding="utf-8") as f:
+                    return JobPlan(plan, cluster, plan_path, f.read())
+        time_keys = [name for name in cluster.type_names() if name in LOCAL_TYPES]
+        profile, measured = profile_for_planning(loss, startup_program, optimizer, configs["profile_batch_size"],
+                                                 configs["seed"], time_keys)
+        cost_model = CostModel(profile, cluster)
+        plan = make_scheduler(configs["scheduler"], seed=configs["seed"]).plan(cost_model)
+        report = plan_report(cost_model, plan)
+        report += (f"\nprofile: {len(profile.layers)} layers measured on this CPU ({', '.join(time_keys) or 'none'}"
+                   f" of the cluster's types); predicted step {measured.predicted_step_seconds:.4f} s vs measured "
+                   f"{measured.measured_step_seconds:.4f} s at batch {profile.batch_size}\n")
+        save_yaml(model_profile_to_dict(profile), os.path.join(out_dir, PROFILE_FILE))
+        _write_atomic(plan_path, plan.to_json(indent=1))
+        _write_atomic(os.path.join(out_dir, REPORT_FILE), report)
+        _write_atomic(os.path.join(out_dir, LAUNCH_FILE), this_launch or f"pid-{os.getpid()}")
+    if not plan.feasible:
+        raise PlanningFailed(f"no plan meets the target on {configs['cluster']}: {plan.reason} "
+                             f"(report: {os.path.join(out_dir, REPORT_FILE)})")
+    return JobPlan(plan, cluster, plan_path, report)
