@@ -12,7 +12,7 @@ import statistics
 import sys
 import time
 
-from ..planning.catalog import Workload, interesting_throughput, workload_suite
+from ..planning.catalog import Workload, feasible_target, interesting_throughput, workload_suite
 from ..planning.cost_model import CostModel
 from ..strategy import SCHEDULERS
 
@@ -39,7 +39,6 @@ def example_workloads() -> list[Workload]:
     from ..examples import EXAMPLES_DIR, MODELS
     from ..planning.model import load_cluster
     from ..planning.profiler import profile_example
-    from ..planning.schedulers import make_scheduler
 
     clusters = sorted(glob.glob(os.path.join(EXAMPLES_DIR, "clusters", "*.yaml")))
     workloads = []
@@ -48,14 +47,9 @@ def example_workloads() -> list[Workload]:
         for index, path in enumerate(clusters):
             cluster = load_cluster(path)
             target = interesting_throughput(profile, cluster, seed=index)
-            # Small clusters cannot reach a target sized for the fastest type: lower it until a plan exists.
-            for _ in range(20):
-                cost_model = CostModel(profile, cluster.with_throughput(target))
-                if make_scheduler("exact").plan(cost_model).feasible:
-                    break
-                target /= 2
             name = f"{model_name}@{os.path.basename(path)[:-5]}"
-            workloads.append(Workload(name, profile, cluster.with_throughput(target), False))
+            workloads.append(Workload(name, profile, feasible_target(profile, cluster.with_throughput(target)),
+                                      False))
     return workloads
 
 

@@ -9,6 +9,7 @@ realistic relative to each other: the benchmark compares schedulers on the same 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,7 +108,7 @@ def generate_workload(seed: int, num_layers: int | None = None, num_types: int |
     batch_size = int(rng.choice([256, 512, 1024, 2048]))
     profile = ModelProfile(name=f"synthetic_{seed}", batch_size=batch_size, layers=tuple(layers))
     cluster = Cluster(resource_types=tuple(chosen), throughput=1.0)
-    cluster = Cluster(tuple(chosen), interesting_throughput(profile, cluster, rng=rng))
+    cluster = feasible_target(profile, Cluster(tuple(chosen), interesting_throughput(profile, cluster, rng=rng)))
     binding = bool(rng.random() < 0.35) if binding is None else binding
     if binding:
         cluster = _bind_limit(profile, cluster)
@@ -126,6 +127,19 @@ def interesting_throughput(profile: ModelProfile, cluster: Cluster, seed: int = 
     times = [model.stage_time(0, n, t, 2) or np.inf for t in range(model.num_types)]
     finite = [x for x in times if np.isfinite(x)] or [1e-3]
     return float(rng.uniform(2, 24) / min(finite))
+
+
+def feasible_target(profile: ModelProfile, cluster: Cluster) -> Cluster:
+    """The cluster with its throughput halved until some plan meets it (a target sized for the fastest type
+    may need more units than max_units allows; an infeasible workload measures no scheduler)."""
+    from .cost_model import CostModel
+    from .schedulers.exact import ExactScheduler
+
+    for _ in range(30):
+        if ExactScheduler().plan(CostModel(profile, cluster)).feasible:
+            return cluster
+        cluster = cluster.with_throughput(cluster.throughput / 2)
+    return cluster
 
 
 def _bind_limit(profile: ModelProfile, cluster: Cluster) -> Cluster:
@@ -154,11 +168,17 @@ def _bind_limit(profile: ModelProfile, cluster: Cluster) -> Cluster:
         if used[heaviest] < 2:
             return cluster
         limit = max(1, int(used[heaviest] * 0.7))
-    types = list(cluster.resource_types)
-    t = types[heaviest]
-    types[heaviest] = ResourceType(t.name, t.kind, t.price_per_hour, min(t.max_units, limit), t.flops, t.mem_bw,
-                                   t.memory, t.net_bw, t.ssd_bw)
-    return Cluster(tuple(types), cluster.throughput)
+    from .schedulers.exact import ExactScheduler
+
+    original = cluster.resource_types[heaviest]
+    # A limit so low that no plan is left measures nothing: raise it until one is.
+    for bound in range(min(original.max_units, limit), original.max_units + 1):
+        types = list(cluster.resource_types)
+        types[heaviest] = dataclasses.replace(original, max_units=bound)
+        candidate = Cluster(tuple(types), cluster.throughput)
+        if ExactScheduler().plan(CostModel(profile, candidate)).feasible:
+            return candidate
+    return cluster
 
 
 def workload_suite(count: int = 24, seed: int = 0) -> list[Workload]:

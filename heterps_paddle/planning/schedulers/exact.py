@@ -13,6 +13,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+
 import numpy as np
 
 from ..cost_model import CostModel, StageTables
@@ -192,8 +196,10 @@ class ExactScheduler(Scheduler):
         options = {"mip_rel_gap": 0.0}
         if self.time_limit is not None:
             options["time_limit"] = self.time_limit
-        result = milp(tables.cost[types, starts, ends], integrality=np.ones(count), bounds=Bounds(0, 1),
-                      constraints=[LinearConstraint(matrix, np.array(lower_b), np.array(upper_b))], options=options)
+        with _stdout_to_stderr():
+            result = milp(tables.cost[types, starts, ends], integrality=np.ones(count), bounds=Bounds(0, 1),
+                          constraints=[LinearConstraint(matrix, np.array(lower_b), np.array(upper_b))],
+                          options=options)
         if result.x is None:
             if result.status == 2 or incumbent is not None:  # infeasible: every kept candidate was pruned
                 return Schedule(incumbent, proven_optimal=result.status == 2,
@@ -207,6 +213,27 @@ class ExactScheduler(Scheduler):
         if incumbent is not None and not (evaluation.feasible and evaluation.cost_per_hour <= upper):
             assignment = incumbent
         return Schedule(assignment, proven_optimal=result.status == 0)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """HiGHS (C++) sometimes prints diagnostics to file descriptor 1 even with display off; `heterps plan
+    --json` promises exactly one JSON object on stdout, so the solver's output goes to stderr instead."""
+    try:
+        stdout_fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stdout (captured): nothing to protect
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(stdout_fd)
+    try:
+        os.dup2(sys.stderr.fileno() if hasattr(sys.stderr, "fileno") else os.open(os.devnull, os.O_WRONLY),
+                stdout_fd)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, stdout_fd)
+        os.close(saved)
 
 
 SCHEDULER = ExactScheduler
