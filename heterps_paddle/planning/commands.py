@@ -145,6 +145,9 @@ def plot_plans(results: list[tuple[CostModel, Plan]], path: str) -> None:
         singles = [(m.throughput, s.cost_per_hour) for m, _ in results if (s := best_single_type(m))]
         if singles:
             curve.plot(*zip(*singles), "s--", label="best single type")
+    targets = [m.throughput for m, _ in results]
+    if max(targets) > 20 * min(targets):  # a sweep over decades reads better on a log axis
+        curve.set_xscale("log")
     curve.set_xlabel("required throughput (samples/s)")
     curve.set_ylabel("cost per hour")
     curve.legend()
