@@ -33,6 +33,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch", type=int, default=1 << 18, help="ids per pull/push call (default 256Ki)")
     parser.add_argument("--batches", type=int, default=9, help="timed batches per measurement (default 9)")
     parser.add_argument("--optimizer", default="adagrad", choices=("sgd", "adagrad", "adam"))
+    parser.add_argument("--eviction", default="lru", choices=("lru", "lfu"), help="SSD-mode eviction policy")
     parser.add_argument("--ssd-dir", default=None, help="directory for the SSD tier (default: a temp dir)")
     parser.add_argument("--seed", type=int, default=0)
 
@@ -61,10 +62,10 @@ def _timed(fn, arg):
     return time.perf_counter() - t0
 
 
-def _make_table(sparse_table_cls, dim, optimizer, n_keys, budget, ssd_dir, name):
+def _make_table(sparse_table_cls, dim, optimizer, n_keys, budget, ssd_dir, name, eviction="lru"):
     import numpy as np
 
-    kwargs = {"memory_budget_bytes": budget, "ssd_dir": ssd_dir} if budget else {}
+    kwargs = {"memory_budget_bytes": budget, "ssd_dir": ssd_dir, "eviction": eviction} if budget else {}
     table = sparse_table_cls(dim=dim, optimizer=optimizer, lr=0.01, name=name, **kwargs)
     fill = np.arange(n_keys, dtype=np.int64)
     for i in range(0, n_keys, 1 << 18):  # create every row (spilling 3/4 of them in SSD mode)
@@ -162,7 +163,7 @@ def run(args) -> int:
                 try:
                     for mode, b in (("memory", 0), ("ssd", budget)):
                         tables[mode] = _make_table(SparseTable, dim, args.optimizer, args.rows, b, ssd_dir,
-                                                   f"bench-{dim}-{dist}-{mode}-{os.getpid()}")
+                                                   f"bench-{dim}-{dist}-{mode}-{os.getpid()}", args.eviction)
                     ref, per_mode, ratio = _measure(tables, dense, d, batches, warm, min(args.batch, 32768))
                 finally:
                     for t in tables.values():
@@ -190,7 +191,7 @@ def run(args) -> int:
         "benchmark": "table",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "config": {"rows": args.rows, "batch": args.batch, "batches": args.batches, "dims": dims,
-                   "optimizer": args.optimizer, "zipf_s": 1.1,
+                   "optimizer": args.optimizer, "zipf_s": 1.1, "eviction": args.eviction,
                    "ssd_mode": "memory budget = rows/4 x (row bytes + 32 index bytes)"},
         "results": results,
         "references": refs,

@@ -533,10 +533,20 @@ void apply_update(const TableConfig& c, float* row, const float* g) {
 
 namespace {
 
+// LFU score: touch count in the high 16 bits (saturating), low 16 bits of the clock of the last touch in
+// the low bits, so that eviction can spare rows the current call is using: without that, a batch's newly
+// created or promoted rows (count 1) were evicted by the same batch and thrashed through the SSD log.
+inline uint32_t lfu_touch(uint32_t score, uint32_t tick) {
+  uint32_t count = score >> 16;
+  if (count < 0xFFFFu) ++count;
+  return (count << 16) | (tick & 0xFFFFu);
+}
+
 struct ShardOps {
   const TableConfig& c;
   SparseTable::Shard& sh;
   uint64_t capacity;  // 0 = unlimited
+  uint32_t tick = 0;  // the current call's clock (LFU: rows touched by it are evicted last); 0 = none
 
   size_t record_bytes() const { return kRecordHeader + size_t(c.stride()) * 4; }
 
@@ -586,8 +596,9 @@ struct ShardOps {
   void touch(Entry& e, uint32_t tick) const {
     if (c.eviction == EvictPolicy::kLRU) {
       if (e.score != tick) e.score = tick;  // hot rows: skip dirtying a line that already holds the tick
+    } else {
+      e.score = lfu_touch(e.score, tick);
     }
-    else if (e.score != UINT32_MAX) ++e.score;
   }
 
   // Insert or overwrite a full row (weights and optimizer state).
@@ -634,11 +645,21 @@ struct ShardOps {
     uint64_t target = capacity - std::max<uint64_t>(1, capacity / 8);
     if (sh.count <= target) return;
     uint64_t n = sh.count - target;
-    std::vector<uint64_t> cand;
+    std::vector<uint64_t> cand, spared;
     cand.reserve(sh.count);
+    const bool lfu = c.eviction == EvictPolicy::kLFU;
     for (uint64_t i = 0; i < sh.entries.size(); ++i) {
-      if (sh.entries[i].key != kEmptyKey) cand.push_back(uint64_t(sh.entries[i].score) << 32 | i);
+      const Entry& e = sh.entries[i];
+      if (e.key == kEmptyKey) continue;
+      if (!lfu) {
+        cand.push_back(uint64_t(e.score) << 32 | i);
+      } else if (tick != 0 && (e.score & 0xFFFFu) == (tick & 0xFFFFu)) {
+        spared.push_back(uint64_t(e.score >> 16) << 32 | i);  // used by this call: last resort only
+      } else {
+        cand.push_back(uint64_t(e.score >> 16) << 32 | i);
+      }
     }
+    if (cand.size() < n) cand.insert(cand.end(), spared.begin(), spared.end());
     std::nth_element(cand.begin(), cand.begin() + (n - 1), cand.end());
     cand.resize(n);
     std::vector<int64_t> keys(n);
@@ -776,7 +797,7 @@ void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
       if (b == e) continue;
       Shard& sh = *shards_[s];
       locks.emplace_back(sh.mu);
-      ShardOps ops{config_, sh, capacity_per_shard_};
+      ShardOps ops{config_, sh, capacity_per_shard_, tick};
       const bool lru = config_.eviction == EvictPolicy::kLRU;
       uint64_t hits = 0;
       for (uint32_t j = b; j < e; ++j) {
@@ -788,8 +809,8 @@ void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
           Entry& en = sh.entries[at];
           if (lru) {
             if (en.score != tick) en.score = tick;
-          } else if (en.score != UINT32_MAX) {
-            ++en.score;
+          } else {
+            en.score = lfu_touch(en.score, tick);
           }
           r = sh.row(en.slot);
           ++hits;
@@ -895,7 +916,7 @@ void SparseTable::push(const int64_t* keys, size_t n, const float* grads) {
     if (uoff[s] == uoff[s + 1]) continue;
     Shard& sh = *shards_[s];
     std::lock_guard<std::mutex> lock(sh.mu);
-    ShardOps ops{config_, sh, capacity_per_shard_};
+    ShardOps ops{config_, sh, capacity_per_shard_, tick};
     for (size_t u = uoff[s]; u < uoff[s + 1]; ++u) {
       if (u + 8 < uoff[s + 1]) sh.prefetch(ukeys[u + 8]);
       float* r = ops.get(ukeys[u], tick);
@@ -982,7 +1003,7 @@ void SparseTable::put_rows(const int64_t* keys, size_t n, const float* rows, con
   for (size_t i = 0; i < n; ++i) {
     Shard& sh = *shards_[shard_of(keys[i])];
     std::lock_guard<std::mutex> lock(sh.mu);
-    ShardOps ops{config_, sh, capacity_per_shard_};
+    ShardOps ops{config_, sh, capacity_per_shard_, tick};
     ops.put(keys[i], scores ? scores[i] : tick, rows + i * config_.stride());
   }
 }

@@ -131,6 +131,25 @@ static void test_lfu_keeps_frequent_rows() {
   CHECK(found[0] == 1 && found[1] == 1 && found[2] == 1);  // still resident
 }
 
+// LFU spares the rows the current call uses: a batch of new (count 1) rows that fits the budget must not
+// push itself out to SSD while older, more frequent rows are there to evict.
+static void test_lfu_spares_current_batch() {
+  std::string dir = g_tmp + "/ssd-lfu3";
+  auto c = TableConfig::parse("dim=4;optimizer=sgd;shards=1;eviction=lfu;memory_budget_bytes=" +
+                              std::to_string(200 * (16 + 32)) + ";ssd_dir=" + dir);
+  SparseTable t(c);
+  std::vector<int64_t> old(150), batch(100);
+  for (int i = 0; i < 150; ++i) old[i] = i;
+  for (int i = 0; i < 100; ++i) batch[i] = 1000 + i;
+  std::vector<float> out(150 * 4);
+  for (int r = 0; r < 5; ++r) t.pull(old.data(), old.size(), out.data());
+  t.pull(batch.data(), batch.size(), out.data());  // needs evictions: must take old rows, not these
+  uint64_t promoted = t.stats().ssd_promotions;
+  t.pull(batch.data(), batch.size(), out.data());
+  CHECK(t.stats().ssd_promotions == promoted);
+  CHECK(t.stats().evictions > 0);
+}
+
 static void test_save_load_and_corruption() {
   std::string dir = g_tmp + "/ckpt";
   ::mkdir(dir.c_str(), 0755);
@@ -247,6 +266,7 @@ int main(int argc, char** argv) {
   test_spill_and_promote("lru");
   test_spill_and_promote("lfu");
   test_lfu_keeps_frequent_rows();
+  test_lfu_spares_current_batch();
   test_save_load_and_corruption();
   test_failed_spill_keeps_rows();
   test_compaction();
