@@ -181,6 +181,9 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         SparseTable(dim=0)
     with pytest.raises(SparseTableError, match="already exists"):
         SparseTable(dim=4, optimizer="adam", name=t.name)
+    with pytest.raises(SparseTableError, match="already exists"):
+        SparseTable(dim=3, optimizer="adam", lr=0.5, name=t.name)  # same name, different training math
+    assert SparseTable(dim=3, optimizer="adam", name=t.name, shards=4).name == t.name  # placement may differ
     assert t.pull(np.zeros((2, 0), np.int64)).shape == (2, 0, 3)
 
 

@@ -23,8 +23,10 @@ std::shared_ptr<SparseTable> get_or_create_table(const std::string& name, const 
   auto it = registry().find(name);
   if (it != registry().end()) {
     const TableConfig& o = it->second->config();
-    // Same name must mean the same rows: a dim or optimizer mismatch is a programming error.
-    if (o.dim != c.dim || o.optimizer != c.optimizer) {
+    // Same name must mean the same rows and the same training math; placement (budget, SSD directory,
+    // eviction, shards) may differ, e.g. the GPU table's host tier asks for the table with its own budget.
+    if (o.dim != c.dim || o.optimizer != c.optimizer || o.lr != c.lr || o.beta1 != c.beta1 || o.beta2 != c.beta2 ||
+        o.epsilon != c.epsilon || o.init_range != c.init_range || o.seed != c.seed) {
       throw TableError("table '" + name + "' already exists with config '" + o.to_string() +
                        "', asked for '" + c.to_string() + "'");
     }
