@@ -149,8 +149,9 @@ setup(
         "numpy<2",  # Paddle 2.6.2 is built against numpy 1.x
         "pyyaml",
         "psutil",
+        "scipy",  # HiGHS MILP: the exact scheduler's proof when the shared unit limit binds
     ],
-    extras_require={"test": ["pytest"]},
+    extras_require={"test": ["pytest", "matplotlib"], "plot": ["matplotlib"]},
     ext_modules=NATIVE_EXTENSIONS,
     cmdclass={"build_ext": CMakeBuild},
     entry_points={"console_scripts": ["heterps=heterps_paddle.cli:main"]},
