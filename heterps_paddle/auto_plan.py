@@ -122,6 +122,15 @@ def profile_for_planning(loss, startup_program, optimizer, batch_size: int, seed
     run here; the copy gets the same optimizer as the job, so optimizer ops are timed too.
     """
     import paddle
+
+    # A fresh name generator: names made for the copy (optimizer state, learning rate) must not shift the
+    # ones the job's own optimizer gets next (the PS runtime looks them up, e.g. 'learning_rate_0').
+    with paddle.utils.unique_name.guard():
+        return _profile_copy(loss, startup_program, optimizer, batch_size, seed, time_keys)
+
+
+def _profile_copy(loss, startup_program, optimizer, batch_size, seed, time_keys):
+    import paddle
     from paddle.base import core
 
     from .planning.profiler import profile_program
