@@ -212,7 +212,14 @@ def _ids_per_sample(feed: dict, batch_size: int) -> dict[str, float]:
     return counts
 
 
-def measure_op_seconds(program, feed: dict, fetch_list, executor, steps: int = 4) -> tuple[list[dict[int, float]], int]:
+@dataclass(frozen=True)
+class StepTrace:
+    op_seconds: dict[int, float]  # op index -> seconds of its operator events
+    op_events: dict[int, int]  # op index -> how many operator events were counted for it
+    span_seconds: float  # the whole profiled step, gaps between ops included
+
+
+def measure_op_seconds(program, feed: dict, fetch_list, executor, steps: int = 4) -> list[StepTrace]:
     """Per profiled step: op index -> seconds, from the Chrome trace (serial executor: one event per op, in
     block order). Framework events that are not block ops (feed, share_buffer, fetch) go to the op before them."""
     import paddle.profiler as profiler
@@ -237,6 +244,7 @@ def measure_op_seconds(program, feed: dict, fetch_list, executor, steps: int = 4
     per_step = []
     for begin, end in step_spans:
         seconds: dict[int, float] = {}
+        counts: dict[int, int] = {}
         cursor, last_matched = 0, 0
         for event in operator_events:
             if not (begin <= event["ts"] < end):
@@ -249,8 +257,9 @@ def measure_op_seconds(program, feed: dict, fetch_list, executor, steps: int = 4
             else:
                 target = last_matched
             seconds[target] = seconds.get(target, 0.0) + event["dur"] * 1e-6
-        per_step.append(seconds)
-    return per_step, len(ops)
+            counts[target] = counts.get(target, 0) + 1
+        per_step.append(StepTrace(seconds, counts, (end - begin) * 1e-6))
+    return per_step
 
 
 def profile_program(main_program, startup_program, feed: dict, batch_size: int, fetch_list=None,
@@ -283,12 +292,17 @@ def profile_program(main_program, startup_program, feed: dict, batch_size: int, 
         # Wall-clock steps before and after the profiled ones: on a shared machine the load drifts, and the
         # prediction is checked against the same period the per-layer times come from.
         wall = _timed_steps(executor, main_program, feed, fetch_list, (timing_steps + 1) // 2)
-        per_step, _ = measure_op_seconds(main_program, feed, fetch_list, executor, steps)
+        per_step = measure_op_seconds(main_program, feed, fetch_list, executor, steps)
         wall += _timed_steps(executor, main_program, feed, fetch_list, timing_steps // 2)
     layer_seconds = [[0.0] * len(layers) for _ in per_step]
-    for step, seconds in enumerate(per_step):
-        for op_index, value in seconds.items():
-            layer_seconds[step][op_layer.get(op_index, len(layers) - 1)] += value
+    for step, trace in enumerate(per_step):
+        # The executor's time between operator events (dispatch, feed and fetch) is part of running the ops:
+        # shared out over the layers by how many events each had.
+        gap = max(0.0, trace.span_seconds - sum(trace.op_seconds.values()))
+        total_events = max(1, sum(trace.op_events.values()))
+        for op_index, value in trace.op_seconds.items():
+            share = gap * trace.op_events[op_index] / total_events
+            layer_seconds[step][op_layer.get(op_index, len(layers) - 1)] += value + share
     medians = [statistics.median(step[i] for step in layer_seconds) for i in range(len(layers))]
     profiles = []
     for layer, size, seconds in zip(layers, sizes, medians):
