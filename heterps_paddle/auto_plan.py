@@ -13,8 +13,6 @@ is, or a saved plan is given instead (``heterps_configs["plan"]``, e.g. from ``h
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -22,6 +20,7 @@ import os
 from dataclasses import dataclass
 
 from .errors import HeterPSError
+from .files import locked, write_atomic
 from .local_cluster import LOCAL_CPU, LOCAL_GPU
 from .planning.model import Cluster, Plan, load_cluster, model_profile_to_dict, plan_from_dict, save_yaml
 
@@ -62,24 +61,6 @@ def _launch_hosts() -> set[str]:
         for endpoint in filter(None, os.environ.get(key, "").replace(";", ",").split(",")):
             hosts.add(endpoint.rsplit(":", 1)[0])
     return hosts
-
-
-@contextlib.contextmanager
-def _locked(directory: str):
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, ".heterps-plan.lock"), "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def random_feed_for(program, batch_size: int, seed: int = 0) -> dict:
@@ -201,7 +182,7 @@ def plan_for_job(loss, startup_program, optimizer, configs: dict) -> JobPlan:
             "choose different plans. Make the plan once (`heterps plan` on a profile, or one run) and pass it as "
             "heterps_configs['plan'], or set HETERPS_SHARED_OUTPUT_DIR=1 if output_dir "
             f"({out_dir}) is storage every host shares.")
-    with _locked(out_dir):
+    with locked(out_dir, ".heterps-plan.lock"):
         launch_path = os.path.join(out_dir, LAUNCH_FILE)
         if this_launch and os.path.isfile(plan_path) and os.path.isfile(launch_path):
             with open(launch_path, encoding="utf-8") as f:
@@ -221,9 +202,9 @@ def plan_for_job(loss, startup_program, optimizer, configs: dict) -> JobPlan:
                    f" of the cluster's types); predicted step {measured.predicted_step_seconds:.4f} s vs measured "
                    f"{measured.measured_step_seconds:.4f} s at batch {profile.batch_size}\n")
         save_yaml(model_profile_to_dict(profile), os.path.join(out_dir, PROFILE_FILE))
-        _write_atomic(plan_path, plan.to_json(indent=1))
-        _write_atomic(os.path.join(out_dir, REPORT_FILE), report)
-        _write_atomic(os.path.join(out_dir, LAUNCH_FILE), this_launch or f"pid-{os.getpid()}")
+        write_atomic(plan_path, plan.to_json(indent=1))
+        write_atomic(os.path.join(out_dir, REPORT_FILE), report)
+        write_atomic(os.path.join(out_dir, LAUNCH_FILE), this_launch or f"pid-{os.getpid()}")
     if not plan.feasible:
         raise PlanningFailed(f"no plan meets the target on {configs['cluster']}: {plan.reason} "
                              f"(report: {os.path.join(out_dir, REPORT_FILE)})")

@@ -28,6 +28,18 @@ class CommandError(HeterPSError):
     """A user-facing error raised by a command's own argument checks."""
 
 
+def add_command_table(parser, table: dict, dest: str, run_key: str) -> None:
+    """One subcommand per entry of ``table`` (name -> (module, help)); the chosen module's ``run`` is stored
+    in ``args.<run_key>``.  Used for ``heterps`` itself and for ``heterps bench``."""
+    sub = parser.add_subparsers(dest=dest, metavar=dest.upper())
+    sub.required = True
+    for name, (module_name, help_text) in table.items():
+        module = importlib.import_module(module_name)
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(**{run_key: module.run})
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="heterps",
@@ -35,18 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"heterps-paddle {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    for name, (module_name, help_text) in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # a command whose module is not part of this build yet
-        command_parser = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(command_parser)
-        command_parser.set_defaults(_run=module.run)
+    add_command_table(parser, COMMANDS, dest="command", run_key="_run")
     return parser
 
 

@@ -6,8 +6,6 @@ shared and noisy, so absolute figures from different runs are not comparable.
 
 from __future__ import annotations
 
-import importlib
-
 # name -> (module, help); each module exposes add_arguments(parser) and run(args) -> int.
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "e2e": ("heterps_paddle.bench.e2e", "launched CTR training with heterps off and on, back to back"),
@@ -18,18 +16,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 
 
 def add_arguments(parser) -> None:
-    sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
-    sub.required = True
-    for name, (module_name, help_text) in BENCHMARKS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # not part of this build yet
-        bench_parser = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(bench_parser)
-        bench_parser.set_defaults(_bench_run=module.run)
+    from ..cli import add_command_table
+
+    add_command_table(parser, BENCHMARKS, dest="benchmark", run_key="_bench_run")
 
 
 def run(args) -> int:

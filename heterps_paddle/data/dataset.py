@@ -9,15 +9,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import sys
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from ..errors import HeterPSError
+from ..files import locked, write_atomic
 from .criteo import ReadReport, convert_file
 from .generator import GeneratedDataset, generate, load_meta
 
@@ -28,22 +27,11 @@ def cache_dir() -> str:
     return os.environ.get("HETERPS_CACHE", DEFAULT_CACHE)
 
 
-@contextlib.contextmanager
-def _locked(directory: str) -> Iterator[None]:
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, ".lock"), "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def ensure_generated(rows: int, seed: int, root: str | None = None) -> GeneratedDataset:
     """The generated data set of ``rows`` rows and ``seed`` under the cache, generating it if absent."""
     root = root or os.path.join(cache_dir(), "data")
     out_dir = os.path.join(root, f"criteo_synth_rows{rows}_seed{seed}")
-    with _locked(root):
+    with locked(root):
         meta = load_meta(out_dir)
         if meta is None:
             print(f"heterps: generating {rows} rows (seed {seed}) into {out_dir}", file=sys.stderr, flush=True)
@@ -65,7 +53,7 @@ def prepare_multislot(files: Sequence[str], skip_malformed: bool = False,
     root = root or os.path.join(cache_dir(), "multislot")
     report = ReadReport()
     converted = []
-    with _locked(root):
+    with locked(root):
         for src in files:
             key = _conversion_key(src, skip_malformed)
             dst = os.path.join(root, f"{key}-{os.path.basename(src)}")
@@ -78,11 +66,9 @@ def prepare_multislot(files: Sequence[str], skip_malformed: bool = False,
                 part.reasons.update(cached["reasons"])
             else:
                 part = convert_file(src, dst, skip_malformed)
-                tmp = report_path + ".tmp"
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump({"rows": part.rows, "skipped": part.skipped, "reasons": dict(part.reasons),
-                               "first_errors": part.first_errors}, f)
-                os.replace(tmp, report_path)
+                write_atomic(report_path, json.dumps({"rows": part.rows, "skipped": part.skipped,
+                                                      "reasons": dict(part.reasons),
+                                                      "first_errors": part.first_errors}))
             report.merge(part)
             converted.append(dst)
     return converted, report

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import paddle
 
 from .partition import tag_program
@@ -186,27 +185,6 @@ def pull_dense_into(scope, runtime) -> list[str]:
         runtime._worker.pull_dense_params(scope, table_id, var_names)
         names.extend(var_names)
     return names
-
-
-def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """Rank AUC (ties averaged)."""
-    labels = np.asarray(labels).reshape(-1)
-    scores = np.asarray(scores).reshape(-1)
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(len(scores), dtype=np.float64)
-    s = scores[order]
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2.0 + 1
-        i = j + 1
-    pos = labels == 1
-    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
 # ----------------------------------------------------------------------------------------------------
