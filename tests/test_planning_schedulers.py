@@ -13,15 +13,16 @@ from heterps_paddle.planning.schedulers import exact as exact_module
 from heterps_paddle.planning.schedulers import make_scheduler
 
 
-def random_case(seed):
+def random_case(seed, n=None, T=None, time_scale=-9.0):
     """Arbitrary measured times per layer and type, tight limits: many cases where stages share a limit."""
     rng = np.random.default_rng(seed)
-    n, T = int(rng.integers(2, 8)), int(rng.integers(2, 4))
+    n = int(rng.integers(2, 8)) if n is None else n
+    T = int(rng.integers(2, 4)) if T is None else T
     types = [ResourceType(f"t{i}", "cpu", float(rng.uniform(0.5, 3)), int(rng.integers(1, 8)), 1e12, 1e11,
                           float(rng.choice([1e9, 5e9, 1e11])), 1e9, float(rng.choice([0, 1e9]))) for i in range(T)]
     layers = [LayerProfile(f"l{i}", str(rng.choice(["sparse", "dense"])), 1e6, float(rng.choice([0, 1e8, 3e9])),
                            float(rng.choice([0, 1e3])), float(rng.uniform(0, 1e4)),
-                           {f"t{t}": float(rng.lognormal(-9, 1)) for t in range(T) if rng.random() < 0.9})
+                           {f"t{t}": float(rng.lognormal(time_scale, 1)) for t in range(T) if rng.random() < 0.9})
               for i in range(n)]
     return ModelProfile("random", 512, tuple(layers)), Cluster(tuple(types), float(rng.uniform(1e3, 3e4)))
 
@@ -61,12 +62,19 @@ def test_shared_limit_binds_and_exact_pays_for_it():
     assert sum(s.units for s in plan.stages if s.resource == "a") <= 3
 
 
-def test_exact_is_fast_on_the_largest_workloads():
-    for workload in workload_suite(2):  # both 64 layers x 16 types, the second with a binding limit
+def test_exact_is_fast_on_the_largest_workloads(monkeypatch):
+    milp_calls = []
+    original = exact_module.ExactScheduler._milp
+    monkeypatch.setattr(exact_module.ExactScheduler, "_milp",
+                        lambda self, *args: milp_calls.append(1) or original(self, *args))
+    cases = [(w.profile, w.cluster) for w in workload_suite(2)]  # 64 x 16, the second with a binding limit
+    cases.append(random_case(5, n=64, T=16, time_scale=-11.0))  # 64 x 16 where the shared limits bind
+    for profile, cluster in cases:
         started = time.perf_counter()
-        plan = make_scheduler("exact").plan(CostModel(workload.profile, workload.cluster))
+        plan = make_scheduler("exact").plan(CostModel(profile, cluster))
         assert plan.feasible
         assert time.perf_counter() - started < 5.0
+    assert milp_calls  # the MILP path was among them
 
 
 def test_infeasible_target_gives_a_reason():
