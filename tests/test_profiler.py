@@ -66,12 +66,14 @@ def test_grouping_and_sizes():
 
 def test_profile_program_measures_every_layer():
     main, startup, loss = build()
+    serial_before = paddle.get_flags(["FLAGS_new_executor_serial_run"])
     report = profile_program(main, startup, feed(), BATCH, fetch_list=[loss], name="tiny", time_key="local_cpu",
                              steps=2, timing_steps=3)
     profile = report.profile
     assert [layer.name for layer in profile.layers] == ["embedding_0", "fc_0", "fc_1"]
     assert all(layer.time["local_cpu"] > 0 for layer in profile.layers)
     assert report.predicted_step_seconds > 0 and report.measured_step_seconds > 0
+    assert paddle.get_flags(["FLAGS_new_executor_serial_run"]) == serial_before  # the job gets its threads back
 
 
 @pytest.mark.skipif(not os.environ.get("HETERPS_SLOW_TESTS"),

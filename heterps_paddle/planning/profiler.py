@@ -275,7 +275,6 @@ def profile_program(main_program, startup_program, feed: dict, batch_size: int, 
     # One op at a time, so the trace's operator events follow the block order and per-op times add up to the
     # step (with the default thread pool, ops overlap and their durations sum to more than the step). Set at run
     # time: the environment variable only counts if set before Paddle was first imported.
-    paddle.set_flags({"FLAGS_new_executor_serial_run": True})
     paddle.enable_static()
     layers, op_layer = group_layers(main_program, _ids_per_sample(feed, batch_size))
     sizes = static_layer_sizes(main_program, layers)
@@ -283,17 +282,23 @@ def profile_program(main_program, startup_program, feed: dict, batch_size: int, 
         profile = ModelProfile(name=name, batch_size=batch_size, layers=tuple(
             LayerProfile(name=layer.name, kind=layer.kind, time={}, **size) for layer, size in zip(layers, sizes)))
         return ProfileReport(profile, math.nan, math.nan)
-    executor = paddle.static.Executor(paddle.CPUPlace())
-    scope = paddle.static.Scope()
-    with paddle.static.scope_guard(scope):
-        executor.run(startup_program)
-        for _ in range(2):  # warm-up: first runs build the interpreter and allocate
-            executor.run(main_program, feed=feed, fetch_list=fetch_list)
-        # Wall-clock steps before and after the profiled ones: on a shared machine the load drifts, and the
-        # prediction is checked against the same period the per-layer times come from.
-        wall = _timed_steps(executor, main_program, feed, fetch_list, (timing_steps + 1) // 2)
-        per_step = measure_op_seconds(main_program, feed, fetch_list, executor, steps)
-        wall += _timed_steps(executor, main_program, feed, fetch_list, timing_steps // 2)
+    serial_flag = "FLAGS_new_executor_serial_run"
+    previous = paddle.get_flags([serial_flag])[serial_flag]
+    paddle.set_flags({serial_flag: True})
+    try:  # the flag is process-wide: a job profiled in its own process (auto path) must get its threads back
+        executor = paddle.static.Executor(paddle.CPUPlace())
+        scope = paddle.static.Scope()
+        with paddle.static.scope_guard(scope):
+            executor.run(startup_program)
+            for _ in range(2):  # warm-up: first runs build the interpreter and allocate
+                executor.run(main_program, feed=feed, fetch_list=fetch_list)
+            # Wall-clock steps before and after the profiled ones: on a shared machine the load drifts, and the
+            # prediction is checked against the same period the per-layer times come from.
+            wall = _timed_steps(executor, main_program, feed, fetch_list, (timing_steps + 1) // 2)
+            per_step = measure_op_seconds(main_program, feed, fetch_list, executor, steps)
+            wall += _timed_steps(executor, main_program, feed, fetch_list, timing_steps // 2)
+    finally:
+        paddle.set_flags({serial_flag: previous})
     layer_seconds = [[0.0] * len(layers) for _ in per_step]
     for step, trace in enumerate(per_step):
         # The executor's time between operator events (dispatch, feed and fetch) is part of running the ops:
