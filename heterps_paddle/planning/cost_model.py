@@ -62,7 +62,11 @@ class BatchEvaluation:
 
 
 class CostModel:
-    def __init__(self, profile: ModelProfile, cluster: Cluster, throughput: float | None = None):
+    def __init__(self, profile: ModelProfile, cluster: Cluster, throughput: float | None = None,
+                 first_stage_kinds: tuple[str, ...] | None = None):
+        """``first_stage_kinds``: resource kinds allowed to run the first stage (None: any).  Not part of the
+        reference reading; the automatic path passes ("cpu",) because Paddle's heterogeneous pipeline reads
+        the data on CPU trainers, which therefore run the first stage."""
         required = throughput if throughput is not None else cluster.throughput
         if required is None:
             raise PlanningInputError("no required throughput: give it in the cluster file or with --throughput")
@@ -71,6 +75,7 @@ class CostModel:
         self.profile = profile
         self.cluster = cluster
         self.throughput = float(required)
+        self.first_stage_kinds = first_stage_kinds
         self.types = cluster.resource_types
         self.num_layers = len(profile.layers)
         self.num_types = len(self.types)
@@ -166,16 +171,21 @@ class CostModel:
             self._cache[key] = option
         return option
 
+    def _impossible(self, start: int, end: int, type_index: int) -> StageOption:
+        """A stage no number of units can run (kept, like over-limit stages, so searches can grade it)."""
+        return StageOption(start, end, type_index, _UNIT_SCAN_LIMIT, math.inf, False, float(self.price[type_index]))
+
     def _provision(self, start: int, end: int, type_index: int) -> StageOption:
         t = self.types[type_index]
+        if start == 0 and self.first_stage_kinds is not None and t.kind not in self.first_stage_kinds:
+            return self._impossible(start, end, type_index)
         params = self.param_prefix[end] - self.param_prefix[start]
         # Units from which the parameters fit in memory (no spill); 1 when they fit in one unit.
         if params <= t.memory:
             fit = 1
         elif t.memory <= 0:  # no parameter memory at all: every unit spills everything
             if not t.has_ssd:
-                return StageOption(start, end, type_index, _UNIT_SCAN_LIMIT, math.inf, False,
-                                   float(self.price[type_index]))
+                return self._impossible(start, end, type_index)
             fit = _UNIT_SCAN_LIMIT
         else:
             fit = max(1, math.ceil(params / t.memory))
@@ -223,7 +233,14 @@ class CostModel:
         excess = np.maximum(0, used - self.max_units)
         cost = float(sum(s.cost_per_hour for s in stages))
         reason = None
-        if excess.any():
+        impossible = next((s for s in stages if math.isinf(s.time_per_sample)), None)
+        if impossible is not None:
+            t = self.types[impossible.type_index]
+            reason = (f"{t.name} cannot run layers {impossible.start}..{impossible.end - 1}: "
+                      + ("the first stage must run on a " + "/".join(self.first_stage_kinds) + " type"
+                         if impossible.start == 0 and self.first_stage_kinds and t.kind not in self.first_stage_kinds
+                         else "no parameter memory and no SSD tier"))
+        elif excess.any():
             worst = int(np.argmax(excess))
             reason = (f"{self.types[worst].name} needs {int(used[worst])} units, max_units is "
                       f"{int(self.max_units[worst])}")
