@@ -33,7 +33,8 @@ from heterps_paddle.examples.common import ModelConfig
 RUN_KEYS = {"model": (str, False), "train_dir": (str, False), "test_dir": (str, False),
             "generate_rows": (int, True), "generate_seed": (int, False), "skip_malformed": (bool, False),
             "batch_size": (int, True), "epochs": (int, True), "thread_num": (int, True),
-            "print_period": (int, True), "model_config": (dict, False), "seed": (int, False)}
+            "print_period": (int, True), "model_config": (dict, False), "seed": (int, False),
+            "heterps": (dict, False)}
 
 
 def parse_args(argv=None):
@@ -90,13 +91,15 @@ def data_files(config):
     return listing(config["train_dir"]), listing(config["test_dir"])
 
 
-def build_strategy(args):
+def build_strategy(args, config):
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     strategy.a_sync_configs = {"launch_barrier": True}
     if args.heterps:
+        # heterps-paddle: the one line a plain fleet script adds (plus the import), and its options
         strategy.heterps = True
-        strategy.heterps_configs = _key_values(args.heterps_config, "--heterps-config")
+        strategy.heterps_configs = {**config.get("heterps", {}),
+                                    **_key_values(args.heterps_config, "--heterps-config")}
     return strategy
 
 
@@ -123,7 +126,7 @@ def main(argv=None):
         if os.environ.get("PADDLE_WITH_GLOO", "0") == "0":
             os.environ["PADDLE_WITH_GLOO"] = "1"
         fleet.init()
-        optimizer = fleet.distributed_optimizer(optimizer, build_strategy(args))
+        optimizer = fleet.distributed_optimizer(optimizer, build_strategy(args, config))
     optimizer.minimize(model.loss)
 
     if distributed and fleet.is_server():

@@ -1,6 +1,7 @@
 """The automatic path of ``strategy.heterps``: profile the program, schedule, provision, once per launch.
 
-Called from HeterPSOptimizer.minimize_impl when ``heterps_configs["cluster"]`` names a cluster file.
+Called from HeterPSOptimizer.minimize_impl when ``heterps_configs["cluster"]`` names a cluster file, or
+is ``"local"``: this machine, measured once into ``output_dir/local_cluster.yaml`` (heterps local-cluster).
 
 One plan per launch.  Profiling measures times, so two processes profiling the same program would not
 get the same numbers and could choose different plans.  So the first process of a launch to get the
@@ -22,13 +23,16 @@ from dataclasses import dataclass
 from .errors import HeterPSError
 from .files import locked, write_atomic
 from .local_cluster import LOCAL_CPU, LOCAL_GPU
-from .planning.model import Cluster, Plan, load_cluster, model_profile_to_dict, plan_from_dict, save_yaml
+from .planning.model import Cluster, Plan, cluster_to_dict, load_cluster, model_profile_to_dict, plan_from_dict, \
+    save_yaml
+from .strategy import LOCAL_CLUSTER
 
 logger = logging.getLogger("heterps_paddle")
 
 PLAN_FILE = "plan.json"
 REPORT_FILE = "plan_report.txt"
 PROFILE_FILE = "profile.yaml"
+LOCAL_CLUSTER_FILE = "local_cluster.yaml"
 LAUNCH_FILE = "plan.launch"
 # The resource types a profile measured on this machine stands for (heterps local-cluster's names).
 LOCAL_TYPES = (LOCAL_CPU, LOCAL_GPU)
@@ -221,11 +225,19 @@ def plan_for_job(loss, startup_program, optimizer, configs: dict) -> JobPlan:
     from .planning.cost_model import CostModel
     from .planning.schedulers import make_scheduler
 
-    cluster = load_cluster(configs["cluster"]).with_throughput(configs["throughput"])
+    out_dir = os.path.abspath(configs["output_dir"])
+    cluster_path = configs["cluster"]
+    if cluster_path == LOCAL_CLUSTER:
+        cluster_path = os.path.join(out_dir, LOCAL_CLUSTER_FILE)
+        with locked(out_dir, ".heterps-plan.lock"):  # measured once per output_dir, then reused
+            if not os.path.isfile(cluster_path):
+                from .local_cluster import detect_local_cluster
+
+                save_yaml(cluster_to_dict(detect_local_cluster()), cluster_path)
+    cluster = load_cluster(cluster_path).with_throughput(configs["throughput"])
     if cluster.throughput is None:
         raise PlanningFailed(f"strategy.heterps_configs: no throughput target: give 'throughput' or put one in "
                              f"{configs['cluster']}")
-    out_dir = os.path.abspath(configs["output_dir"])
     plan_path = os.path.join(out_dir, PLAN_FILE)
     this_launch = launch_id()
     if len(_launch_hosts()) > 1 and os.environ.get("HETERPS_SHARED_OUTPUT_DIR") != "1":

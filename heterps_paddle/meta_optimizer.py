@@ -59,8 +59,11 @@ class HeterPSOptimizer(MetaOptimizerBase):
         section_plan = None
         if configs["plan"] is not None:
             from .sections.plan import load_plan
+            from .strategy import LOCAL_CLUSTER
 
-            section_plan = load_plan(configs["plan"], configs["cluster"])
+            # with "local" the resource names say their kind (local_cpu, local_gpu)
+            section_plan = load_plan(configs["plan"], None if configs["cluster"] == LOCAL_CLUSTER
+                                     else configs["cluster"])
         elif configs["cluster"] is not None:
             # The automatic path: profile -> schedule -> provision, once per launch (auto_plan.py).
             import paddle

@@ -38,6 +38,13 @@ def _existing_file(value: str) -> str | None:
     return None
 
 
+LOCAL_CLUSTER = "local"  # heterps_configs["cluster"]: describe this machine (heterps local-cluster) at plan time
+
+
+def _cluster_file(value: str) -> str | None:
+    return None if value == LOCAL_CLUSTER else _existing_file(value)
+
+
 def _positive(value: float) -> str | None:
     if not value > 0 or value != value or value == float("inf"):
         return f"must be a positive finite number, got {value!r}"
@@ -60,9 +67,9 @@ def _non_negative_int(value: int) -> str | None:
 CONFIG_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in (
-        ConfigKey("cluster", (str,), None, "cluster description file (YAML/JSON, see specs/plan-io.md); with "
-                  "'plan' it only says which resource types are CPUs and which GPUs",
-                  _existing_file),
+        ConfigKey("cluster", (str,), None, "cluster description file (YAML/JSON, see specs/plan-io.md), or "
+                  "'local' for this machine as measured by heterps local-cluster; with 'plan' it only says which "
+                  "resource types are CPUs and which GPUs", _cluster_file),
         ConfigKey("throughput", (int, float), None, "required samples/s (overrides the cluster file's)",
                   _positive),
         ConfigKey("scheduler", (str,), "rl", "which scheduler plans the job: " + "|".join(SCHEDULERS),

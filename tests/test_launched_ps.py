@@ -27,3 +27,5 @@ def test_launched_ctr_dnn_learns(tmp_path, heterps_cache, heterps):
     log = open(os.path.join(result.log_dir, "workerlog.0")).read()
     assert "loss[1]:" in log and "auc[1]:" in log
     assert "RESULT model=ctr_dnn" in log
+    # with heterps on, the example config plans the job for this machine inside minimize
+    assert os.path.isfile(os.path.join(str(tmp_path), "heterps_plan", "plan.json")) == heterps

@@ -55,6 +55,10 @@ def test_bad_values_name_key_given_and_allowed(configs, words):
         assert word in str(err.value)
 
 
+def test_local_cluster_needs_no_file():
+    assert validate_heterps_configs({"cluster": "local"})["cluster"] == "local"
+
+
 def test_defaults_are_filled_and_input_not_mutated():
     given = {"throughput": 5}
     full = validate_heterps_configs(given)

@@ -166,6 +166,13 @@ def check_launch_matches(plan: SectionPlan, env: dict[str, str] | None = None) -
             raise LaunchMismatchError(
                 f"plan {plan.path} has 1 stage (no heterogeneous trainers) but the job was launched with "
                 f"{env['STAGE_NUM']} stages; launch with {expected}")
+        # One stage is plain data parallelism: more CPU trainers than the plan needs only add throughput,
+        # fewer cannot meet the target.
+        launched = int(env.get("PADDLE_TRAINERS_NUM", "0") or 0)
+        if role in ("TRAINER", "PSERVER") and 0 < launched < plan.stages[0].units:
+            raise LaunchMismatchError(
+                f"plan {plan.path} needs {plan.stages[0].units} CPU trainers to meet its throughput, but the job "
+                f"was launched with {launched}; launch with {expected}")
         return
     if role not in ("TRAINER", "HETER_TRAINER", "PSERVER"):
         return  # not a launched PS process (e.g. a unit test building the program)
