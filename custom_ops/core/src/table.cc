@@ -758,12 +758,12 @@ inline void copy_row(float* dst, const float* src, size_t d) {
   }
 }
 
-// The index line holding a hash's home entry, and the line after it when the home entry is one of the
-// last two of its line (linear probing often continues there).  Prefetches never fault, so a stale base
+// The index line holding a hash's home entry, and the next line when the home entry is the last of its
+// line (4 entries a line; the probe then continues there whenever the home entry holds another key).  Prefetches never fault, so a stale base
 // pointer (the unlocked hint copy) only costs a useless line.
 inline void prefetch_home(const Entry* base, uint64_t mask, uint64_t h) {
   __builtin_prefetch(base + (h & mask));
-  __builtin_prefetch(base + ((h + 2) & mask));
+  __builtin_prefetch(base + ((h + 1) & mask));
 }
 
 }  // namespace
