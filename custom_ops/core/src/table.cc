@@ -645,20 +645,35 @@ struct ShardOps {
     uint64_t target = capacity - std::max<uint64_t>(1, capacity / 8);
     if (sh.count <= target) return;
     uint64_t n = sh.count - target;
-    std::vector<uint64_t> cand, spared;
-    cand.reserve(sh.count);
-    const bool lfu = c.eviction == EvictPolicy::kLFU;
-    for (uint64_t i = 0; i < sh.entries.size(); ++i) {
-      const Entry& e = sh.entries[i];
-      if (e.key == kEmptyKey) continue;
-      if (!lfu) {
-        cand.push_back(uint64_t(e.score) << 32 | i);
-      } else if (tick != 0 && (e.score & 0xFFFFu) == (tick & 0xFFFFu)) {
-        spared.push_back(uint64_t(e.score >> 16) << 32 | i);  // used by this call: last resort only
-      } else {
-        cand.push_back(uint64_t(e.score >> 16) << 32 | i);
+    // Candidates (score << 32 | entry index), gathered without a branch per entry (whether an entry is
+    // empty is unpredictable; the scan was a third of the eviction's time with a push_back per entry).
+    const uint64_t ne = sh.entries.size();
+    const Entry* ent = sh.entries.data();
+    std::vector<uint64_t> cand(ne + 1), spared;
+    size_t nc = 0;
+    if (c.eviction == EvictPolicy::kLRU) {
+      for (uint64_t i = 0; i < ne; ++i) {
+        cand[nc] = uint64_t(ent[i].score) << 32 | i;
+        nc += ent[i].key != kEmptyKey;
       }
+    } else {
+      // LFU: rows used by this call go to `spared`, taken only as a last resort.
+      spared.resize(ne + 1);
+      size_t nsp = 0;
+      const uint32_t t16 = tick & 0xFFFFu;
+      for (uint64_t i = 0; i < ne; ++i) {
+        const uint32_t sc = ent[i].score;
+        const uint64_t v = uint64_t(sc >> 16) << 32 | i;
+        const bool used = ent[i].key != kEmptyKey;
+        const bool spare = tick != 0 && (sc & 0xFFFFu) == t16;
+        cand[nc] = v;
+        spared[nsp] = v;
+        nc += used & !spare;
+        nsp += used & spare;
+      }
+      spared.resize(nsp);
     }
+    cand.resize(nc);
     if (cand.size() < n) cand.insert(cand.end(), spared.begin(), spared.end());
     std::nth_element(cand.begin(), cand.begin() + (n - 1), cand.end());
     cand.resize(n);
