@@ -762,20 +762,9 @@ struct ShardOps {
 
 namespace {
 
-// Row copy for the common dims as a few vector moves instead of a memcpy call.
-inline void copy_row(float* dst, const float* src, size_t d) {
-  switch (d) {
-    case 8: std::memcpy(dst, src, 32); break;
-    case 16: std::memcpy(dst, src, 64); break;
-    case 32: std::memcpy(dst, src, 128); break;
-    case 64: std::memcpy(dst, src, 256); break;
-    default: std::memcpy(dst, src, d * sizeof(float));
-  }
-}
-
 // The index line holding a hash's home entry, and the next line when the home entry is the last of its
-// line (4 entries a line; the probe then continues there whenever the home entry holds another key).  Prefetches never fault, so a stale base
-// pointer (the unlocked hint copy) only costs a useless line.
+// line (4 entries a line; the probe then continues there whenever the home entry holds another key).
+// Prefetches never fault, so a stale base pointer (the unlocked hint copy) only costs a useless line.
 inline void prefetch_home(const Entry* base, uint64_t mask, uint64_t h) {
   __builtin_prefetch(base + (h & mask));
   __builtin_prefetch(base + ((h + 1) & mask));
@@ -789,28 +778,25 @@ void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
   const uint32_t tick = next_tick();
   const size_t d = config_.dim;
   const uint32_t ns = config_.shards;
-  // Chunks of up to 8192 ids (the chunk's output, at most 256 KiB, stays in L2).  Pass 1 hashes the chunk
-  // and groups it by shard (counting sort, stable: one lock acquisition per shard per chunk, and within a
-  // group the writes into `out` ascend).  Pass 2 walks the groups as a software pipeline: the index line of
-  // the id kAheadIndex places ahead is prefetched (through the shards' hint copies, so across group
-  // boundaries too), the id kAheadRow places ahead is probed and its row prefetched, and the row of the
-  // current id is copied out.  The bounded lookahead keeps the outstanding misses within what the core
-  // can track: the previous design prefetched a whole chunk's index lines at once and then stalled on
-  // most probes anyway (measured with perf: half of pull's time on the probe's first load).
-  constexpr size_t kAheadRow = 8, kAheadIndex = 16;
-  const size_t chunk = std::max<size_t>(1024, std::min<size_t>(8192, (size_t(256) << 10) / (d * sizeof(float))));
-  const size_t cap = std::min(n, chunk);
-  std::vector<uint64_t> hs(cap);
-  std::vector<uint32_t> order(cap), cnt(ns + 1), pos(ns);
-  std::vector<const float*> rows(cap);
+  // Chunks of 2048 ids.  Stage 1 hashes the chunk and groups it by shard (counting sort: one lock
+  // acquisition per shard per chunk); stage 2 locates and prefetches every row, prefetching the index line
+  // of the id kAhead places ahead (through the shards' hint copies, so across group boundaries too);
+  // stage 3 copies in batch order.  Prefetching all 2048 index lines in stage 1 (the previous design)
+  // overran what the core can keep in flight: perf put half of pull's time on the probe's first load.
+  constexpr size_t kChunk = 2048;
+  constexpr size_t kAhead = 16;  // index prefetch distance (ids, in shard-group order)
+  std::vector<uint64_t> hs(std::min(n, kChunk));
+  std::vector<uint32_t> order(hs.size()), cnt(ns + 1), pos(ns);
+  std::vector<const float*> rows(hs.size());
   std::vector<const Entry*> hint_e(ns);
-  std::vector<uint64_t> hint_m(ns);
+  std::vector<std::unique_lock<std::mutex>> locks;
+  locks.reserve(ns);
   std::vector<uint32_t> missing;
+  std::vector<uint64_t> hint_m(ns);
   const uint32_t shard_shift = shard_bits_ == 0 ? 0 : 64 - shard_bits_;
   const uint32_t shard_mask = ns - 1;  // shards == 1: shift 0, mask 0
-  const bool lru = config_.eviction == EvictPolicy::kLRU;
-  for (size_t base = 0; base < n; base += chunk) {
-    const size_t m = std::min(chunk, n - base);
+  for (size_t base = 0; base < n; base += kChunk) {
+    const size_t m = std::min(kChunk, n - base);
     const int64_t* k = keys + base;
     float* o = out + base * d;
     std::fill(cnt.begin(), cnt.end(), 0u);
@@ -821,7 +807,8 @@ void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
     for (size_t i = 0; i < m; ++i) {
       uint64_t h = key_hash(k[i]);
       hs[i] = h;
-      ++cnt[(static_cast<uint32_t>(h >> shard_shift) & shard_mask) + 1];
+      uint32_t s = static_cast<uint32_t>(h >> shard_shift) & shard_mask;
+      ++cnt[s + 1];
     }
     for (uint32_t s = 0; s < ns; ++s) {
       cnt[s + 1] += cnt[s];
@@ -831,63 +818,81 @@ void SparseTable::pull(const int64_t* keys, size_t n, float* out) {
       uint32_t s = static_cast<uint32_t>(hs[i] >> shard_shift) & shard_mask;
       order[pos[s]++] = static_cast<uint32_t>(i);
     }
-    for (size_t j = 0; j < std::min(m, kAheadIndex); ++j) {
+    for (size_t j = 0; j < std::min(m, kAhead); ++j) {
       const uint64_t h = hs[order[j]];
       const uint32_t s = static_cast<uint32_t>(h >> shard_shift) & shard_mask;
       prefetch_home(hint_e[s], hint_m[s], h);
     }
+    // Stage 2: under the locks of every shard the chunk touches (taken in ascending order, as save() does,
+    // so no deadlock), locate each row and prefetch it.  Stage 3: copy in the batch's order, so the writes
+    // into `out` are sequential.  Keeping the locks until the copy is what makes the located rows stable.
     for (uint32_t s = 0; s < ns; ++s) {
       const uint32_t b = cnt[s], e = cnt[s + 1];
       if (b == e) continue;
       Shard& sh = *shards_[s];
-      std::lock_guard<std::mutex> lock(sh.mu);
+      locks.emplace_back(sh.mu);
+      ShardOps ops{config_, sh, capacity_per_shard_, tick};
+      const bool lru = config_.eviction == EvictPolicy::kLRU;
       uint64_t hits = 0;
-      for (uint32_t j = b; j < e + kAheadRow; ++j) {
-        if (j < e) {
-          if (j + kAheadIndex < m) {
-            const uint64_t h = hs[order[j + kAheadIndex]];
-            const uint32_t ps = static_cast<uint32_t>(h >> shard_shift) & shard_mask;
-            prefetch_home(hint_e[ps], hint_m[ps], h);
-          }
-          const uint32_t i = order[j];
-          const int64_t at = sh.find_h(k[i], hs[i]);
-          if (__builtin_expect(at >= 0, 1)) {
-            Entry& en = sh.entries[at];
-            if (lru) {
-              if (en.score != tick) en.score = tick;  // hot rows: do not dirty a line that holds the tick
-            } else {
-              en.score = lfu_touch(en.score, tick);
-            }
-            const float* r = sh.row(en.slot);
-            rows[j] = r;
-            for (size_t l = 0; l < d; l += 16) __builtin_prefetch(r + l);  // every line of the weights
-            ++hits;
+      for (uint32_t j = b; j < e; ++j) {
+        if (j + kAhead < m) {
+          const uint64_t h = hs[order[j + kAhead]];
+          const uint32_t ps = static_cast<uint32_t>(h >> shard_shift) & shard_mask;
+          prefetch_home(hint_e[ps], hint_m[ps], h);
+        }
+        const uint32_t i = order[j];
+        const float* r;
+        // Hit path inline; creation, promotion and eviction out of line.
+        int64_t at = sh.find_h(k[i], hs[i]);
+        if (__builtin_expect(at >= 0, 1)) {
+          Entry& en = sh.entries[at];
+          if (lru) {
+            if (en.score != tick) en.score = tick;
           } else {
-            // Not resident: handled after the group (creation, promotion and eviction out of line), with
-            // the SSD index line prefetched meanwhile (a promotion costs several dependent misses).
-            rows[j] = nullptr;
-            missing.push_back(j);
-            if (!sh.ssd_index.empty()) sh.ssd_index.prefetch(hs[i]);
+            en.score = lfu_touch(en.score, tick);
           }
+          r = sh.row(en.slot);
+          ++hits;
+        } else {
+          // Not resident: deferred until the group's hits are located, with the SSD index line
+          // prefetched meanwhile (a promotion costs several dependent misses).
+          rows[i] = nullptr;
+          missing.push_back(j);
+          if (!sh.ssd_index.empty()) sh.ssd_index.prefetch(hs[i]);
+          continue;
         }
-        if (j >= b + kAheadRow) {
-          const uint32_t q = j - kAheadRow;
-          if (rows[q] != nullptr) copy_row(o + size_t(order[q]) * d, rows[q], d);
-        }
+        rows[i] = r;
+        for (size_t l = 0; l < d; l += 16) __builtin_prefetch(r + l);  // every line of the weights
       }
       sh.hits += hits;
-      if (!missing.empty()) {
-        // Every row found above is copied already, and each row here is copied before anything can evict
-        // it, so an eviction (which frees and reuses slots) never invalidates a row still to be copied.
-        ShardOps ops{config_, sh, capacity_per_shard_, tick};
-        for (uint32_t j : missing) {
-          const uint32_t i = order[j];
-          copy_row(o + size_t(i) * d, ops.get_h(k[i], hs[i], tick), d);  // creates, promotes, or finds a repeat
-          if (__builtin_expect(ops.over_budget(), 0)) ops.evict();
+      for (uint32_t j : missing) {
+        const uint32_t i = order[j];
+        const float* r = ops.get_h(k[i], hs[i], tick);  // creates, promotes, or finds a repeated id
+        rows[i] = r;
+        for (size_t l = 0; l < d; l += 16) __builtin_prefetch(r + l);
+        if (__builtin_expect(ops.over_budget(), 0)) {
+          // Eviction may free (and reuse) the slots of rows of this shard located so far: copy them now.
+          for (uint32_t jj = b; jj < e; ++jj) {
+            const uint32_t ii = order[jj];
+            if (rows[ii] != nullptr) std::memcpy(o + size_t(ii) * d, rows[ii], d * sizeof(float));
+            rows[ii] = nullptr;
+          }
+          ops.evict();
         }
-        missing.clear();
       }
+      missing.clear();
     }
+    // Fixed-size copies for the common dims compile to a few vector moves instead of a memcpy call.
+    switch (d) {
+      case 8: for (size_t i = 0; i < m; ++i) if (rows[i]) std::memcpy(o + i * 8, rows[i], 32); break;
+      case 16: for (size_t i = 0; i < m; ++i) if (rows[i]) std::memcpy(o + i * 16, rows[i], 64); break;
+      case 32: for (size_t i = 0; i < m; ++i) if (rows[i]) std::memcpy(o + i * 32, rows[i], 128); break;
+      case 64: for (size_t i = 0; i < m; ++i) if (rows[i]) std::memcpy(o + i * 64, rows[i], 256); break;
+      default:
+        for (size_t i = 0; i < m; ++i)
+          if (rows[i]) std::memcpy(o + i * d, rows[i], d * sizeof(float));
+    }
+    locks.clear();
   }
 }
 
