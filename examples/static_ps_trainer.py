@@ -118,7 +118,9 @@ def main(argv=None):
     model_config = ModelConfig.from_dict({**config.get("model_config", {}),
                                           "embedding": "ps" if distributed else "local"})
     model = build_net(config["model"], model_config)
-    optimizer = paddle.optimizer.Adam(learning_rate=model_config.learning_rate)
+    # One process holds the table locally: lazy Adam updates only the rows a batch touched, as the parameter
+    # servers' sparse tables do (a dense Adam would move every row of the table at every step).
+    optimizer = paddle.optimizer.Adam(learning_rate=model_config.learning_rate, lazy_mode=not distributed)
 
     if distributed:
         # fleet.barrier_worker() is a no-op without gloo.  The launcher provides gloo's rendezvous
