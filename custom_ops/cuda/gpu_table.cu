@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gpu_table.h"
+#include "heterps/hash.h"
 #include "heterps/table.h"
 
 namespace {
@@ -27,17 +28,7 @@ namespace {
 constexpr int64_t kEmpty = INT64_MIN;
 constexpr int kThreads = 256;
 
-__host__ __device__ inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-__host__ __device__ inline uint64_t key_hash(int64_t key) {
-  return mix64(static_cast<uint64_t>(key) + 0x9e3779b97f4a7c15ull);
-}
+using heterps::key_hash;
 
 struct Dev {
   int64_t* keys = nullptr;

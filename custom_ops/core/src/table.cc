@@ -19,6 +19,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "heterps/hash.h"
 #include "heterps/table.h"
 #include "io.h"
 
@@ -27,17 +28,6 @@ namespace heterps {
 namespace {
 
 constexpr int64_t kEmptyKey = INT64_MIN;  // reserved: rejected as an id
-
-inline uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-inline uint64_t key_hash(int64_t key) { return mix64(static_cast<uint64_t>(key) + 0x9e3779b97f4a7c15ull); }
 
 struct Entry {
   int64_t key;
