@@ -110,8 +110,14 @@ def profile_for_planning(loss, startup_program, optimizer, batch_size: int, seed
 
     # A fresh name generator: names made for the copy (optimizer state, learning rate) must not shift the
     # ones the job's own optimizer gets next (the PS runtime looks them up, e.g. 'learning_rate_0').
-    with paddle.utils.unique_name.guard():
-        return _profile_copy(loss, startup_program, optimizer, batch_size, seed, time_keys)
+    # The copy's startup draws from the global random generator: give the job back the state it had, so
+    # the process that profiled initialises its parameters as it would have without profiling.
+    rng_state = paddle.get_rng_state()
+    try:
+        with paddle.utils.unique_name.guard():
+            return _profile_copy(loss, startup_program, optimizer, batch_size, seed, time_keys)
+    finally:
+        paddle.set_rng_state(rng_state)
 
 
 def _profile_copy(loss, startup_program, optimizer, batch_size, seed, time_keys):
