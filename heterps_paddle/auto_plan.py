@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 from dataclasses import dataclass
 
@@ -26,8 +25,6 @@ from .local_cluster import LOCAL_CPU, LOCAL_GPU
 from .planning.model import Cluster, Plan, cluster_to_dict, load_cluster, model_profile_to_dict, plan_from_dict, \
     save_yaml
 from .strategy import LOCAL_CLUSTER
-
-logger = logging.getLogger("heterps_paddle")
 
 PLAN_FILE = "plan.json"
 REPORT_FILE = "plan_report.txt"

@@ -1,6 +1,5 @@
 """The example trainer outside a launch: one process, real files, bad input."""
 
-import os
 import shutil
 import subprocess
 import sys

@@ -1,6 +1,5 @@
 import filecmp
 import json
-import os
 
 import numpy as np
 

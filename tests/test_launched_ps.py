@@ -1,6 +1,5 @@
 """Real launched parameter-server jobs (1 server, 2 workers) of the CTR-DNN example must learn."""
 
-import json
 import os
 
 import pytest

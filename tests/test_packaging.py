@@ -1,6 +1,5 @@
 """setup.py must never pull the CPU Paddle wheel over a GPU one."""
 
-import os
 
 import pytest
 

@@ -2,7 +2,6 @@
 2.6.2 internals the fixes depend on (they fail loudly when Paddle behaves differently)."""
 
 import json
-import os
 import socket
 import subprocess
 import sys

@@ -4,7 +4,6 @@ and the worker saves the table, which this process then loads and checks."""
 
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
