@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gpu_table.h"
+#include "heterps/c_api_guard.h"
 #include "heterps/hash.h"
 #include "heterps/table.h"
 
@@ -517,15 +518,7 @@ std::shared_ptr<GpuTable> need(const char* name) {
 
 template <class F>
 int guarded(F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    t_error = e.what();
-  } catch (...) {
-    t_error = "unknown error";
-  }
-  return -1;
+  return heterps::guarded(t_error, f);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "heterps/c_api_guard.h"
 #include "heterps/table.h"
 #include "io.h"
 
@@ -57,15 +58,7 @@ thread_local std::string t_error;
 
 template <class F>
 int guarded(F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    t_error = e.what();
-  } catch (...) {
-    t_error = "unknown error";
-  }
-  return -1;
+  return heterps::guarded(t_error, f);
 }
 
 std::shared_ptr<heterps::SparseTable> need(const char* name) {
