@@ -16,9 +16,8 @@ JOB = os.path.abspath(ctr_job.__file__)
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, heterps_cache):
     tmp = tmp_path_factory.mktemp("sections-faults")
-    os.environ.setdefault("HETERPS_CACHE", str(tmp / "cache"))
     data = str(tmp / "data")
     ctr_job.gen(data, rows=4000, seed=2)
     plans = {}

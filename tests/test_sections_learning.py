@@ -31,9 +31,8 @@ def _plan(path, stages):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, heterps_cache):
     tmp = tmp_path_factory.mktemp("sections-learning")
-    os.environ.setdefault("HETERPS_CACHE", str(tmp / "cache"))
     data = str(tmp / "data")
     ctr_job.gen(data, rows=40000, seed=1)
     plans = {
