@@ -40,6 +40,15 @@ class PlanningFailed(HeterPSError):
     pass
 
 
+@dataclass(frozen=True)
+class JobProfile:
+    profile: object  # planning.model.ModelProfile, with times under the cluster's local type names
+    report: object  # planning.profiler.ProfileReport: the profiler's own check (predicted vs measured step)
+    trainer_seconds: float | None  # per sample, train_from_dataset loop with local tables
+    calibration: float | None  # trainer_seconds / the profiler's per-sample sum
+    ps_row_seconds: float | None  # parameter servers' CPU per sparse row, added to local_cpu sparse layers
+
+
 @dataclass
 class JobPlan:
     plan: Plan
@@ -142,7 +151,7 @@ def _profile_copy(loss, startup_program, optimizer, batch_size, seed, time_keys)
     report = profile_program(main, startup, feed, batch_size, fetch_list=[copy_loss], name="job",
                              time_key=time_keys[0] if time_keys else None)
     profile = report.profile
-    calibration = None
+    calibration = trainer_seconds = None
     if time_keys:
         # The profiler times ops under Executor.run; training runs them in the C++ trainer loop of
         # train_from_dataset, which has far less per-step overhead.  Keep the profiler's split over layers
@@ -155,7 +164,47 @@ def _profile_copy(loss, startup_program, optimizer, batch_size, seed, time_keys)
         profile = replace(profile, layers=tuple(
             replace(layer, time={key: layer.time[time_keys[0]] * calibration for key in time_keys})
             for layer in profile.layers))
-    return profile, report, calibration
+    ps_row_seconds = None
+    if LOCAL_CPU in time_keys:
+        profile, ps_row_seconds = add_ps_service_time(profile, main, feed, batch_size)
+    return JobProfile(profile, report, trainer_seconds, calibration, ps_row_seconds)
+
+
+def sparse_rows_per_sample(main, feed: dict, batch_size: int) -> dict[str, float]:
+    """Sparse layer name -> table rows it looks up per sample (what the servers pull and push)."""
+    from .planning.profiler import _dtype_bytes, _ids_per_sample, group_layers
+
+    block = main.global_block()
+    rows = {}
+    for layer in group_layers(main, _ids_per_sample(feed, batch_size))[0]:
+        if layer.kind == "sparse":
+            table = block.var(layer.table)
+            row_bytes = int(table.shape[-1]) * _dtype_bytes(table)
+            rows[layer.name] = layer.io_bytes / (2 * row_bytes)  # io_bytes counts each row read and written
+    return rows
+
+
+def add_ps_service_time(profile, main, feed: dict, batch_size: int):
+    """The local CPU type's sparse-layer times with the parameter servers' work added.
+
+    The profile ran with local tables.  On a CPU stage the rows are pulled from and pushed to the
+    servers, which on this machine share the trainers' cores: each looked-up row costs the CPU time the
+    ps_service probe measured (trainer and server side together), once per sample.  The local GPU type
+    keeps the local-table time: a GPU stage's embeddings live in the project's table, synchronised with
+    the servers once per pass, not per sample.
+    """
+    from dataclasses import replace
+
+    from .ps_service import ps_row_cost
+
+    row_seconds = ps_row_cost().row_seconds
+    rows = sparse_rows_per_sample(main, feed, batch_size)
+    layers = []
+    for layer in profile.layers:
+        if layer.name in rows and LOCAL_CPU in layer.time:
+            layer = replace(layer, time={**layer.time, LOCAL_CPU: layer.time[LOCAL_CPU] + rows[layer.name] * row_seconds})
+        layers.append(layer)
+    return replace(profile, layers=tuple(layers)), row_seconds
 
 
 def _multislot_line(values_by_var, row: int) -> str:
@@ -260,19 +309,21 @@ def plan_for_job(loss, startup_program, optimizer, configs: dict) -> JobPlan:
                 with open(os.path.join(out_dir, REPORT_FILE), encoding="utf-8") as f:
                     return JobPlan(plan, cluster, plan_path, f.read())
         time_keys = [name for name in cluster.type_names() if name in LOCAL_TYPES]
-        profile, measured, calibration = profile_for_planning(loss, startup_program, optimizer,
-                                                              configs["profile_batch_size"], configs["seed"],
-                                                              time_keys)
+        measured = profile_for_planning(loss, startup_program, optimizer, configs["profile_batch_size"],
+                                        configs["seed"], time_keys)
+        profile = measured.profile
         # Paddle's heterogeneous pipeline reads data on its CPU trainers, which run the first stage.
         cost_model = CostModel(profile, cluster, first_stage_kinds=("cpu",))
         plan = make_scheduler(configs["scheduler"], seed=configs["seed"]).plan(cost_model)
         report = plan_report(cost_model, plan)
         report += (f"\nprofile: {len(profile.layers)} layers measured on this CPU ({', '.join(time_keys) or 'none'}"
-                   f" of the cluster's types); predicted step {measured.predicted_step_seconds:.4f} s vs measured "
-                   f"{measured.measured_step_seconds:.4f} s at batch {profile.batch_size}"
-                   + (f"; layer times scaled by {calibration:.3f} to the train_from_dataset loop's "
-                      f"{sum(next(iter(l.time.values())) for l in profile.layers) * 1e6:.1f} us/sample"
-                      if calibration else "") + "\n")
+                   f" of the cluster's types); predicted step {measured.report.predicted_step_seconds:.4f} s vs "
+                   f"measured {measured.report.measured_step_seconds:.4f} s at batch {profile.batch_size}"
+                   + (f"; layer times scaled by {measured.calibration:.3f} to the train_from_dataset loop's "
+                      f"{measured.trainer_seconds * 1e6:.1f} us/sample" if measured.calibration else "")
+                   + (f"; {LOCAL_CPU} sparse layers include the parameter servers' work, "
+                      f"{measured.ps_row_seconds * 1e6:.2f} us CPU per row (heterps_paddle.ps_service probe)"
+                      if measured.ps_row_seconds is not None else "") + "\n")
         save_yaml(model_profile_to_dict(profile), os.path.join(out_dir, PROFILE_FILE))
         write_atomic(plan_path, plan.to_json(indent=1))
         write_atomic(os.path.join(out_dir, REPORT_FILE), report)

@@ -34,6 +34,15 @@ def test_launched_job_plans_once_and_learns(tmp_path, heterps_cache, local_clust
     report = open(out_dir / "plan_report.txt").read()
     assert "all-CPU (local_cpu)" in report and "all-GPU (local_gpu)" in report
     assert (out_dir / "profile.yaml").is_file()
+    # the local CPU type's sparse layer carries the servers' work per row (ps_service probe), the local GPU
+    # type's (the project's table, synced per pass) does not: 26 slots of one row each per sample
+    from heterps_paddle.planning.model import load_model_profile
+    from heterps_paddle.ps_service import ps_row_cost
+
+    embedding = load_model_profile(str(out_dir / "profile.yaml")).layers[0]
+    row_seconds = ps_row_cost().row_seconds  # cached: the figure the plan used
+    assert row_seconds > 0 and "us CPU per row" in report
+    assert embedding.time["local_cpu"] - embedding.time["local_gpu"] == pytest.approx(26 * row_seconds, rel=1e-6)
     # every process of the launch printed the same plan: made once, read by the others
     logs = [open(os.path.join(result.log_dir, name)).read() for name in sorted(os.listdir(result.log_dir))
             if name.startswith(("workerlog", "serverlog"))]
