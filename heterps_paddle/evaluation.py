@@ -21,7 +21,18 @@ PS_WRITE_OPS = frozenset({"distributed_push_sparse", "push_sparse", "push_sparse
 
 
 def forward_only_program(program):
-    """A copy of ``program`` that computes the forward pass and metrics and changes no parameter."""
+    """A copy of ``program`` that computes the forward pass and metrics and changes no parameter.
+
+    For a section of a split plan (``program`` holds only this stage's layers) it is the whole model's
+    forward pass, cloned before the split (heterps_paddle/sections/dropin.py); when it runs with
+    ``train_from_dataset`` its lookups read the servers' tables and the dense parameters are pulled from the
+    servers first, so it evaluates the servers' model, as the unsplit job's evaluation does.
+    """
+    if getattr(program, "_heter_pipeline_opt", None) is not None:
+        from .sections import dropin
+
+        if dropin.sectioned():
+            return dropin.whole_forward_program()
     test_program = program.clone(for_test=True)
     block = test_program.global_block()
     for index in reversed(range(len(block.ops))):
@@ -36,12 +47,26 @@ def reset_auc(scope, auc_states) -> None:
     import paddle
 
     for state in auc_states:
-        tensor = scope.find_var(state.name).get_tensor()
+        var = scope.find_var(state.name)
+        if var is None:
+            # A stage 1 CPU trainer of a split plan has no AUC vars until the held-out pass creates them
+            # (zeroed) from the whole model's startup program (sections/dropin.py).
+            continue
+        tensor = var.get_tensor()
+        if not tensor._is_initialized():
+            continue
         tensor.set(np.zeros(tensor.shape(), dtype=np.array(tensor).dtype), paddle.CPUPlace())
 
 
 def accumulated_auc(scope, auc_states) -> float:
     """AUC over every batch since the last reset; ``auc_states`` as paddle.static.auc returns them
-    (the accumulated positive / negative histograms are the last two)."""
+    (the accumulated positive / negative histograms are the last two).
+
+    nan on a stage 1 CPU trainer of a split plan before a held-out pass: the AUC ops run in the last
+    stage's section there, which prints the train AUC in its own log."""
+    from .sections import dropin
+
+    if dropin.train_auc_is_elsewhere(auc_states):
+        return float("nan")
     stat_pos, stat_neg = (np.array(scope.find_var(s.name).get_tensor()) for s in auc_states[-2:])
     return auc_from_histograms(stat_pos, stat_neg)

@@ -79,10 +79,24 @@ class HeterPSOptimizer(MetaOptimizerBase):
         if section_plan is None:
             logger.info("heterps: no cluster or plan given; program handed to ParameterServerOptimizer unchanged")
         else:
-            self._apply_plan(loss, section_plan)
-        return self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
+            self._apply_plan(loss, section_plan, startup_program)
+        gpu_tables = []
+        if section_plan is not None:
+            # Sparse layers on a GPU stage live in the project's table, synced with the servers per pass: the
+            # servers' rule is set before the PS optimizer, the trainer program is rewritten after it.
+            from .sections import gpu_embedding
 
-    def _apply_plan(self, loss, section_plan):
+            gpu_tables = gpu_embedding.prepare(loss.block.program, section_plan, self.user_defined_optimizer,
+                                               self.user_defined_strategy)
+        result = self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
+        if gpu_tables:
+            import paddle
+
+            gpu_embedding.apply(loss.block.program, [paddle.static.default_startup_program(), startup_program],
+                                gpu_tables)
+        return result
+
+    def _apply_plan(self, loss, section_plan, startup_program=None):
         """Check the launch against the plan and, with more than one stage, tag each stage's ops (before
         backward, so grad ops inherit the tags) for the fixed heter builder to split into sections
         (heterps_paddle/sections, docs/sections.md)."""
@@ -92,7 +106,8 @@ class HeterPSOptimizer(MetaOptimizerBase):
         if section_plan.num_stages > 1:
             from .sections.runtime import prepare_sections
 
-            layer_stage = prepare_sections(loss.block.program, section_plan, self.user_defined_strategy)
+            layer_stage = prepare_sections(loss.block.program, section_plan, self.user_defined_strategy,
+                                           startup_program, loss)
             logger.info("heterps: plan %s: %d stages, layers -> stage %s", section_plan.path,
                         section_plan.num_stages, layer_stage)
         else:

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 
+from .dropin import TAKEOVER_END_TAG
 from .plan import launch_arguments, load_plan
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -82,7 +83,10 @@ def scan_logs(log_dir: str, heter_names: list[str] | None = None) -> list[str]:
             if hit is None and "FatalError:" in line and "Termination signal" not in line:
                 hit = line.strip()
         stopped_by_launcher = any("SIGTERM" in ln for ln in lines[-40:])
-        if hit is None and name.startswith("heterlog") and not stopped_by_launcher:
+        # A heterogeneous trainer taken over behind an unchanged script (dropin.py) ends itself, exit 0,
+        # once every previous-stage trainer has stopped: a clean end too.
+        ended_by_takeover = any(TAKEOVER_END_TAG in ln for ln in lines[-40:])
+        if hit is None and name.startswith("heterlog") and not (stopped_by_launcher or ended_by_takeover):
             hit = "heterogeneous trainer ended before the job did (died, was killed or exited)"
         if hit:
             found.append(f"{who}: {hit}")

@@ -24,10 +24,14 @@ COMMUNICATOR_ENV_DEFAULTS = {
 }
 
 
-def prepare_sections(program, plan: SectionPlan, strategy) -> dict[str, int]:
-    """Called from HeterPSOptimizer.minimize_impl before backward: tag ops, install the fixed builder."""
-    from . import paddle_fixes
+def prepare_sections(program, plan: SectionPlan, strategy, startup_program=None, loss=None) -> dict[str, int]:
+    """Called from HeterPSOptimizer.minimize_impl before backward: tag ops, install the fixed builder and
+    what an unchanged fleet script needs (dropin.py)."""
+    from . import dropin, paddle_fixes
 
+    # Before tagging and splitting: held-out evaluation needs the whole model's forward pass.
+    dropin.stash_forward(program, startup_program or paddle.static.default_startup_program(), loss)
+    dropin.install()
     layer_stage = tag_program(program, plan)
     paddle_fixes.install()
     paddle_fixes.FixedHeterProgramBuilder.expected_stages = plan.num_stages
@@ -334,6 +338,9 @@ def start_watchdog() -> Watchdog | None:
     return dog
 
 
+_refresh: dict = {}  # the dense refresher of the train_from_dataset running now (dropin's takeover stops it)
+
+
 def _wrap_train_from_dataset() -> None:
     """Around each ``train_from_dataset`` of a sectioned job: refresh dense parameters while it runs
     (fix 5, ``pull`` mode), and disarm a CPU trainer's watchdog when its own training is over (its
@@ -343,9 +350,21 @@ def _wrap_train_from_dataset() -> None:
         return
     original = exe_cls.train_from_dataset
 
-    def train_from_dataset(self, program=None, *args, **kwargs):
+    def train_from_dataset(self, program=None, dataset=None, scope=None, *args, **kwargs):
+        from . import dropin
+
+        if dropin.is_whole_forward(program):
+            # forward_only_program of a section: the pre-split forward pass, run with the servers' model
+            return dropin.run_heldout(self, original, program, dataset, scope, args, kwargs)
         if getattr(program, "_heter_pipeline_opt", None) is None:
-            return original(self, program, *args, **kwargs)  # not a section (e.g. an evaluation program)
+            return original(self, program, dataset, scope, *args, **kwargs)  # not a section
+        if args:  # Executor.train_from_dataset's parameters after scope, given positionally
+            kwargs.update(zip(("thread", "debug", "fetch_list", "fetch_info", "print_period", "fetch_handler"), args))
+            args = ()
+        if role() == "trainer":
+            # A script written for the unsplit program fetches the loss and AUC, which a later stage computes.
+            kwargs["fetch_list"], kwargs["fetch_info"] = dropin.section_fetch(
+                program, kwargs.get("fetch_list"), kwargs.get("fetch_info"))
         dog = _watchdog.get("dog")
         if dog is not None:
             dog.armed = True
@@ -353,8 +372,9 @@ def _wrap_train_from_dataset() -> None:
         if dense_refresh_mode() == "pull":
             prog = program if program is not None else paddle.static.default_main_program()
             refresher = DenseRefresher(prog).start()
+            _refresh["current"] = refresher
         try:
-            return original(self, program, *args, **kwargs)
+            return original(self, program, dataset, scope, *args, **kwargs)
         finally:
             if refresher is not None:
                 refresher.stop()
