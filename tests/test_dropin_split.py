@@ -1,0 +1,104 @@
+"""Drop-in for split plans: the unchanged examples/static_ps_trainer.py (PaddleRec-style: config, dataset,
+one train_from_dataset per epoch, held-out evaluation with forward_only_program) runs a 2-stage plan when
+launched with ``--heterps --heterps-config plan=PLAN``; the extension does the rest (sections/dropin.py).
+
+Two launched jobs on the same generated data and config: plain async PS (no --heterps, 1 server, 2 CPU
+trainers) and the 2-stage split (stage 1: 2 CPU trainers with the embedding layer; stage 2: 1 heterogeneous
+trainer with the fc layers, loss and AUC).  Measured here (2 cores): one-stage 0.8039 vs split 0.8035
+held-out AUC, ~20 s and ~39 s.
+"""
+
+import json
+import math
+import os
+import re
+
+import pytest
+
+from heterps_paddle.sections.launch import launch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "examples", "static_ps_trainer.py")
+CONFIG = os.path.join(REPO, "examples", "ctr_dnn", "config.yaml")
+BATCH = 128
+# Small enough for ~1 minute for both jobs; 40k rows x 2 epochs of 128 trains the model far enough that
+# async PS noise stays well inside the 0.02 bound (20k rows of 256 left both near 0.66-0.72 and 0.04 apart).
+OVERRIDES = ["-o", "generate_rows=40000", "-o", "epochs=2", "-o", f"batch_size={BATCH}", "-o", "print_period=1000",
+             "-o", "model_config={sparse_feature_dim: 9, fc_sizes: [64, 64], learning_rate: 0.003}"]
+STAGE2_TABLES = 6  # dnn_0, dnn_1, dnn_out: a weight and a bias each
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory, heterps_cache):
+    tmp = tmp_path_factory.mktemp("dropin-split")
+    plan = tmp / "plan.json"
+    plan.write_text(json.dumps({"format": 1, "feasible": True, "stages": [
+        {"resource": "local_cpu", "layers": ["embedding_0"], "units": 2},
+        {"resource": "local_gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1}]}))
+    out = {}
+    for name in ("one", "split"):
+        log_dir, res_dir = str(tmp / f"log_{name}"), str(tmp / f"res_{name}")
+        argv = [SCRIPT, "-m", CONFIG, *OVERRIDES, "--result-dir", res_dir]
+        if name == "one":
+            r = launch(None, argv, log_dir, timeout=240, launch_args=["--server_num=1", "--worker_num=2"])
+        else:
+            # exactly the documented command line: the wrapper adds the plan's launch arguments
+            r = launch(str(plan), argv + ["--heterps", "--heterps-config", f"plan={plan}"], log_dir, timeout=240)
+        assert r["returncode"] == 0, f"{name}: {r['errors']} (logs in {log_dir})"
+        results = [json.load(open(os.path.join(res_dir, f"worker-{i}.json"))) for i in range(2)]
+        logs = {n: open(os.path.join(log_dir, n), errors="replace").read() for n in os.listdir(log_dir)
+                if n.startswith(("workerlog", "heterlog"))}
+        out[name] = {"results": results, "logs": logs, "seconds": r["seconds"]}
+    return out
+
+
+def test_split_heldout_auc_matches_one_stage(jobs):
+    one, split = jobs["one"]["results"][0]["test_auc"], jobs["split"]["results"][0]["test_auc"]
+    print(f"\nheld-out AUC one-stage {one:.4f} ({jobs['one']['seconds']:.0f} s) | 2-stage split {split:.4f} "
+          f"({jobs['split']['seconds']:.0f} s)")
+    assert one >= 0.70 and split >= 0.70  # a constant predictor gets 0.5
+    assert abs(split - one) <= 0.02
+    assert "HeterPSOptimizer" in jobs["split"]["results"][0]["meta_optimizers"]
+    # worker 0 printed RESULT with the job's total (it read worker 1's file after fleet.barrier_worker())
+    result = re.search(r"RESULT .*", jobs["split"]["logs"]["workerlog.0"]).group(0)
+    assert "heterps=on workers=2 held-out AUC=" in result and "worker 0 only" not in result
+
+
+def test_heldout_pass_used_the_servers_parameters(jobs):
+    log = jobs["split"]["logs"]["workerlog.0"]
+    m = re.search(r"heterps: held-out evaluation of the whole model .*?: (\d+) vars created here, (\d+) dense vars "
+                  r"pulled from the servers", log)
+    assert m and int(m.group(2)) == STAGE2_TABLES, m
+
+
+def test_cpu_trainers_ran_every_epoch_and_print_nan_train_auc(jobs):
+    for i in range(2):
+        log = jobs["split"]["logs"][f"workerlog.{i}"]
+        assert re.findall(rf"worker {i} epoch (\d): train auc nan", log) == ["0", "1"]
+        assert "train AUC is not computed on a stage 1 CPU trainer" in log
+        assert "are computed by a later stage of the split plan" in log  # loss/AUC fetch dropped
+        assert jobs["split"]["results"][i]["epochs"] == 2
+
+
+def test_heter_trainer_served_every_epoch_and_ended_by_the_takeover(jobs):
+    heter = jobs["split"]["logs"]["heterlog.0"]
+    assert "heterps: heterogeneous trainer taken over (stage 2)" in heter
+    assert re.search(r"heterogeneous trainer done: served [0-9.]+ s, until every previous-stage trainer sent its "
+                     r"stop", heter)
+    assert "heterogeneous trainer done: stop_worker done; exit 0" in heter
+    assert "SIGTERM" not in heter  # it ended itself, the launcher did not have to stop it
+    # none of the script's own code after init_worker ran there
+    assert not re.search(r"worker \d+ epoch", heter)
+    assert "RESULT" not in heter
+    # It printed the loss and AUC (last stage) for more batches than one epoch of one CPU trainer: the
+    # second train_from_dataset of the CPU trainers went through the same heter service.
+    batches = [int(b) for b in re.findall(r"batch: \[(\d+)\], loss\[1\]:\[[0-9.e-]+\], auc\[1\]", heter)]
+    per_epoch = math.ceil(jobs["split"]["results"][0]["rows"] / BATCH)
+    assert batches and max(batches) > per_epoch, (batches, per_epoch)
+
+
+def test_stage_two_dense_tables_were_pulled(jobs):
+    heter = jobs["split"]["logs"]["heterlog.0"]
+    m = re.search(r"heterps: dense refresh: (\d+) pulls of tables \[([0-9, ]+)\]", heter)
+    assert m and int(m.group(1)) > 0
+    assert len(m.group(2).split(",")) == STAGE2_TABLES
