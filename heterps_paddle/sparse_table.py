@@ -90,6 +90,7 @@ def _core() -> ctypes.CDLL:
             "heterps_table_pull": ([c_char_p, i64p, c_size_t, ctypes.c_void_p], ctypes.c_int),
             "heterps_table_push": ([c_char_p, i64p, c_size_t, ctypes.c_void_p], ctypes.c_int),
             "heterps_table_peek": ([c_char_p, i64p, c_size_t, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
+            "heterps_table_assign": ([c_char_p, i64p, c_size_t, ctypes.c_void_p], ctypes.c_int),
             "heterps_table_save": ([c_char_p, c_char_p], ctypes.c_int),
             "heterps_table_load": ([c_char_p, c_char_p], ctypes.c_int),
             "heterps_table_stats": ([c_char_p, ctypes.c_void_p, ctypes.c_int], ctypes.c_int),
@@ -256,6 +257,24 @@ class SparseTable:
             raise SparseTableError(f"grads must have shape {keys.shape + (self.dim,)}, got {g.shape}")
         g = np.ascontiguousarray(g, dtype=np.float32)
         _check(_core().heterps_table_push(self._bname, keys.ctypes.data, keys.size, g.ctypes.data))
+
+    def assign(self, ids, rows) -> None:
+        """Set the weights of ``ids`` to ``rows`` (shape ``ids.shape + (dim,)`` or ``(len, dim)``), creating
+        missing rows; an existing row keeps its optimizer state.  Used to load rows from an authoritative
+        store (the parameter servers, heterps_paddle/sections/gpu_embedding.py).  Repeated ids: the last row
+        wins.  A non-finite value rejects the whole call."""
+        keys = _as_ids(ids)
+        r = np.asarray(rows)
+        if not np.issubdtype(r.dtype, np.floating):
+            raise SparseTableError(f"rows must be floating point, got dtype {r.dtype}")
+        if r.shape not in (keys.shape + (self.dim,), (keys.size, self.dim)):
+            raise SparseTableError(f"rows must have shape {keys.shape + (self.dim,)}, got {r.shape}")
+        r = np.ascontiguousarray(r, dtype=np.float32)
+        # A GPU build may hold newer rows in device memory: bring them home first, and drop the device copy
+        # afterwards so the next op refetches the assigned rows.
+        _gpu_call("heterps_gpu_table_flush_to_host", self._bname)
+        _check(_core().heterps_table_assign(self._bname, keys.ctypes.data, keys.size, r.ctypes.data))
+        _gpu_call("heterps_gpu_table_drop", self._bname)
 
     def peek(self, ids):
         """(rows including optimizer state, where) without creating rows or touching eviction scores;

@@ -93,6 +93,9 @@ int heterps_table_pull(const char* name, const int64_t* keys, size_t n, float* o
 int heterps_table_push(const char* name, const int64_t* keys, size_t n, const float* grads) {
   return guarded([&] { need(name)->push(keys, n, grads); });
 }
+int heterps_table_assign(const char* name, const int64_t* keys, size_t n, const float* weights) {
+  return guarded([&] { need(name)->assign(keys, n, weights); });
+}
 int heterps_table_peek(const char* name, const int64_t* keys, size_t n, float* rows, uint8_t* found) {
   return guarded([&] { need(name)->peek(keys, n, rows, found); });
 }

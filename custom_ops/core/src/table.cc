@@ -1042,6 +1042,27 @@ void SparseTable::clear() {
   }
 }
 
+void SparseTable::assign(const int64_t* keys, size_t n, const float* weights) {
+  if (n == 0) return;
+  check_keys(keys, n);
+  const size_t d = config_.dim;
+  for (size_t i = 0; i < n * d; ++i) {
+    if (!std::isfinite(weights[i])) {
+      throw TableError("row for id " + std::to_string(keys[i / d]) + " (position " + std::to_string(i / d) +
+                       ", column " + std::to_string(i % d) + ") is not finite; nothing was assigned");
+    }
+  }
+  const uint32_t tick = next_tick();
+  for (size_t i = 0; i < n; ++i) {
+    Shard& sh = *shards_[shard_of(keys[i])];
+    std::lock_guard<std::mutex> lock(sh.mu);
+    ShardOps ops{config_, sh, capacity_per_shard_, tick};
+    float* r = ops.get(keys[i], tick);  // existing, promoted, or new with its initial optimizer state
+    std::memcpy(r, weights + i * d, d * 4);
+    if (ops.over_budget()) ops.evict();
+  }
+}
+
 void SparseTable::put_rows(const int64_t* keys, size_t n, const float* rows, const uint32_t* scores) {
   check_keys(keys, n);
   const uint32_t tick = next_tick();

@@ -16,6 +16,7 @@ int heterps_table_drop(const char* name);
 int heterps_table_dim(const char* name, uint32_t* dim, uint32_t* stride);
 int heterps_table_pull(const char* name, const int64_t* keys, size_t n, float* out);
 int heterps_table_push(const char* name, const int64_t* keys, size_t n, const float* grads);
+int heterps_table_assign(const char* name, const int64_t* keys, size_t n, const float* weights);
 int heterps_table_peek(const char* name, const int64_t* keys, size_t n, float* rows, uint8_t* found);
 int heterps_table_save(const char* name, const char* path);
 int heterps_table_load(const char* name, const char* path);

@@ -89,6 +89,12 @@ class SparseTable {
   // Full stored rows (weights then optimizer state, stride() floats each) without touching scores;
   // missing keys give found[i] = 0 and zeros.  For tests and inspection.
   void peek(const int64_t* keys, size_t n, float* rows, uint8_t* found);
+  // Overwrite the weights (n * dim floats) of keys, creating missing rows and promoting spilled ones; the
+  // optimizer state of an existing row is kept (a new row gets the initial state).  What a cache of an
+  // authoritative store needs: rows loaded from the parameter servers keep training with their local
+  // optimizer state.  Repeated keys: the last row given wins.  The whole call is rejected (nothing
+  // changes) if any value is not finite.
+  void assign(const int64_t* keys, size_t n, const float* weights);
 
   // For an upper tier (the GPU table) that keeps its own copy of hot rows: take_rows removes the keys'
   // full rows (stride() floats: weights then optimizer state) from this table, or gives their initial rows
