@@ -166,12 +166,17 @@ def check_launch_matches(plan: SectionPlan, env: dict[str, str] | None = None) -
             raise LaunchMismatchError(
                 f"plan {plan.path} has 1 stage (no heterogeneous trainers) but the job was launched with "
                 f"{env['STAGE_NUM']} stages; launch with {expected}")
-        # One stage is plain data parallelism: more CPU trainers than the plan needs only add throughput,
-        # fewer cannot meet the target.
+        # One stage is plain data parallelism over the launched trainers (PS workers), whatever the stage's
+        # kind: a gpu-kind stage's units are the trainers too (on a CUDA build each uses its device; its
+        # embeddings live in the project's table, synced with the servers per pass, sections/gpu_embedding.py).
+        # More trainers than the plan needs only add throughput, fewer cannot meet the target.
+        stage = plan.stages[0]
         launched = int(env.get("PADDLE_TRAINERS_NUM", "0") or 0)
-        if role in ("TRAINER", "PSERVER") and 0 < launched < plan.stages[0].units:
+        if role in ("TRAINER", "PSERVER") and 0 < launched < stage.units:
+            what = ("CPU trainers" if stage.kind == "cpu"
+                    else f"trainers (units of the {stage.kind} type {stage.resource!r})")
             raise LaunchMismatchError(
-                f"plan {plan.path} needs {plan.stages[0].units} CPU trainers to meet its throughput, but the job "
+                f"plan {plan.path} needs {stage.units} {what} to meet its throughput, but the job "
                 f"was launched with {launched}; launch with {expected}")
         return
     if role not in ("TRAINER", "HETER_TRAINER", "PSERVER"):
