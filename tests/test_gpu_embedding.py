@@ -98,6 +98,44 @@ def test_working_set_reads_only_the_lookups_slots(tmp_path):
         working_set([str(tmp_path / "c.txt")], ["ids", "dense", "other"], ["ids"])
 
 
+def _fake_sync(units, other_arrivals):
+    """A PassSync whose servers are one counter row; the other units arrive after ``other_arrivals`` polls."""
+    import types
+
+    from heterps_paddle.sections import gpu_embedding as ge
+
+    sync = ge.PassSync.__new__(ge.PassSync)
+    sync.tables = [ge.GpuTable(param="E", layer="embedding_0", dim=4)]
+    sync.units, sync.unit, sync.barriers, sync.timeout = units, 0, 0, 0.5
+    sync.worker = types.SimpleNamespace(client_flush=lambda: None)
+    state = {"row": np.array([[0.031, 0, 0, 0]], np.float32), "polls": 0}  # a random-looking initial value
+
+    def push(t, ids, delta):
+        assert ids.tolist() == [ge.SYNC_KEY]
+        state["row"] += delta
+
+    def pull(t, ids):
+        state["polls"] += 1
+        if other_arrivals is not None and state["polls"] == other_arrivals:
+            state["row"][0, 0] += ge.SYNC_UNIT * (units - 1)
+        return state["row"].copy()
+
+    sync.push_to_servers, sync.server_rows = push, pull
+    return sync, state
+
+
+def test_pass_barrier_waits_for_every_unit_and_times_out_naming_the_pass():
+    from heterps_paddle.sections.gpu_embedding import GpuEmbeddingError
+
+    sync, state = _fake_sync(units=3, other_arrivals=4)
+    sync.barrier("pass 1 start")
+    assert state["polls"] == 4  # it kept polling until all 3 arrivals were counted
+    assert sync.barriers == 1
+    sync, _ = _fake_sync(units=2, other_arrivals=None)  # the other unit never comes
+    with pytest.raises(GpuEmbeddingError, match="pass 2 end: 1 of 2 unit arrivals"):
+        sync.barrier("pass 2 end")
+
+
 def test_servers_get_naive_sgd_rule_and_conflicts_are_refused():
     pytest.importorskip("paddle")
     import paddle.distributed.fleet as fleet

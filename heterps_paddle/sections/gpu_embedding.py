@@ -24,7 +24,7 @@ does, and moves each pass's working set in and out of the units' local tables:
 
 The barrier goes through the servers too (no Gloo needed; Gloo's barrier timed out at once in this wheel's
 PS launch): every unit adds ``SYNC_UNIT`` to column 0 of a reserved key of the first such table and polls
-until the count reaches ``units * barriers``; the row's random initial value is far below ``SYNC_UNIT / 2``.
+until the count reaches ``units * barriers``; the row's initial value is far below ``SYNC_UNIT / 2``.
 docs/sparse-table.md ("GPU stages") states the consistency model.
 """
 
@@ -333,7 +333,8 @@ class PassSync:
         self.unit = fleet.worker_index()
         self.barriers = 0
         self.passes = 0
-        self.timeout = float(os.environ.get("HETERPS_PASS_SYNC_TIMEOUT", "600"))
+        # Bounds the wait for the slowest unit's pass (and for a unit that died): a pass can be long.
+        self.timeout = float(os.environ.get("HETERPS_PASS_SYNC_TIMEOUT", "3600"))
         self.last: dict = {}  # param -> ids, start, trained (local, before the push), synced (servers, after)
         self._known: dict = {t.param: np.empty(0, np.int64) for t in tables}
         self._progs: dict = {}
@@ -422,6 +423,7 @@ class PassSync:
         self.worker.client_flush()
         target = self.units * self.barriers
         deadline = time.monotonic() + self.timeout
+        wait = 0.005
         while True:
             count = int(round(float(self.server_rows(t, key)[0, 0]) / SYNC_UNIT))
             if count >= target:
@@ -430,7 +432,9 @@ class PassSync:
                 raise GpuEmbeddingError(
                     f"unit {self.unit}: {what}: {count} of {target} unit arrivals after {self.timeout:.0f} s "
                     "(HETERPS_PASS_SYNC_TIMEOUT); every unit must run the same number of passes")
-            time.sleep(0.01)
+            # Poll fast for units that arrive together, then back off: waiting units must not load the servers.
+            wait = min(wait * 2, 0.2)
+            time.sleep(wait)
 
     def begin(self, dataset) -> None:
         files, slots = dataset_slots(dataset)
