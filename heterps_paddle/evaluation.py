@@ -66,7 +66,7 @@ def accumulated_auc(scope, auc_states) -> float:
     stage's section there, which prints the train AUC in its own log."""
     from .sections import dropin
 
-    if dropin.train_auc_is_elsewhere(auc_states):
+    if dropin.train_auc_is_elsewhere(scope, auc_states):
         return float("nan")
     stat_pos, stat_neg = (np.array(scope.find_var(s.name).get_tensor()) for s in auc_states[-2:])
     return auc_from_histograms(stat_pos, stat_neg)

@@ -114,6 +114,9 @@ def train(args) -> int:
 
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(paddle.static.default_startup_program())
+    # This script drives every stage itself (below); without this the extension would take heterogeneous
+    # trainers over in init_worker, as it does behind an unchanged plain-PS script (sections/dropin.py).
+    runtime.section_aware()
     fleet.init_worker()
     program = paddle.static.default_main_program()
     # The loss and AUC live in the last stage's section, inside its heter block (not block 0).

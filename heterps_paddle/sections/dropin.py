@@ -23,8 +23,9 @@ import sys
 
 # Per process.  forward/startup: the whole model's forward pass and startup, cloned before the split;
 # loss: the loss var's name; live: AUC state names that an evaluation pass has filled on this process.
+# explicit: the script is section-aware (ctr_job.py: runtime.section_aware()) and drives every stage itself.
 _state: dict = {"forward": None, "startup": None, "loss": None, "live": set(), "dropped_logged": False,
-                "auc_logged": False}
+                "auc_logged": False, "explicit": False}
 
 TAKEOVER_TAG = "heterps: heterogeneous trainer taken over"
 TAKEOVER_END_TAG = "heterps: heterogeneous trainer done"
@@ -44,6 +45,15 @@ def sectioned() -> bool:
     return _state["forward"] is not None
 
 
+def set_section_aware() -> None:
+    _state["explicit"] = True
+
+
+def takes_over() -> bool:
+    """Whether the drop-in behaviour applies: a split job run by a script that is not section-aware."""
+    return sectioned() and not _state["explicit"]
+
+
 def _role() -> str:
     from .runtime import role
 
@@ -61,10 +71,15 @@ def is_whole_forward(program) -> bool:
     return bool(getattr(program, "_heterps_whole_forward", False))
 
 
-def train_auc_is_elsewhere(auc_states) -> bool:
-    """On a CPU trainer of a sectioned job the AUC ops run in the last stage's section: the state vars here
-    hold nothing (or do not exist) until an evaluation pass of the whole forward program filled them."""
-    if not sectioned() or _role() != "trainer":
+def train_auc_is_elsewhere(scope, auc_states) -> bool:
+    """On a CPU trainer of a sectioned job the AUC ops run in the last stage's section: the state vars in
+    its global scope hold nothing (or do not exist) until an evaluation pass of the whole forward program
+    filled them.  (A scope of the script's own, e.g. ctr_job's evaluation scope, is the script's business.)"""
+    if not takes_over() or _role() != "trainer":
+        return False
+    import paddle
+
+    if scope is not paddle.static.global_scope():
         return False
     if all(s.name in _state["live"] for s in auc_states):
         return False
@@ -273,7 +288,7 @@ def install() -> None:
     original = cls._init_worker
 
     def _init_worker(self, scopes=None):
-        if not sectioned() or _role() != "heter":
+        if not takes_over() or _role() != "heter":
             return original(self, scopes)
         # A heterogeneous trainer is in no gloo world (the launcher's gloo "worker" world is the CPU
         # trainers; Paddle makes no communicator for heter trainers), but with PADDLE_WITH_GLOO=1 gloo reads
@@ -292,7 +307,7 @@ def install() -> None:
 
     def _stop_worker(self):
         original_stop(self)
-        if sectioned() and _role() == "trainer":
+        if takes_over() and _role() == "trainer":
             wait_for_heter_trainers()
 
     cls._stop_worker = _stop_worker

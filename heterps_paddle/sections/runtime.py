@@ -42,6 +42,15 @@ def prepare_sections(program, plan: SectionPlan, strategy, startup_program=None,
     return layer_stage
 
 
+def section_aware() -> None:
+    """Called by a section-aware script (ctr_job.py) before ``fleet.init_worker()``: it runs every stage's
+    ``train_from_dataset`` itself, so heterogeneous trainers are not taken over (dropin.py) and CPU trainers'
+    ``stop_worker`` does not wait for them."""
+    from . import dropin
+
+    dropin.set_section_aware()
+
+
 def dense_refresh_mode() -> str:
     """How a section's dense parameters come back from the servers (fix 5; docs/sections.md):
 
