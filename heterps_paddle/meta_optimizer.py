@@ -3,9 +3,10 @@
 It chains before Paddle's ``ParameterServerOptimizer``: fleet picks the longest chain of applicable
 meta optimizers, and ours lists the PS optimizer as the one it may wrap.
 
-Status: it validates the job and the configuration and hands the program to the PS optimizer
-unchanged.  Profiling, scheduling and splitting the program into sections are added by the planning,
-sections and end-to-end work (see the README's roadmap); nothing here pretends to do them yet.
+In ``minimize`` it takes the plan (a saved one, or made here by the automatic path: auto_plan.py),
+checks the launch against it, cuts a split plan into sections (sections/), moves embeddings placed on a
+GPU stage into the project's table (sections/gpu_embedding.py), and hands the program on to the PS
+optimizer.  Without a cluster or a plan the program goes to the PS optimizer unchanged.
 """
 
 from __future__ import annotations

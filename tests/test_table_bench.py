@@ -1,22 +1,16 @@
 """`heterps bench table` end to end on a small key space: one JSON object with every measurement."""
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("heterps_ensure_built", ROOT / "custom_ops" / "ensure_built.py")
-_eb = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_eb)
-_eb.ensure_built()
+import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
 
 
 def test_bench_table_json(tmp_path):
     out = subprocess.run([sys.executable, "-m", "heterps_paddle", "bench", "table", "--json", "--dims", "8,16",
                           "--rows", "20000", "--batch", "4096", "--batches", "3", "--ssd-dir", str(tmp_path / "ssd")],
-                         cwd=tmp_path, env=_eb.package_env(), capture_output=True, text=True, timeout=300)
+                         cwd=tmp_path, env=native_ops.package_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
     assert {(r["dim"], r["dist"], r["mode"]) for r in report["results"]} == {

@@ -2,7 +2,6 @@
 the same init and optimizer math (through spills, promotions, saves and loads), input validation,
 corrupted checkpoints, failed writes, and concurrent pushes."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,11 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("heterps_ensure_built", ROOT / "custom_ops" / "ensure_built.py")
-_eb = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_eb)
-_eb.ensure_built()
+import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
 
 from heterps_paddle import sparse_table as st  # noqa: E402
 from heterps_paddle.errors import HeterPSError  # noqa: E402
@@ -144,7 +139,7 @@ def test_init_is_the_same_in_another_process(tmp_path):
     here = t.pull(ids)
     code = ("import json,numpy as np\nfrom heterps_paddle.sparse_table import SparseTable\n"
             f"t=SparseTable(dim=6, seed=99, name='other')\nprint(json.dumps(t.pull({ids!r}).tolist()))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_eb.package_env(), capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=native_ops.package_env(), capture_output=True,
                          text=True, check=True)
     np.testing.assert_array_equal(np.array(json.loads(out.stdout), np.float32), here)
     other = SparseTable(dim=6, seed=100, name=_name("xproc"))
@@ -263,7 +258,7 @@ print(json.dumps(res))
 
 
 def test_full_disk_via_rlimit_fsize(tmp_path):
-    out = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, str(tmp_path)], cwd=tmp_path, env=_eb.package_env(),
+    out = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, str(tmp_path)], cwd=tmp_path, env=native_ops.package_env(),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout.strip().splitlines()[-1])

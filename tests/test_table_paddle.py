@@ -1,20 +1,14 @@
 """The heterps_pull op and its push grad op in Paddle: dynamic mode, static mode (parallel executor
 threads), error reporting, and a program run in a second process that only knows the op attributes."""
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("heterps_ensure_built", ROOT / "custom_ops" / "ensure_built.py")
-_eb = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_eb)
-_eb.ensure_built()
+import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
 
 import zlib  # noqa: E402,F401  (before paddle, as setup.py does)
 
@@ -150,7 +144,7 @@ def test_program_runs_in_a_process_that_only_loaded_the_ops(static, tmp_path):
                                                        found.ctypes.data) == 0
         np.save(r"{tmp_path / 'rows.npy'}", rows); np.save(r"{tmp_path / 'found.npy'}", found)
     """)
-    out = subprocess.run([sys.executable, "-c", child], cwd=tmp_path, env=_eb.package_env(), capture_output=True,
+    out = subprocess.run([sys.executable, "-c", child], cwd=tmp_path, env=native_ops.package_env(), capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     rows, found = np.load(tmp_path / "rows.npy"), np.load(tmp_path / "found.npy")

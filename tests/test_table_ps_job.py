@@ -2,7 +2,6 @@
 sparse_embedding: the pull and its push grad op run inside the PS trainer's train_from_dataset threads,
 and the worker saves the table, which this process then loads and checks."""
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -13,11 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("heterps_ensure_built", ROOT / "custom_ops" / "ensure_built.py")
-_eb = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_eb)
-_eb.ensure_built()
+import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
 
 pytest.importorskip("paddle")
 
@@ -73,7 +68,7 @@ def test_launched_ps_job_trains_the_table(tmp_path):
     lines = [f"3 {a} {b} {c} 1 {y}" for (a, b, c), y in zip(ids.tolist(), label.tolist())]
     (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
     (tmp_path / "job.py").write_text(JOB)
-    env = _eb.package_env()
+    env = native_ops.package_env()
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         env.pop(var, None)
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--server_num=1", "--worker_num=1",
