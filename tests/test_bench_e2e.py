@@ -3,9 +3,9 @@ shape and consistency only: no timed assertions)."""
 
 import json
 import subprocess
-import sys
 
 import pytest
+from conftest import heterps_cli
 
 from heterps_paddle.bench.e2e import _median_run, _paired
 
@@ -33,10 +33,11 @@ def test_medians_and_paired_ratios():
     assert "samples_per_second_runs" not in single and single["samples_per_second"] == 5.0
 
 
-def test_small_bench_run_reports_both_variants_and_calibration(heterps_cache):
-    result = subprocess.run([sys.executable, "-m", "heterps_paddle", "bench", "e2e", "--model", "ctr_dnn",
-                             "--rows", "20000", "--epochs", "1", "--no-reference", "--json"],
-                            capture_output=True, text=True, timeout=600)
+def test_small_bench_run_reports_both_variants_and_calibration(heterps_cache, tmp_path):
+    # the installed command, from a directory without the source tree (whose heterps_paddle has no examples/)
+    result = subprocess.run(heterps_cli() + ["bench", "e2e", "--model", "ctr_dnn", "--rows", "20000", "--epochs", "1",
+                                             "--no-reference", "--json"],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     entry = report["models"]["ctr_dnn"]
