@@ -47,6 +47,7 @@ class JobProfile:
     trainer_seconds: float | None  # per sample, train_from_dataset loop with local tables
     calibration: float | None  # trainer_seconds / the profiler's per-sample sum
     ps_row_seconds: float | None  # parameter servers' CPU per sparse row, added to local_cpu sparse layers
+    ps_probe_error: str | None = None  # why the servers' cost could not be measured (then not added)
 
 
 @dataclass
@@ -164,10 +165,16 @@ def _profile_copy(loss, startup_program, optimizer, batch_size, seed, time_keys)
         profile = replace(profile, layers=tuple(
             replace(layer, time={key: layer.time[time_keys[0]] * calibration for key in time_keys})
             for layer in profile.layers))
-    ps_row_seconds = None
+    ps_row_seconds = probe_error = None
     if LOCAL_CPU in time_keys:
-        profile, ps_row_seconds = add_ps_service_time(profile, main, feed, batch_size)
-    return JobProfile(profile, report, trainer_seconds, calibration, ps_row_seconds)
+        from .ps_service import ProbeFailed
+
+        try:
+            profile, ps_row_seconds = add_ps_service_time(profile, main, feed, batch_size)
+        except ProbeFailed as exc:
+            # Training can go on: the plan is made without the servers' share and the report says so.
+            probe_error = str(exc)
+    return JobProfile(profile, report, trainer_seconds, calibration, ps_row_seconds, probe_error)
 
 
 def sparse_rows_per_sample(main, feed: dict, batch_size: int) -> dict[str, float]:
@@ -323,7 +330,10 @@ def plan_for_job(loss, startup_program, optimizer, configs: dict) -> JobPlan:
                       f"{measured.trainer_seconds * 1e6:.1f} us/sample" if measured.calibration else "")
                    + (f"; {LOCAL_CPU} sparse layers include the parameter servers' work, "
                       f"{measured.ps_row_seconds * 1e6:.2f} us CPU per row (heterps_paddle.ps_service probe)"
-                      if measured.ps_row_seconds is not None else "") + "\n")
+                      if measured.ps_row_seconds is not None else "")
+                   + (f"; WARNING: the servers' per-row cost was not measured ({measured.ps_probe_error}), so "
+                      f"{LOCAL_CPU} predictions leave it out and overestimate samples/s"
+                      if measured.ps_probe_error else "") + "\n")
         save_yaml(model_profile_to_dict(profile), os.path.join(out_dir, PROFILE_FILE))
         write_atomic(plan_path, plan.to_json(indent=1))
         write_atomic(os.path.join(out_dir, REPORT_FILE), report)

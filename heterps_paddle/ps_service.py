@@ -132,9 +132,14 @@ def _server_processes(launcher_pid: int):
 
 
 def _cpu_seconds(processes) -> float:
+    import psutil
+
     total = 0.0
     for proc in processes:
-        times = proc.cpu_times()
+        try:
+            times = proc.cpu_times()
+        except psutil.Error as exc:
+            raise ProbeFailed(f"parameter-server probe: the server process went away ({exc})") from None
         total += times.user + times.system
     return total
 
@@ -153,8 +158,11 @@ def measure(samples: int = 60_000, ids_per_sample: int = 26, dim: int = 9, batch
 
         local_out = os.path.join(work, "local")
         os.makedirs(local_out)
-        subprocess.run([sys.executable, *job, "--out", local_out], env=env, check=False, timeout=timeout,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            subprocess.run([sys.executable, *job, "--out", local_out], env=env, check=False, timeout=timeout,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise ProbeFailed(f"parameter-server probe: the local run took more than {timeout:.0f} s") from None
         local = _read_result(local_out)
 
         ps_out = os.path.join(work, "ps")
@@ -172,6 +180,8 @@ def measure(samples: int = 60_000, ids_per_sample: int = 26, dim: int = 9, batch
             _wait_for(os.path.join(ps_out, "end"), proc, deadline)
             server_cpu = _cpu_seconds(servers) - server_before
             launched = _read_result(ps_out)
+        except ProbeFailed as exc:
+            raise ProbeFailed(f"{exc}; {_log_tail(os.path.join(work, 'log'))}") from None
         finally:
             import signal
 
@@ -189,6 +199,17 @@ def measure(samples: int = 60_000, ids_per_sample: int = 26, dim: int = 9, batch
                              dim=dim, samples=samples, paddle_version=paddle_version or _paddle_version())
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _log_tail(log_dir: str, lines: int = 5) -> str:
+    """The last lines of the probe's worker log: what the error message shows of a failed launch."""
+    path = os.path.join(log_dir, "workerlog.0")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            tail = [line.rstrip() for line in f.readlines()[-lines:]]
+    except OSError:
+        return "no worker log"
+    return "worker log ends: " + " | ".join(tail)
 
 
 def _read_result(out_dir: str) -> dict:

@@ -41,3 +41,52 @@ def test_probe_inside_a_launch_ignores_the_launch_environment(monkeypatch):
     env = ps_service._clean_env()
     assert "PADDLE_PSERVERS_IP_PORT_LIST" not in env and "TRAINING_ROLE" not in env
     assert env["PATH"] == os.environ["PATH"]
+
+
+def test_a_probe_that_cannot_finish_says_so(tmp_path):
+    with pytest.raises(ps_service.ProbeFailed, match="took more than"):
+        ps_service.measure(samples=2_000, timeout=0.01)
+    with pytest.raises(ps_service.ProbeFailed):
+        ps_service.ps_row_cost(str(tmp_path), samples=2_000, timeout=0.01)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("ps_service-")]  # nothing cached
+
+
+def _small_job():
+    import paddle
+
+    from heterps_paddle.examples import build_net
+    from heterps_paddle.examples.common import ModelConfig
+
+    paddle.enable_static()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        model = build_net("ctr_dnn", ModelConfig(sparse_feature_dim=4, fc_sizes=(8,), embedding="local"))
+    return model.loss, startup, paddle.optimizer.Adam(0.001)
+
+
+def test_profile_adds_the_servers_cost_to_local_cpu_sparse_layers_only(monkeypatch):
+    from heterps_paddle import auto_plan
+
+    cost = ps_service.PsServiceCost(row_seconds=2e-6, local_sample_seconds=1e-5, ps_sample_seconds=6.2e-5,
+                                    ids_per_sample=26, dim=9, samples=1, paddle_version="x")
+    monkeypatch.setattr(ps_service, "ps_row_cost", lambda: cost)
+    loss, startup, optimizer = _small_job()
+    job = auto_plan.profile_for_planning(loss, startup, optimizer, 64, 0, ["local_cpu", "local_gpu"])
+    assert job.ps_row_seconds == 2e-6 and job.ps_probe_error is None
+    for layer in job.profile.layers:
+        extra = layer.time["local_cpu"] - layer.time["local_gpu"]
+        # ctr_dnn: 26 slots, one id per sample each, in one sparse layer
+        assert extra == pytest.approx(26 * 2e-6 if layer.kind == "sparse" else 0.0, abs=1e-12), layer
+
+
+def test_profile_goes_on_without_the_servers_cost_when_the_probe_fails(monkeypatch):
+    from heterps_paddle import auto_plan
+
+    def broken():
+        raise ps_service.ProbeFailed("parameter-server probe: timed out")
+
+    monkeypatch.setattr(ps_service, "ps_row_cost", broken)
+    loss, startup, optimizer = _small_job()
+    job = auto_plan.profile_for_planning(loss, startup, optimizer, 64, 0, ["local_cpu", "local_gpu"])
+    assert job.ps_row_seconds is None and "timed out" in job.ps_probe_error
+    assert all(layer.time["local_cpu"] == layer.time["local_gpu"] for layer in job.profile.layers)
