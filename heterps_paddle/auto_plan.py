@@ -179,16 +179,10 @@ def _profile_copy(loss, startup_program, optimizer, batch_size, seed, time_keys)
 
 def sparse_rows_per_sample(main, feed: dict, batch_size: int) -> dict[str, float]:
     """Sparse layer name -> table rows it looks up per sample (what the servers pull and push)."""
-    from .planning.profiler import _dtype_bytes, _ids_per_sample, group_layers
+    from .planning.profiler import _ids_per_sample, group_layers
 
-    block = main.global_block()
-    rows = {}
-    for layer in group_layers(main, _ids_per_sample(feed, batch_size))[0]:
-        if layer.kind == "sparse":
-            table = block.var(layer.table)
-            row_bytes = int(table.shape[-1]) * _dtype_bytes(table)
-            rows[layer.name] = layer.io_bytes / (2 * row_bytes)  # io_bytes counts each row read and written
-    return rows
+    layers, _ = group_layers(main, _ids_per_sample(feed, batch_size))
+    return {layer.name: layer.rows_per_sample for layer in layers if layer.kind == "sparse"}
 
 
 def add_ps_service_time(profile, main, feed: dict, batch_size: int):

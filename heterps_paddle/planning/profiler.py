@@ -40,6 +40,7 @@ class LayerGroup:
     params: list[str] = field(default_factory=list)
     flops: float = 0.0
     io_bytes: float = 0.0
+    rows_per_sample: float = 0.0  # sparse: table rows looked up per sample (what a parameter server serves)
 
 
 @dataclass(frozen=True)
@@ -104,10 +105,11 @@ def group_layers(program, ids_per_sample: dict[str, float] | None = None) -> tup
             table = op.input("W")[0]
             if current is None or current.kind != "sparse" or current.table != table:
                 layers.append(LayerGroup(f"embedding_{sum(l.kind == 'sparse' for l in layers)}", "sparse", table))
-            ids = op.input("Ids")[0]
+            rows = ids_per_sample.get(op.input("Ids")[0], 1.0)
             dim = _per_sample(block.var(table).shape[1:])
+            layers[-1].rows_per_sample += rows
             # Rows read, and written back by the sparse update, per sample.
-            layers[-1].io_bytes += ids_per_sample.get(ids, 1.0) * dim * _dtype_bytes(block.var(table)) * 2
+            layers[-1].io_bytes += rows * dim * _dtype_bytes(block.var(table)) * 2
         elif op.type in MATMUL_OPS and any(n in params for n in op.input_arg_names):
             layers.append(LayerGroup(f"fc_{sum(l.kind == 'dense' for l in layers)}", "dense"))
         elif current is None:
