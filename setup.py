@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 PADDLE_VERSION = "2.6.2"
@@ -130,13 +130,7 @@ setup(
     version="0.1.0",
     description="HeterPS scheduling and heterogeneous parameter-server training for PaddlePaddle fleet",
     python_requires=">=3.8",
-    packages=[
-        "heterps_paddle",
-        "heterps_paddle.data",
-        "heterps_paddle.planning",
-        "heterps_paddle.planning.schedulers",
-        "heterps_paddle.bench",
-        "heterps_paddle.sections",
+    packages=find_packages(include=["heterps_paddle", "heterps_paddle.*"]) + [
         # The example fleet scripts are installed too, so `heterps bench` and `heterps profile --example`
         # work from any install; the source of truth stays in examples/.
         "heterps_paddle.examples",
@@ -154,5 +148,5 @@ setup(
     extras_require={"test": ["pytest", "matplotlib"], "plot": ["matplotlib"]},
     ext_modules=NATIVE_EXTENSIONS,
     cmdclass={"build_ext": CMakeBuild},
-    entry_points={"console_scripts": ["heterps=heterps_paddle.cli:main"]},
+    entry_points={"console_scripts": ["heterps=heterps_paddle.tools.cli:main"]},
 )

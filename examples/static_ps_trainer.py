@@ -26,7 +26,7 @@ import heterps_paddle  # noqa: F401  (adds strategy.heterps / heterps_configs to
 from heterps_paddle.data import dataset as data
 from heterps_paddle.data.criteo import ReadReport
 from heterps_paddle.examples import build_net
-from heterps_paddle.evaluation import accumulated_auc, forward_only_program, reset_auc
+from heterps_paddle.fleet.evaluation import accumulated_auc, forward_only_program, reset_auc
 from heterps_paddle.examples.common import ModelConfig
 
 # run config key -> (type, must be positive); anything else in the file is an error.

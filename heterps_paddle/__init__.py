@@ -9,7 +9,7 @@ half of the package (``heterps_paddle.planning``, ``heterps plan``) never import
 Python and usable on machines without Paddle installed.
 """
 
-from ._fleet_hook import install_fleet_hook
+from heterps_paddle.fleet.hook import install_fleet_hook
 
 __version__ = "0.1.0"
 

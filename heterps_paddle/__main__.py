@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from heterps_paddle.tools.cli import main
 
 sys.exit(main())

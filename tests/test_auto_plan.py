@@ -5,12 +5,12 @@ import os
 
 import pytest
 
-from heterps_paddle.jobs import JobSpec, run_job
+from heterps_paddle.tools.jobs import JobSpec, run_job
 
 
 @pytest.fixture(scope="module")
 def local_cluster(tmp_path_factory):
-    from heterps_paddle.local_cluster import detect_local_cluster
+    from heterps_paddle.measure.local_cluster import detect_local_cluster
     from heterps_paddle.planning.model import cluster_to_dict, save_yaml
 
     path = str(tmp_path_factory.mktemp("cluster") / "local.yaml")
@@ -37,7 +37,7 @@ def test_launched_job_plans_once_and_learns(tmp_path, heterps_cache, local_clust
     # the local CPU type's sparse layer carries the servers' work per row (ps_service probe), the local GPU
     # type's (the project's table, synced per pass) does not: 26 slots of one row each per sample
     from heterps_paddle.planning.model import load_model_profile
-    from heterps_paddle.ps_service import ps_row_cost
+    from heterps_paddle.measure.ps_service import ps_row_cost
 
     embedding = load_model_profile(str(out_dir / "profile.yaml")).layers[0]
     row_seconds = ps_row_cost().row_seconds  # cached: the figure the plan used

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from conftest import heterps_cli
 
-from heterps_paddle.bench.e2e import _median_run, _paired
+from heterps_paddle.tools.bench.e2e import _median_run, _paired
 
 
 def _run(sps, auc, wall=10.0, ratio=None):

@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from heterps_paddle.sections.launch import launch
+from heterps_paddle.tools.section_launch import launch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "examples", "static_ps_trainer.py")

@@ -1,4 +1,4 @@
-"""Embeddings on a GPU stage (heterps_paddle/sections/gpu_embedding.py): SparseTable.assign, the pass's
+"""Embeddings on a GPU stage (heterps_paddle/runtime/gpu_embedding.py): SparseTable.assign, the pass's
 working set, the servers' SGD rule, the trainer program rewrite, and a launched job with two units (1 server +
 2 trainers, a one-stage plan on a gpu type) checking that the units' tables and the servers agree after each
 pass and that the servers hold start + the sum of the units' deltas."""
@@ -15,7 +15,7 @@ import pytest
 
 import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
 
-from heterps_paddle.sparse_table import SparseTable, SparseTableError  # noqa: E402
+from heterps_paddle.table.sparse_table import SparseTable, SparseTableError  # noqa: E402
 
 
 # ---- SparseTable.assign -----------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ def test_assign_through_the_ssd_tier(tmp_path):
 
 # ---- pure helpers ---------------------------------------------------------------------------------------------
 def test_working_set_reads_only_the_lookups_slots(tmp_path):
-    from heterps_paddle.sections.gpu_embedding import GpuEmbeddingError, working_set
+    from heterps_paddle.runtime.gpu_embedding import GpuEmbeddingError, working_set
 
     f1, f2 = tmp_path / "a.txt", tmp_path / "b.txt"
     f1.write_text("2 10 11 1 0.5 1 3\n1 12 1 0.1 1 4\n")
@@ -96,7 +96,7 @@ def _fake_sync(units, other_arrivals):
     """A PassSync whose servers are one counter row; the other units arrive after ``other_arrivals`` polls."""
     import types
 
-    from heterps_paddle.sections import gpu_embedding as ge
+    from heterps_paddle.runtime import gpu_embedding as ge
 
     sync = ge.PassSync.__new__(ge.PassSync)
     sync.tables = [ge.GpuTable(param="E", layer="embedding_0", dim=4)]
@@ -119,7 +119,7 @@ def _fake_sync(units, other_arrivals):
 
 
 def test_pass_barrier_waits_for_every_unit_and_times_out_naming_the_pass():
-    from heterps_paddle.sections.gpu_embedding import GpuEmbeddingError
+    from heterps_paddle.runtime.gpu_embedding import GpuEmbeddingError
 
     sync, state = _fake_sync(units=3, other_arrivals=4)
     sync.barrier("pass 1 start")
@@ -134,8 +134,8 @@ def test_servers_get_naive_sgd_rule_and_conflicts_are_refused():
     pytest.importorskip("paddle")
     import paddle.distributed.fleet as fleet
 
-    from heterps_paddle.sections.gpu_embedding import NAIVE_RULE, use_naive_sgd_on_servers
-    from heterps_paddle.strategy import HeterPSConfigError
+    from heterps_paddle.runtime.gpu_embedding import NAIVE_RULE, use_naive_sgd_on_servers
+    from heterps_paddle.fleet.strategy import HeterPSConfigError
 
     s = fleet.DistributedStrategy()
     s.sparse_table_configs = {"other": {"table_parameters.other.shard_num": 7}}
@@ -156,8 +156,8 @@ def test_split_plan_with_embedding_on_gpu_stage_is_refused(tmp_path):
     pytest.importorskip("paddle")
     code = textwrap.dedent(r'''
         import sys, paddle
-        from heterps_paddle.sections.plan import plan_from_dict, PlanError
-        from heterps_paddle.sections.gpu_embedding import gpu_sparse_layers
+        from heterps_paddle.runtime.plan import plan_from_dict, PlanError
+        from heterps_paddle.runtime.gpu_embedding import gpu_sparse_layers
         paddle.enable_static()
         main, startup = paddle.static.Program(), paddle.static.Program()
         with paddle.static.program_guard(main, startup):
@@ -193,8 +193,8 @@ JOB = textwrap.dedent(r'''
     import paddle
     import paddle.distributed.fleet as fleet
     import heterps_paddle  # noqa: F401  (strategy.heterps)
-    from heterps_paddle.sparse_table import load_ops
-    from heterps_paddle.sections import runtime
+    from heterps_paddle.table.sparse_table import load_ops
+    from heterps_paddle.runtime import sections as runtime
 
     load_ops()
     out_dir, plan, test_file = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -347,7 +347,7 @@ def test_two_units_stay_consistent_with_the_servers(tmp_path):
 
 
 def test_one_stage_gpu_plan_runs_on_the_launched_trainers():
-    from heterps_paddle.sections.plan import LaunchMismatchError, check_launch_matches, plan_from_dict
+    from heterps_paddle.runtime.plan import LaunchMismatchError, check_launch_matches, plan_from_dict
 
     plan = plan_from_dict({"stages": [{"resource": "local_gpu", "layers": ["embedding_0", "fc_0"], "units": 2}]},
                           "p.json")

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from heterps_paddle.jobs import JobSpec, run_job
+from heterps_paddle.tools.jobs import JobSpec, run_job
 
 ROWS, EPOCHS = 60_000, 2  # ~20 s a job here; held-out AUC ~0.78 (true-probability AUC ~0.85)
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from heterps_paddle.cli import main
+from heterps_paddle.tools.cli import main
 from heterps_paddle.planning.model import load_plan
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,7 +82,7 @@ def test_sweep_and_plot(capsys, model_file, tmp_path):
 
 
 def test_plan_with_exact_never_imports_paddle(model_file):
-    code = ("import sys; from heterps_paddle.cli import main; "
+    code = ("import sys; from heterps_paddle.tools.cli import main; "
             f"rc = main(['plan', '--model', {model_file!r}, '--cluster', {CLUSTER!r}, '--scheduler', 'exact', "
             "'--json']); assert 'paddle' not in sys.modules, 'paddle imported'; sys.exit(rc)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,

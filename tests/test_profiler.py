@@ -7,7 +7,7 @@ import pytest
 
 paddle = pytest.importorskip("paddle")
 
-from heterps_paddle.planning.profiler import group_layers, profile_program, static_layer_sizes  # noqa: E402
+from heterps_paddle.program.profiler import group_layers, profile_program, static_layer_sizes  # noqa: E402
 
 VOCAB, DIM, SLOTS, HIDDEN, BATCH = 1000, 8, 2, 16, 64
 
@@ -79,7 +79,7 @@ def test_profile_program_measures_every_layer():
 @pytest.mark.skipif(not os.environ.get("HETERPS_SLOW_TESTS"),
                     reason="timing check; set HETERPS_SLOW_TESTS=1 (noisy on a shared machine)")
 def test_summed_layer_times_predict_the_step_time_within_20_percent():
-    from heterps_paddle.planning.profiler import profile_example
+    from heterps_paddle.program.profiler import profile_example
 
     report = profile_example("ctr_dnn", steps=6)
     assert report.prediction_error <= 0.20, (report.predicted_step_seconds, report.measured_step_seconds)

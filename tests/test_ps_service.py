@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("paddle")
 
-from heterps_paddle import ps_service  # noqa: E402
+from heterps_paddle.measure import ps_service  # noqa: E402
 
 
 def test_probe_measures_server_work_and_caches_it(tmp_path, monkeypatch):
@@ -65,7 +65,7 @@ def _small_job():
 
 
 def test_profile_adds_the_servers_cost_to_local_cpu_sparse_layers_only(monkeypatch):
-    from heterps_paddle import auto_plan
+    from heterps_paddle.fleet import auto_plan
 
     cost = ps_service.PsServiceCost(row_seconds=2e-6, local_sample_seconds=1e-5, ps_sample_seconds=6.2e-5,
                                     ids_per_sample=26, dim=9, samples=1, paddle_version="x")
@@ -80,7 +80,7 @@ def test_profile_adds_the_servers_cost_to_local_cpu_sparse_layers_only(monkeypat
 
 
 def test_profile_goes_on_without_the_servers_cost_when_the_probe_fails(monkeypatch):
-    from heterps_paddle import auto_plan
+    from heterps_paddle.fleet import auto_plan
 
     def broken():
         raise ps_service.ProbeFailed("parameter-server probe: timed out")

@@ -8,9 +8,9 @@ import time
 import psutil
 import pytest
 
-from heterps_paddle.sections import ctr_job
-from heterps_paddle.sections.launch import launch
-from heterps_paddle.sections.plan import launch_arguments, load_plan
+from heterps_paddle.tools import ctr_job
+from heterps_paddle.tools.section_launch import launch
+from heterps_paddle.runtime.plan import launch_arguments, load_plan
 
 JOB = os.path.abspath(ctr_job.__file__)
 

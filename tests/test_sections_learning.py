@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from heterps_paddle.sections import ctr_job
-from heterps_paddle.sections.launch import launch
+from heterps_paddle.tools import ctr_job
+from heterps_paddle.tools.section_launch import launch
 
 JOB = os.path.abspath(ctr_job.__file__)
 # 40k generated rows, 2 epochs of batch 128 (625 steps): enough that repeated unsplit runs agree to

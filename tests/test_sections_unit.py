@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from heterps_paddle.sections.plan import (LaunchMismatchError, PlanError, check_launch_matches,
+from heterps_paddle.runtime.plan import (LaunchMismatchError, PlanError, check_launch_matches,
                                           launch_arguments, load_plan)
 
 STAGES3 = [{"resource": "cpu_16", "layers": ["embedding_0"], "units": 2},
@@ -93,7 +93,7 @@ def _ctr_program(plan_stages, tmp_path):
 
     from heterps_paddle.examples import build_net
     from heterps_paddle.examples.common import ModelConfig
-    from heterps_paddle.sections.partition import tag_program
+    from heterps_paddle.program.partition import tag_program
 
     paddle.enable_static()
     main, startup = paddle.static.Program(), paddle.static.Program()
@@ -110,7 +110,7 @@ def _ctr_program(plan_stages, tmp_path):
 def test_tags_survive_backward_and_paddle_cuts_2n_minus_1_runs(tmp_path, stages):
     # Paddle's splitter (ps/utils/public.py: find_heter_ops, private) must see forward 1..N then backward
     # N-1..1; the builder refuses to split otherwise, and this probe says so before any job runs.
-    from heterps_paddle.sections.paddle_fixes import _fill_untagged_ops, device_runs
+    from heterps_paddle.runtime.paddle_fixes import _fill_untagged_ops, device_runs
 
     plan = STAGES3 if stages == 3 else [STAGES3[0], {**STAGES3[1], "layers": ["fc_0", "fc_1", "fc_2"]}]
     main, layer_stage = _ctr_program(plan, tmp_path)
@@ -133,7 +133,7 @@ def test_paddle_heter_sparse_key_bug_is_still_there_and_fixed(tmp_path):
     # Paddle fixes that, this fails: drop the override then.
     from paddle.distributed.passes.ps_trainer_pass import DistributedOpsPass
 
-    from heterps_paddle.sections.paddle_fixes import _FixedDistributedOpsPass
+    from heterps_paddle.runtime.paddle_fixes import _FixedDistributedOpsPass
 
     main, _ = _ctr_program([STAGES3[0], {**STAGES3[1], "layers": ["fc_0", "fc_1", "fc_2"]}], tmp_path)
     attrs = {"is_heter_ps_mode": True, "is_fl_ps_mode": False, "local_sparse": []}
@@ -147,7 +147,7 @@ def test_paddle_remove_var_pair_bug_is_still_there_and_fixed():
     # Fix 1: merged_*_pairs hold one list per program; Paddle's method indexes them as pairs.
     from paddle.distributed.passes.ps_trainer_pass import SplitTrainerOpsPass
 
-    from heterps_paddle.sections.paddle_fixes import _FixedSplitTrainerOpsPass
+    from heterps_paddle.runtime.paddle_fixes import _FixedSplitTrainerOpsPass
 
     class Merged:
         def __init__(self, name):
@@ -168,7 +168,7 @@ def test_paddle_remove_var_pair_bug_is_still_there_and_fixed():
 def test_builder_factory_uses_the_fixed_builder():
     from paddle.distributed.ps.utils import ps_factory
 
-    from heterps_paddle.sections import paddle_fixes
+    from heterps_paddle.runtime import paddle_fixes
 
     paddle_fixes.install()
 
@@ -182,7 +182,7 @@ def test_builder_factory_uses_the_fixed_builder():
 
 
 def test_watchdog_names_a_dead_and_a_missing_peer():
-    from heterps_paddle.sections.runtime import FATAL_TAG, Watchdog
+    from heterps_paddle.runtime.sections import FATAL_TAG, Watchdog
 
     live = socket.socket()
     live.bind(("127.0.0.1", 0))
@@ -207,7 +207,7 @@ def test_watchdog_names_a_dead_and_a_missing_peer():
 
 
 def test_scan_logs_tells_a_clean_end_from_a_death(tmp_path):
-    from heterps_paddle.sections.launch import scan_logs
+    from heterps_paddle.tools.section_launch import scan_logs
 
     (tmp_path / "workerlog.0").write_text("training\nheterps-job: heldout_auc=0.7\n")
     (tmp_path / "heterlog.0").write_text("work\nFatalError: `Termination signal` is detected\n"

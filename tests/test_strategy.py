@@ -2,11 +2,11 @@
 import pytest
 
 from conftest import run_python
-from heterps_paddle.strategy import CONFIG_KEYS, HeterPSConfigError, validate_heterps_configs
+from heterps_paddle.fleet.strategy import CONFIG_KEYS, HeterPSConfigError, validate_heterps_configs
 
 
 def test_importing_the_package_does_not_import_paddle():
-    result = run_python("import sys, heterps_paddle, heterps_paddle.cli; "
+    result = run_python("import sys, heterps_paddle, heterps_paddle.tools.cli; "
                         "assert 'paddle' not in sys.modules, sorted(m for m in sys.modules if 'paddle' in m)")
     assert result.returncode == 0, result.stderr
 

@@ -15,9 +15,9 @@ import pytest
 
 import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
 
-from heterps_paddle import sparse_table as st  # noqa: E402
+from heterps_paddle.table import sparse_table as st  # noqa: E402
 from heterps_paddle.errors import HeterPSError  # noqa: E402
-from heterps_paddle.sparse_table import SparseTable, SparseTableError  # noqa: E402
+from heterps_paddle.table.sparse_table import SparseTable, SparseTableError  # noqa: E402
 
 M64 = (1 << 64) - 1
 
@@ -137,7 +137,7 @@ def test_init_is_the_same_in_another_process(tmp_path):
     ids = [0, 1, -7, 2**62, 123456789]
     t = SparseTable(dim=6, seed=99, name=_name("xproc"))
     here = t.pull(ids)
-    code = ("import json,numpy as np\nfrom heterps_paddle.sparse_table import SparseTable\n"
+    code = ("import json,numpy as np\nfrom heterps_paddle.table.sparse_table import SparseTable\n"
             f"t=SparseTable(dim=6, seed=99, name='other')\nprint(json.dumps(t.pull({ids!r}).tolist()))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=native_ops.package_env(), capture_output=True,
                          text=True, check=True)
@@ -237,7 +237,7 @@ def test_failed_save_keeps_old_checkpoint(tmp_path):
 _FSIZE_CHILD = r"""
 import json, resource, signal, sys
 import numpy as np
-from heterps_paddle.sparse_table import SparseTable, SparseTableError
+from heterps_paddle.table.sparse_table import SparseTable, SparseTableError
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)       # so write() returns EFBIG instead of killing us
 tmp = sys.argv[1]
 t = SparseTable(dim=16, optimizer="sgd", lr=1.0, init_range=0.0, name="fsize",

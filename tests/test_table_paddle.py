@@ -14,7 +14,7 @@ import zlib  # noqa: E402,F401  (before paddle, as setup.py does)
 
 paddle = pytest.importorskip("paddle")
 
-from heterps_paddle.sparse_table import SparseTable, SparseTableError, sparse_embedding  # noqa: E402
+from heterps_paddle.table.sparse_table import SparseTable, SparseTableError, sparse_embedding  # noqa: E402
 
 _count = iter(range(10**6))
 
@@ -127,7 +127,7 @@ def test_program_runs_in_a_process_that_only_loaded_the_ops(static, tmp_path):
     expect = t.pull(np.arange(1, 7))
     child = textwrap.dedent(f"""
         import zlib, numpy as np, paddle
-        from heterps_paddle import sparse_table
+        from heterps_paddle.table import sparse_table
         sparse_table.load_ops()  # what a trainer process must do before running the program
         paddle.enable_static()
         main = paddle.static.Program.parse_from_string(open(r"{tmp_path / 'main.pb'}", "rb").read())

@@ -22,7 +22,7 @@ JOB = textwrap.dedent(r'''
     import numpy as np
     import paddle
     import paddle.distributed.fleet as fleet
-    from heterps_paddle.sparse_table import SparseTable, sparse_embedding, load_ops
+    from heterps_paddle.table.sparse_table import SparseTable, sparse_embedding, load_ops
 
     load_ops()  # every process of the job, the server included, before any program exists
     out_dir, data_file = sys.argv[1], sys.argv[2]
@@ -82,7 +82,7 @@ def test_launched_ps_job_trains_the_table(tmp_path):
     assert res["stats"]["rows_in_memory"] == 100 and all(w == 1 for w in res["found"])
     # The pushes ran in the trainer: rows moved away from their deterministic initial values, and the
     # label's id groups moved apart (the first id decides the label).
-    from heterps_paddle.sparse_table import SparseTable
+    from heterps_paddle.table.sparse_table import SparseTable
 
     fresh = SparseTable(dim=8, optimizer="adagrad", lr=0.2, seed=5, name="ps_emb")  # same init, this process
     start = fresh.pull(np.arange(100))

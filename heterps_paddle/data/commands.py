@@ -14,8 +14,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from ..cli import CommandError
-    from .generator import generate
+    from heterps_paddle.tools.cli import CommandError
+    from heterps_paddle.data.generator import generate
 
     if args.rows <= 0:
         raise CommandError(f"--rows must be positive, got {args.rows}")

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from ..errors import HeterPSError
+from heterps_paddle.errors import HeterPSError
 
 NUM_DENSE = 13
 NUM_SPARSE = 26

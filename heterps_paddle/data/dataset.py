@@ -15,10 +15,10 @@ import os
 import sys
 from typing import Sequence
 
-from ..errors import HeterPSError
-from ..files import locked, write_atomic
-from .criteo import ReadReport, convert_file
-from .generator import GeneratedDataset, generate, load_meta
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.files import locked, write_atomic
+from heterps_paddle.data.criteo import ReadReport, convert_file
+from heterps_paddle.data.generator import GeneratedDataset, generate, load_meta
 
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "heterps")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import Cluster, LayerProfile, ModelProfile, ResourceType
+from heterps_paddle.planning.model import Cluster, LayerProfile, ModelProfile, ResourceType
 
 GB = 1e9
 GIB = 2.0 ** 30
@@ -119,7 +119,7 @@ def interesting_throughput(profile: ModelProfile, cluster: Cluster, seed: int = 
                            rng: np.random.Generator | None = None) -> float:
     """A target that needs several units even of the fastest type running the whole model (at low targets every
     plan is one unit of the cheapest type, which tells the schedulers apart by nothing)."""
-    from .cost_model import CostModel
+    from heterps_paddle.planning.cost_model import CostModel
 
     rng = rng if rng is not None else np.random.default_rng(seed)
     model = CostModel(profile, cluster.with_throughput(1.0))
@@ -132,8 +132,8 @@ def interesting_throughput(profile: ModelProfile, cluster: Cluster, seed: int = 
 def feasible_target(profile: ModelProfile, cluster: Cluster) -> Cluster:
     """The cluster with its throughput halved until some plan meets it (a target sized for the fastest type
     may need more units than max_units allows; an infeasible workload measures no scheduler)."""
-    from .cost_model import CostModel
-    from .schedulers.exact import ExactScheduler
+    from heterps_paddle.planning.cost_model import CostModel
+    from heterps_paddle.planning.schedulers.exact import ExactScheduler
 
     for _ in range(30):
         if ExactScheduler().plan(CostModel(profile, cluster)).feasible:
@@ -144,8 +144,8 @@ def feasible_target(profile: ModelProfile, cluster: Cluster) -> Cluster:
 
 def _bind_limit(profile: ModelProfile, cluster: Cluster) -> Cluster:
     """Lower max_units of the type the DP (per-stage limits only) leans on most, below what it uses."""
-    from .cost_model import CostModel
-    from .schedulers.exact import dp_assignment
+    from heterps_paddle.planning.cost_model import CostModel
+    from heterps_paddle.planning.schedulers.exact import dp_assignment
 
     model = CostModel(profile, cluster)
     _, assignment = dp_assignment(model.stage_tables().cost)
@@ -168,7 +168,7 @@ def _bind_limit(profile: ModelProfile, cluster: Cluster) -> Cluster:
         if used[heaviest] < 2:
             return cluster
         limit = max(1, int(used[heaviest] * 0.7))
-    from .schedulers.exact import ExactScheduler
+    from heterps_paddle.planning.schedulers.exact import ExactScheduler
 
     original = cluster.resource_types[heaviest]
     # A limit so low that no plan is left measures nothing: raise it until one is.

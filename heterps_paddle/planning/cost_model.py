@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .model import Cluster, ModelProfile, Plan, PlanningInputError, Stage
+from heterps_paddle.planning.model import Cluster, ModelProfile, Plan, PlanningInputError, Stage
 
 # More units than this are never useful to explore: it bounds the spill scan of one stage.
 _UNIT_SCAN_LIMIT = 1_000_000

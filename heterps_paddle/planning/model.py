@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..errors import HeterPSError
+from heterps_paddle.errors import HeterPSError
 
 FORMAT_VERSION = 1
 LAYER_KINDS = ("sparse", "dense")

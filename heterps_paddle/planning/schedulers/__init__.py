@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import importlib
 
-from ...strategy import SCHEDULERS
-from ..model import PlanningInputError
-from .base import Schedule, Scheduler
+from heterps_paddle.fleet.strategy import SCHEDULERS
+from heterps_paddle.planning.model import PlanningInputError
+from heterps_paddle.planning.schedulers.base import Schedule, Scheduler
 
 _MODULES = {"rl": "rl", "exact": "exact", "brute": "brute", "greedy": "greedy", "genetic": "genetic"}
 assert set(_MODULES) == set(SCHEDULERS), "strategy.SCHEDULERS and the scheduler modules disagree"

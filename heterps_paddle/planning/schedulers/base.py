@@ -9,8 +9,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..cost_model import CostModel
-from ..model import Plan
+from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.planning.model import Plan
 
 
 @dataclass(frozen=True)

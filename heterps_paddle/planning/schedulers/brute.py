@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 
-from ..cost_model import CostModel
-from ..model import PlanningInputError
-from .base import Schedule, Scheduler, best_feasible, no_plan_reason
+from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.planning.model import PlanningInputError
+from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, best_feasible, no_plan_reason
 
 MAX_ASSIGNMENTS = 10 ** 6
 

@@ -19,8 +19,8 @@ import sys
 
 import numpy as np
 
-from ..cost_model import CostModel, StageTables
-from .base import Schedule, Scheduler, best_feasible, no_plan_reason
+from heterps_paddle.planning.cost_model import CostModel, StageTables
+from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, best_feasible, no_plan_reason
 
 _LAGRANGE_ITERATIONS = 40
 _TOLERANCE = 1e-9

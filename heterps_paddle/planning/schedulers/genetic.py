@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost_model import CostModel
-from .base import Schedule, Scheduler, no_plan_reason
+from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, no_plan_reason
 
 
 class GeneticScheduler(Scheduler):

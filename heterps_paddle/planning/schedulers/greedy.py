@@ -3,8 +3,8 @@ not yet decided follow it (the layer-by-layer greedy placement the HeterPS paper
 
 from __future__ import annotations
 
-from ..cost_model import CostModel
-from .base import Schedule, Scheduler, no_plan_reason
+from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, no_plan_reason
 
 
 class GreedyScheduler(Scheduler):

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost_model import CostModel, Evaluation
-from .base import Schedule, Scheduler, no_plan_reason
+from heterps_paddle.planning.cost_model import CostModel, Evaluation
+from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, no_plan_reason
 
 
 def fractional_cost(cost_model: CostModel) -> np.ndarray:

@@ -1,0 +1,25 @@
+"""``heterps bench ...``: benchmarks that print numbers (``--json`` for one JSON object on stdout).
+
+Benchmarks compare against a baseline measured in the same run and report ratios: this machine is
+shared and noisy, so absolute figures from different runs are not comparable.
+"""
+
+from __future__ import annotations
+
+# name -> (module, help); each module exposes add_arguments(parser) and run(args) -> int.
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "e2e": ("heterps_paddle.tools.bench.e2e", "launched CTR training with heterps off and on, back to back"),
+    "scheduler": ("heterps_paddle.tools.bench.scheduler", "every scheduler against the exact optimum on a workload suite"),
+    "table": ("heterps_paddle.tools.bench.table", "sparse table pull/push rows/s against numpy and dict references"),
+    "sections": ("heterps_paddle.tools.bench.sections", "unsplit vs 2- and 3-stage heterogeneous sections"),
+}
+
+
+def add_arguments(parser) -> None:
+    from heterps_paddle.tools.cli import add_command_table
+
+    add_command_table(parser, BENCHMARKS, dest="benchmark", run_key="_bench_run")
+
+
+def run(args) -> int:
+    return args._bench_run(args)

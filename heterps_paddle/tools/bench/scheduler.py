@@ -1,0 +1,190 @@
+"""``heterps bench scheduler``: every scheduler on a seeded suite of planning workloads, against ``exact``.
+
+The suite: generated CTR-like models (4 to 64 layers) on 2 to 16 resource types drawn from the catalog of real
+CPU and GPU kinds (some with a binding shared unit limit), plus the example CTR models' profiles on the example
+clusters. Printed per scheduler: cost ratio to the proven optimum (median, worst) and search time.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+from heterps_paddle.planning.catalog import Workload, feasible_target, interesting_throughput, workload_suite
+from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.fleet.strategy import SCHEDULERS
+
+# brute is exponential: run it only where it takes seconds, not minutes (its own refusal is at 10^6).
+BRUTE_BENCH_LIMIT = 200_000
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--count", type=int, default=24, help="generated workloads (default 24)")
+    parser.add_argument("--seed", type=int, default=0, help="suite seed (default 0)")
+    parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
+                        help=f"comma list (default: {','.join(SCHEDULERS)})")
+    parser.add_argument("--no-examples", action="store_true",
+                        help="leave out the example CTR models (profiling them needs Paddle)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--plot", default=None, metavar="FILE.png", help="draw ratios and times (matplotlib)")
+
+
+def example_workloads() -> list[Workload]:
+    """The example models' static profiles (sizes only: no timing run) on each example cluster."""
+    import glob
+    import os
+
+    from heterps_paddle.examples import EXAMPLES_DIR, MODELS
+    from heterps_paddle.planning.model import load_cluster
+    from heterps_paddle.program.profiler import profile_example
+
+    clusters = sorted(glob.glob(os.path.join(EXAMPLES_DIR, "clusters", "*.yaml")))
+    workloads = []
+    for model_name in MODELS:
+        profile = profile_example(model_name, time_key=None, measure=False).profile
+        for index, path in enumerate(clusters):
+            cluster = load_cluster(path)
+            target = interesting_throughput(profile, cluster, seed=index)
+            name = f"{model_name}@{os.path.basename(path)[:-5]}"
+            workloads.append(Workload(name, profile, feasible_target(profile, cluster.with_throughput(target)),
+                                      False))
+    return workloads
+
+
+def run_suite(workloads: list[Workload], schedulers: list[str], log=None) -> list[dict]:
+    from heterps_paddle.planning.schedulers import make_scheduler
+
+    rows = []
+    for workload in workloads:
+        n, T = len(workload.profile.layers), len(workload.cluster.resource_types)
+        row = {"workload": workload.name, "layers": n, "types": T, "binding_limit": workload.binding_limit,
+               "throughput": workload.cluster.throughput, "results": {}}
+        for name in ["exact"] + [s for s in schedulers if s != "exact"]:
+            if name == "brute" and T ** n > BRUTE_BENCH_LIMIT:
+                row["results"][name] = {"skipped": f"{T}^{n} assignments"}
+                continue
+            cost_model = CostModel(workload.profile, workload.cluster)
+            started = time.perf_counter()
+            plan = make_scheduler(name, seed=0).plan(cost_model)
+            result = {"feasible": plan.feasible, "cost_per_hour": plan.cost_per_hour if plan.feasible else None,
+                      "seconds": time.perf_counter() - started, "evaluations": plan.evaluations}
+            if plan.refined_from_cost is not None:
+                result["refined_from_cost"] = plan.refined_from_cost
+            row["results"][name] = result
+        optimum = row["results"]["exact"]["cost_per_hour"]
+        for result in row["results"].values():
+            if "skipped" in result or optimum is None:
+                continue
+            result["ratio"] = (result["cost_per_hour"] / optimum if result["cost_per_hour"] is not None
+                               and optimum > 0 else (1.0 if result["cost_per_hour"] == optimum else None))
+        rows.append(row)
+        if log:
+            log(_row_line(row))
+    return rows
+
+
+def summarise(rows: list[dict], schedulers: list[str]) -> dict:
+    summary = {}
+    for name in schedulers:
+        ratios, seconds, missed, ran = [], [], 0, 0
+        for row in rows:
+            result = row["results"].get(name)
+            if result is None or "skipped" in result or row["results"]["exact"]["cost_per_hour"] is None:
+                continue
+            ran += 1
+            seconds.append(result["seconds"])
+            if result.get("ratio") is None:
+                missed += 1  # no feasible plan where one exists
+            else:
+                ratios.append(result["ratio"])
+        summary[name] = {
+            "workloads": ran, "no_plan": missed,
+            "median_ratio": statistics.median(ratios) if ratios else None,
+            "worst_ratio": max(ratios) if ratios else None,  # over the workloads it found a plan for
+            "optimal_share": sum(r <= 1 + 1e-9 for r in ratios) / ran if ran else None,
+            "median_seconds": statistics.median(seconds) if seconds else None,
+            "max_seconds": max(seconds) if seconds else None,
+        }
+    return summary
+
+
+def _row_line(row: dict) -> str:
+    optimum = row["results"]["exact"]["cost_per_hour"]
+    parts = [f"{row['workload']:<28} {row['layers']:>3}x{row['types']:<3} "
+             f"optimum {'none' if optimum is None else format(optimum, '.4g') + '/h':<9}"]
+    for name, result in row["results"].items():
+        if "skipped" in result:
+            parts.append(f"{name}=skip")
+        elif result.get("ratio") is None:
+            parts.append(f"{name}=none({result['seconds']:.1f}s)")
+        else:
+            parts.append(f"{name}={result['ratio']:.3f}({result['seconds']:.1f}s)")
+    return " ".join(parts)
+
+
+def run(args) -> int:
+    from heterps_paddle.planning.model import PlanningInputError
+
+    schedulers = [s.strip() for s in args.schedulers.split(",") if s.strip()]
+    for name in schedulers:
+        if name not in SCHEDULERS:
+            raise PlanningInputError(f"--schedulers: unknown scheduler {name!r}")
+    if "exact" not in schedulers:
+        schedulers.insert(0, "exact")
+    workloads = workload_suite(args.count, args.seed)
+    log = (lambda line: print(line, file=sys.stderr, flush=True))
+    if not args.no_examples:
+        try:
+            workloads += example_workloads()
+        except ImportError as exc:  # the examples need Paddle to build their programs
+            log(f"example models left out: {exc}")
+    rows = run_suite(workloads, schedulers, log=log)
+    summary = summarise(rows, schedulers)
+    if args.plot:
+        plot_bench(rows, summary, schedulers, args.plot)
+        log(f"wrote {args.plot}")
+    if args.json:
+        print(json.dumps({"benchmark": "scheduler", "seed": args.seed, "workloads": rows, "summary": summary}))
+    else:
+        print(f"{'scheduler':<10} {'median ratio':>12} {'worst ratio':>12} {'optimal':>8} {'no plan':>8} "
+              f"{'median s':>9} {'max s':>8}  (ratio = cost / exact's proven optimum; {len(rows)} workloads)")
+        for name, s in summary.items():
+            def fmt(value, pattern):
+                return "-" if value is None else format(value, pattern)
+            print(f"{name:<10} {fmt(s['median_ratio'], '12.4f')} {fmt(s['worst_ratio'], '12.4f')} "
+                  f"{fmt(s['optimal_share'], '8.0%')} {s['no_plan']:>8} {fmt(s['median_seconds'], '9.2f')} "
+                  f"{fmt(s['max_seconds'], '8.2f')}")
+    return 0
+
+
+def plot_bench(rows: list[dict], summary: dict, schedulers: list[str], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from heterps_paddle.planning.model import PlanningInputError
+
+        raise PlanningInputError("--plot needs matplotlib (pip install 'heterps-paddle[plot]')") from None
+    figure, (ratio_axis, time_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for position, name in enumerate(schedulers):
+        ratios = [r["results"][name]["ratio"] for r in rows
+                  if name in r["results"] and r["results"][name].get("ratio") is not None]
+        seconds = [r["results"][name]["seconds"] for r in rows
+                   if name in r["results"] and "seconds" in r["results"][name]]
+        ratio_axis.scatter([position] * len(ratios), ratios, alpha=0.6)
+        time_axis.scatter([position] * len(seconds), seconds, alpha=0.6)
+    for axis, label in ((ratio_axis, "cost / optimum"), (time_axis, "search seconds")):
+        axis.set_xticks(range(len(schedulers)))
+        axis.set_xticklabels(schedulers)
+        axis.set_ylabel(label)
+    ratio_axis.set_yscale("log")
+    time_axis.set_yscale("log")
+    ratio_axis.set_title(f"cost ratio to exact ({len(rows)} workloads)")
+    time_axis.set_title("search time")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

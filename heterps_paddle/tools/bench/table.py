@@ -1,0 +1,217 @@
+"""``heterps bench table``: sparse-table pull/push rows/s against references measured in the same run.
+
+For each dim and id distribution (Zipf(1.1) and uniform over the key space) the table is measured
+(a) with every row in memory and (b) with a memory budget of a quarter of the rows, so that three
+quarters live in the SSD tier.  References: a numpy gather of the same ids from a dense array (the
+memory-bound ceiling for a lookup here) and a Python dict of rows (the naive way).  The table is called
+through the ctypes binding with a whole batch per call into a reused numpy buffer, so the per-call
+overhead is one foreign call, not one per id.
+
+No Paddle import: the table core does not need it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+
+TARGETS = {
+    "pull_vs_numpy_min": 0.5,       # in-memory pull >= 0.5x the numpy gather
+    "pull_vs_dict_min": 30.0,       # in-memory pull >= 30x the Python dict
+    "ssd_zipf_vs_memory_min": 0.25,  # SSD mode, Zipf ids >= 0.25x in-memory
+}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--dims", default="8,16,64", help="comma-separated row dims (default 8,16,64)")
+    parser.add_argument("--rows", type=int, default=1 << 20, help="key space: rows in the table (default 1Mi)")
+    parser.add_argument("--batch", type=int, default=1 << 18, help="ids per pull/push call (default 256Ki)")
+    parser.add_argument("--batches", type=int, default=9, help="timed batches per measurement (default 9)")
+    parser.add_argument("--optimizer", default="adagrad", choices=("sgd", "adagrad", "adam"))
+    parser.add_argument("--eviction", default="lru", choices=("lru", "lfu"), help="SSD-mode eviction policy")
+    parser.add_argument("--ssd-dir", default=None, help="directory for the SSD tier (default: a temp dir)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _zipf_ids(rng, n_keys, size, s=1.1):
+    """Bounded Zipf(s) over n_keys keys; ranks are scattered over the key space by a fixed permutation so
+    hot keys are not neighbours in memory (numpy's zipf is unbounded and would clip into the last key)."""
+    import numpy as np
+
+    ranks = np.arange(1, n_keys + 1, dtype=np.float64)
+    cdf = np.cumsum(ranks ** -s)
+    cdf /= cdf[-1]
+    r = np.searchsorted(cdf, rng.random(size))
+    perm = np.random.default_rng(12345).permutation(n_keys)
+    return perm[np.minimum(r, n_keys - 1)].astype(np.int64)
+
+
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
+
+
+def _timed(fn, arg):
+    t0 = time.perf_counter()
+    fn(arg)
+    return time.perf_counter() - t0
+
+
+def _make_table(sparse_table_cls, dim, optimizer, n_keys, budget, ssd_dir, name, eviction="lru"):
+    import numpy as np
+
+    kwargs = {"memory_budget_bytes": budget, "ssd_dir": ssd_dir, "eviction": eviction} if budget else {}
+    table = sparse_table_cls(dim=dim, optimizer=optimizer, lr=0.01, name=name, **kwargs)
+    fill = np.arange(n_keys, dtype=np.int64)
+    for i in range(0, n_keys, 1 << 18):  # create every row (spilling 3/4 of them in SSD mode)
+        table.pull(fill[i:i + (1 << 18)])
+    return table
+
+
+def _measure(tables, dense, rows_dict, batches, warm, dict_ids):
+    """Interleaves the references (numpy gather; dict of rows on the first `dict_ids` ids of each batch),
+    table pulls and table pushes batch by batch, so that the load of this shared machine hits all of them
+    alike.  Rates come from the median batch time; ratios are medians of the per-batch ratios."""
+    import numpy as np
+
+    n, dim = len(batches[0]), dense.shape[1]
+    out = np.empty((n, dim), np.float32)
+    grads = np.random.default_rng(1).normal(0, 0.01, size=(n, dim)).astype(np.float32)
+
+    def naive(ids):
+        return np.stack([rows_dict[k] for k in ids.tolist()])
+
+    for b in warm:  # steady state: hot rows resident, buffers faulted in
+        np.take(dense, b, axis=0, out=out)
+        naive(b[:dict_ids])
+        for t in tables.values():
+            t.pull(b, out=out)
+            t.push(b, grads)
+    before = {m: t.stats() for m, t in tables.items()}
+    per = {"numpy": [], "dict": []}  # seconds per id
+    for m in tables:
+        per[m + "_pull"], per[m + "_push"] = [], []
+    for b in batches:
+        per["numpy"].append(_timed(lambda x: np.take(dense, x, axis=0, out=out), b) / n)
+        per["dict"].append(_timed(naive, b[:dict_ids]) / dict_ids)
+        for m, t in tables.items():
+            per[m + "_pull"].append(_timed(lambda x: t.pull(x, out=out), b) / n)
+        for m, t in tables.items():
+            per[m + "_push"].append(_timed(lambda x: t.push(x, grads), b) / n)
+    rates = {k: 1.0 / _median(v) for k, v in per.items()}
+
+    def paired(a, b):  # rate(a) / rate(b), batch by batch
+        return _median([tb / ta for ta, tb in zip(per[a], per[b])])
+
+    results = {}
+    for m, t in tables.items():
+        after = t.stats()
+        lookups = sum(after[k] - before[m][k] for k in ("hits", "misses"))
+        results[m] = {
+            "pull_rows_per_s": rates[m + "_pull"],
+            "push_rows_per_s": rates[m + "_push"],
+            "rows_in_memory": after["rows_in_memory"],
+            "rows_on_ssd": after["rows_on_ssd"],
+            "bytes_in_memory": after["bytes_in_memory"],
+            "ssd_promotions_per_lookup": (after["ssd_promotions"] - before[m]["ssd_promotions"]) / max(1, lookups),
+            "evictions": after["evictions"] - before[m]["evictions"],
+            "spill_errors": after["spill_errors"],
+        }
+    ratios = {"pull_vs_numpy": paired("memory_pull", "numpy"), "pull_vs_dict": paired("memory_pull", "dict")}
+    if "ssd" in tables:
+        ratios["ssd_vs_memory_pull"] = paired("ssd_pull", "memory_pull")
+        ratios["ssd_vs_memory_push"] = paired("ssd_push", "memory_push")
+    refs = {"numpy_gather_rows_per_s": rates["numpy"], "python_dict_rows_per_s": rates["dict"]}
+    return refs, results, ratios
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from heterps_paddle.table.sparse_table import SparseTable, SparseTableError
+
+    try:
+        dims = [int(d) for d in str(args.dims).split(",") if d.strip()]
+    except ValueError:
+        raise SparseTableError(f"--dims must be comma-separated integers, got {args.dims!r}") from None
+    if args.rows < 1000 or args.batch < 1 or args.batches < 1:
+        raise SparseTableError("--rows must be >= 1000, --batch and --batches >= 1")
+    rng = np.random.default_rng(args.seed)
+    own_tmp = args.ssd_dir is None
+    ssd_dir = tempfile.mkdtemp(prefix="heterps-bench-") if own_tmp else args.ssd_dir
+    results, refs, ratios = [], [], []
+    try:
+        for dim in dims:
+            stride = dim + {"sgd": 0, "adagrad": dim, "adam": 2 * dim + 2}[args.optimizer]
+            dense = rng.normal(size=(args.rows, dim)).astype(np.float32)
+            d = {i: dense[i].copy() for i in range(args.rows)}
+            for dist in ("zipf", "uniform"):
+                def draw():
+                    if dist == "zipf":
+                        return _zipf_ids(rng, args.rows, args.batch)
+                    return rng.integers(0, args.rows, args.batch, dtype=np.int64)
+
+                batches = [draw() for _ in range(args.batches)]
+                warm = [draw() for _ in range(2)]
+                budget = (args.rows // 4) * (stride * 4 + 32)  # SSD mode: a quarter of the rows fit
+                tables = {}
+                try:
+                    for mode, b in (("memory", 0), ("ssd", budget)):
+                        tables[mode] = _make_table(SparseTable, dim, args.optimizer, args.rows, b, ssd_dir,
+                                                   f"bench-{dim}-{dist}-{mode}-{os.getpid()}", args.eviction)
+                    ref, per_mode, ratio = _measure(tables, dense, d, batches, warm, min(args.batch, 32768))
+                finally:
+                    for t in tables.values():
+                        t.close()
+                ref.update({"dim": dim, "dist": dist})
+                refs.append(ref)
+                ratio.update({"dim": dim, "dist": dist})
+                ratios.append(ratio)
+                for mode, r in per_mode.items():
+                    r.update({"dim": dim, "dist": dist, "mode": mode,
+                              "memory_budget_bytes": budget if mode == "ssd" else 0})
+                    results.append(r)
+            del dense, d
+    finally:
+        if own_tmp:
+            shutil.rmtree(ssd_dir, ignore_errors=True)
+
+    checks = {
+        "pull_vs_numpy": all(r["pull_vs_numpy"] >= TARGETS["pull_vs_numpy_min"] for r in ratios),
+        "pull_vs_dict": all(r["pull_vs_dict"] >= TARGETS["pull_vs_dict_min"] for r in ratios),
+        "ssd_zipf_vs_memory": all(r["ssd_vs_memory_pull"] >= TARGETS["ssd_zipf_vs_memory_min"]
+                                  for r in ratios if r["dist"] == "zipf"),
+    }
+    report = {
+        "benchmark": "table",
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "config": {"rows": args.rows, "batch": args.batch, "batches": args.batches, "dims": dims,
+                   "optimizer": args.optimizer, "zipf_s": 1.1, "eviction": args.eviction,
+                   "ssd_mode": "memory budget = rows/4 x (row bytes + 32 index bytes)"},
+        "results": results,
+        "references": refs,
+        "ratios": ratios,
+        "targets": TARGETS,
+        "targets_met": checks,
+    }
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(f"sparse table, {args.rows} rows, batch {args.batch}, optimizer {args.optimizer}")
+        print(f"{'dim':>4} {'dist':>8} {'mode':>7} {'pull rows/s':>13} {'push rows/s':>13} {'promo/lookup':>12}")
+        for r in results:
+            print(f"{r['dim']:>4} {r['dist']:>8} {r['mode']:>7} {r['pull_rows_per_s']:>13.3g} "
+                  f"{r['push_rows_per_s']:>13.3g} {r['ssd_promotions_per_lookup']:>12.4f}")
+        print(f"{'dim':>4} {'dist':>8} {'numpy rows/s':>13} {'dict rows/s':>13} {'vs numpy':>9} {'vs dict':>8} "
+              f"{'ssd/mem':>8}")
+        for ref, ra in zip(refs, ratios):
+            print(f"{ref['dim']:>4} {ref['dist']:>8} {ref['numpy_gather_rows_per_s']:>13.3g} "
+                  f"{ref['python_dict_rows_per_s']:>13.3g} {ra['pull_vs_numpy']:>9.2f} {ra['pull_vs_dict']:>8.1f} "
+                  f"{ra['ssd_vs_memory_pull']:>8.2f}")
+        print("targets met: " + ", ".join(f"{k}={v}" for k, v in checks.items()))
+    return 0

@@ -1,0 +1,65 @@
+"""The ``heterps`` command.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``.
+Those modules must not import Paddle at module level: ``heterps plan`` and ``heterps --help`` stay
+fast and work where Paddle is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from heterps_paddle.errors import HeterPSError
+
+# name -> (module, one-line help). One table, so the help and the dispatch cannot disagree.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "gen-data": ("heterps_paddle.data.commands", "write synthetic Criteo-format CTR data with a planted signal"),
+    "plan": ("heterps_paddle.tools.plan_command", "plan layer placement and unit counts from a profile and a cluster"),
+    "profile": ("heterps_paddle.tools.profile_command", "profile a static program into a model profile file"),
+    "local-cluster": ("heterps_paddle.measure.local_cluster", "write a cluster file describing this machine (measured)"),
+    "launch-args": ("heterps_paddle.tools.launch_args", "print the paddle.distributed.launch arguments for a plan"),
+    "bench": ("heterps_paddle.tools.bench", "benchmarks that print numbers (JSON with --json)"),
+}
+
+
+class CommandError(HeterPSError):
+    """A user-facing error raised by a command's own argument checks."""
+
+
+def add_command_table(parser, table: dict, dest: str, run_key: str) -> None:
+    """One subcommand per entry of ``table`` (name -> (module, help)); the chosen module's ``run`` is stored
+    in ``args.<run_key>``.  Used for ``heterps`` itself and for ``heterps bench``."""
+    sub = parser.add_subparsers(dest=dest, metavar=dest.upper())
+    sub.required = True
+    for name, (module_name, help_text) in table.items():
+        module = importlib.import_module(module_name)
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(**{run_key: module.run})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="heterps",
+        description="heterps-paddle: HeterPS scheduling and heterogeneous training for PaddlePaddle fleet.")
+    from heterps_paddle import __version__
+
+    parser.add_argument("--version", action="version", version=f"heterps-paddle {__version__}")
+    add_command_table(parser, COMMANDS, dest="command", run_key="_run")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except HeterPSError as exc:
+        print(f"heterps {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

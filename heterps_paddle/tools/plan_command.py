@@ -1,0 +1,169 @@
+"""``heterps plan``: a model profile and a cluster in, a plan out (specs/plan-io.md).
+
+Human-readable summary by default, ``--json`` for exactly one JSON object on stdout (logs on stderr).
+Invalid input raises ``PlanningInputError`` (exit 2 from the CLI); an infeasible target is a valid answer
+(``"feasible": false`` with a ``"reason"``, exit 0).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from heterps_paddle.fleet.strategy import SCHEDULERS
+from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.planning.model import (Cluster, ModelProfile, Plan, PlanningInputError, load_cluster, load_model_profile, save_plan,
+                    unknown_time_keys)
+from heterps_paddle.planning.schedulers import make_scheduler
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="model profile (YAML/JSON), e.g. from `heterps profile`")
+    parser.add_argument("--cluster", required=True, help="cluster description (YAML/JSON)")
+    parser.add_argument("--scheduler", default="rl", choices=SCHEDULERS, help="search method (default: rl)")
+    parser.add_argument("--throughput", default=None,
+                        help="required samples/s, overriding the cluster file's; a comma list (1e5,2e5,4e5) sweeps")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the randomised schedulers")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--out", default=None, help="also write the plan JSON here (with a sweep: the last plan)")
+    parser.add_argument("--plot", default=None, metavar="FILE.png",
+                        help="draw cost against throughput and each plan as a band of layer -> type (matplotlib)")
+
+
+def parse_throughputs(text: str | None) -> list[float | None]:
+    if text is None:
+        return [None]
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise PlanningInputError(f"--throughput: {part!r} is not a number") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise PlanningInputError(f"--throughput: must be positive and finite, got {part!r}")
+        values.append(value)
+    return values
+
+
+def make_plans(profile: ModelProfile, cluster: Cluster, scheduler: str, throughputs: list[float | None],
+               seed: int = 0) -> list[tuple[CostModel, Plan]]:
+    results = []
+    for throughput in throughputs:
+        cost_model = CostModel(profile, cluster, throughput)
+        results.append((cost_model, make_scheduler(scheduler, seed=seed).plan(cost_model)))
+    return results
+
+
+def best_single_type(cost_model: CostModel) -> Plan | None:
+    """The cheapest plan that runs every layer on one type (what heterogeneity is compared with)."""
+    best = None
+    for evaluation in cost_model.single_type_evaluations():
+        if evaluation.feasible and (best is None or evaluation.cost_per_hour < best.cost_per_hour):
+            best = evaluation
+    return None if best is None else cost_model.to_plan(best.assignment, "single-type", evaluations=0)
+
+
+def run(args) -> int:
+    profile = load_model_profile(args.model)
+    cluster = load_cluster(args.cluster)
+    throughputs = parse_throughputs(args.throughput)
+    unknown = unknown_time_keys(profile, cluster)
+    if unknown:
+        print(f"heterps plan: warning: {args.model}: measured times for {', '.join(unknown)}, which "
+              f"{args.cluster} does not define; estimates are used for every type", file=sys.stderr)
+    if throughputs == [None] and cluster.throughput is None:
+        raise PlanningInputError(f"{args.cluster}: throughput: missing (give it in the file or with --throughput)")
+    results = make_plans(profile, cluster, args.scheduler, throughputs, args.seed)
+    if args.out:
+        save_plan(results[-1][1], args.out)
+    if args.plot:
+        plot_plans(results, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.json:
+        if len(results) == 1:
+            document = results[0][1].to_dict()
+        else:
+            document = {"format": 1, "scheduler": args.scheduler, "model": profile.name,
+                        "sweep": [plan.to_dict() for _, plan in results]}
+        print(json.dumps(document))
+    else:
+        for cost_model, plan in results:
+            print(format_summary(cost_model, plan))
+    return 0
+
+
+def format_summary(cost_model: CostModel, plan: Plan) -> str:
+    lines = [f"model {plan.model}: {cost_model.num_layers} layers, {cost_model.num_types} resource types, "
+             f"target {cost_model.throughput:,.0f} samples/s, scheduler {plan.scheduler} "
+             f"({plan.search_seconds:.2f} s, {plan.evaluations} evaluations)"]
+    if not plan.feasible:
+        lines.append(f"  infeasible: {plan.reason}")
+    else:
+        lines.extend(_stage_table(plan))
+        if plan.refined_from_cost is not None:
+            lines.append(f"  (policy's best sample cost {plan.refined_from_cost:.4g}/h before local refinement)")
+    single = best_single_type(cost_model)
+    if single is None:
+        lines.append("best single-type plan: none meets the target within max_units")
+    else:
+        lines.append(f"best single-type plan ({single.stages[0].resource}):")
+        lines.extend(_stage_table(single))
+        if plan.feasible and single.cost_per_hour > 0:
+            lines.append(f"heterogeneous plan costs {plan.cost_per_hour / single.cost_per_hour:.3f}x the best "
+                         "single-type plan")
+    return "\n".join(lines)
+
+
+def _stage_table(plan: Plan) -> list[str]:
+    rows = [f"  {'stage':>5}  {'resource':<16} {'units':>5}  {'layers':<34} {'samples/s':>12}"]
+    for index, stage in enumerate(plan.stages):
+        names = stage.layers[0] if len(stage.layers) == 1 else f"{stage.layers[0]} .. {stage.layers[-1]}"
+        names = f"{names} ({len(stage.layers)})"
+        rows.append(f"  {index:>5}  {stage.resource:<16} {stage.units:>5}  {names:<34} {stage.throughput:>12,.0f}")
+    rows.append(f"  throughput {plan.throughput:,.0f} samples/s, cost {plan.cost_per_hour:.4g}/h, "
+                f"{plan.cost_per_million_samples:.4g} per million samples")
+    return rows
+
+
+def plot_plans(results: list[tuple[CostModel, Plan]], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PlanningInputError("--plot needs matplotlib (pip install 'heterps-paddle[plot]')") from None
+    cost_model = results[0][0]
+    type_names = [t.name for t in cost_model.types]
+    figure, (curve, bands) = plt.subplots(2, 1, figsize=(10, 3 + 0.4 * len(results)),
+                                          gridspec_kw={"height_ratios": [2, max(1, len(results) * 0.5)]})
+    feasible = [(m.throughput, p.cost_per_hour) for m, p in results if p.feasible]
+    if feasible:
+        xs, ys = zip(*feasible)
+        curve.plot(xs, ys, "o-", label=results[0][1].scheduler)
+        singles = [(m.throughput, s.cost_per_hour) for m, _ in results if (s := best_single_type(m))]
+        if singles:
+            curve.plot(*zip(*singles), "s--", label="best single type")
+    targets = [m.throughput for m, _ in results]
+    if max(targets) > 20 * min(targets):  # a sweep over decades reads better on a log axis
+        curve.set_xscale("log")
+    curve.set_xlabel("required throughput (samples/s)")
+    curve.set_ylabel("cost per hour")
+    curve.legend()
+    curve.set_title(f"{cost_model.profile.name}: cost against throughput")
+    colours = plt.get_cmap("tab20")
+    for row, (model, plan) in enumerate(results):
+        if not plan.feasible:
+            continue
+        for index, name in enumerate(model.profile.layer_names()):
+            t = type_names.index(plan.assignment[name])
+            bands.barh(row, 1, left=index, color=colours(t % 20))
+    bands.set_yticks(range(len(results)))
+    bands.set_yticklabels([f"{m.throughput:,.0f}/s" for m, _ in results])
+    bands.set_xlabel("layer (program order)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i % 20)) for i in range(len(type_names))]
+    bands.legend(handles, type_names, fontsize=7, ncol=4, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
