@@ -1,4 +1,4 @@
-"""The reference cost model, checked against figures computed by hand from specs/plan-io.md."""
+"""The reference cost model, checked against figures computed by hand from docs/plan-formats.md."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Records and strict file I/O of the planning formats (specs/plan-io.md)."""
+"""Records and strict file I/O of the planning formats (docs/plan-formats.md)."""
 
 import json
 import math
@@ -103,7 +103,8 @@ def test_missing_file_and_unparsable_file(tmp_path):
 
 def test_plan_json_round_trip(tmp_path):
     plan = Plan(scheduler="exact", model="ctr", feasible=True, assignment={"embedding": "cpu_16", "fc_0": "gpu"},
-                stages=(Stage("cpu_16", ("embedding",), 3, 1.4e-5, 214285.7), Stage("gpu", ("fc_0",), 1, 1e-6, 1e6)),
+                stages=(Stage("cpu_16", "cpu", ("embedding",), 3, 1.4e-5, 214285.7),
+                        Stage("gpu", "gpu", ("fc_0",), 1, 1e-6, 1e6)),
                 throughput=214285.7, cost_per_hour=5.04, cost_per_million_samples=0.007, search_seconds=0.01,
                 evaluations=12, required_throughput=200000.0)
     path = str(tmp_path / "plan.json")

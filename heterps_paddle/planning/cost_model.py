@@ -1,4 +1,4 @@
-"""The one cost model (specs/plan-io.md, "Cost model (reference semantics)").
+"""The one cost model (docs/plan-formats.md, "The cost model").
 
 Every scheduler, the benchmark and the CLI evaluate plans here, so "optimal" and "1.01x the optimum" always
 mean the same thing. A stage's cost depends only on its first and last layer and its type (boundary traffic
@@ -64,9 +64,10 @@ class BatchEvaluation:
 class CostModel:
     def __init__(self, profile: ModelProfile, cluster: Cluster, throughput: float | None = None,
                  first_stage_kinds: tuple[str, ...] | None = None):
-        """``first_stage_kinds``: resource kinds allowed to run the first stage (None: any).  Not part of the
-        reference reading; the automatic path passes ("cpu",) because Paddle's heterogeneous pipeline reads
-        the data on CPU trainers, which therefore run the first stage."""
+        """``first_stage_kinds``: resource kinds allowed to run the first stage of a split plan (None: any).  Not
+        part of the reference reading; the runtime's rule ("cpu",): Paddle's heterogeneous pipeline reads the
+        data on CPU trainers, which therefore run the first stage of a split.  A one-stage plan may be any kind
+        (data-parallel trainers of that type)."""
         required = throughput if throughput is not None else cluster.throughput
         if required is None:
             raise PlanningInputError("no required throughput: give it in the cluster file or with --throughput")
@@ -177,7 +178,8 @@ class CostModel:
 
     def _provision(self, start: int, end: int, type_index: int) -> StageOption:
         t = self.types[type_index]
-        if start == 0 and self.first_stage_kinds is not None and t.kind not in self.first_stage_kinds:
+        if (start == 0 and end < self.num_layers and self.first_stage_kinds is not None
+                and t.kind not in self.first_stage_kinds):
             return self._impossible(start, end, type_index)
         params = self.param_prefix[end] - self.param_prefix[start]
         # Units from which the parameters fit in memory (no spill); 1 when they fit in one unit.
@@ -237,8 +239,9 @@ class CostModel:
         if impossible is not None:
             t = self.types[impossible.type_index]
             reason = (f"{t.name} cannot run layers {impossible.start}..{impossible.end - 1}: "
-                      + ("the first stage must run on a " + "/".join(self.first_stage_kinds) + " type"
-                         if impossible.start == 0 and self.first_stage_kinds and t.kind not in self.first_stage_kinds
+                      + ("the first stage of a split plan must run on a " + "/".join(self.first_stage_kinds)
+                         + " type" if impossible.start == 0 and self.first_stage_kinds
+                         and t.kind not in self.first_stage_kinds
                          else "no parameter memory and no SSD tier"))
         elif excess.any():
             worst = int(np.argmax(excess))
@@ -307,7 +310,7 @@ class CostModel:
         mapping = {names[i]: type_names[a] for i, a in enumerate(evaluation.assignment)}
         if not evaluation.feasible:
             return Plan(feasible=False, assignment=mapping, reason=reason or evaluation.reason, **common)
-        stages = tuple(Stage(resource=type_names[s.type_index], layers=tuple(names[s.start:s.end]), units=s.units,
+        stages = tuple(Stage(resource=type_names[s.type_index], kind=self.types[s.type_index].kind, layers=tuple(names[s.start:s.end]), units=s.units,
                              time_per_sample=s.time_per_sample, throughput=s.units / s.time_per_sample
                              if s.time_per_sample > 0 else math.inf) for s in evaluation.stages)
         throughput = min(s.throughput for s in stages)

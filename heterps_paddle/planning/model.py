@@ -1,4 +1,4 @@
-"""Typed records of the planning half and their file formats (see specs/plan-io.md, ``format: 1``).
+"""Typed records of the planning half and their file formats (docs/plan-formats.md, ``format: 1``).
 
 Loading is strict on purpose: a profile or cluster file is hand-edited, and a silently ignored typo
 (``max_unit: 8``) would give a plan that looks right and is not. Every error names the file, the key
@@ -79,19 +79,25 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Stage:
+    """One stage of a plan: a contiguous run of layers on ``units`` units of one resource type."""
+
     resource: str
+    kind: str  # cpu | gpu: the resource type's kind (how the stage is launched and where its embeddings live)
     layers: tuple[str, ...]
     units: int
-    time_per_sample: float
-    throughput: float
+    time_per_sample: float = 0.0  # one unit's seconds per sample (0: not predicted, e.g. a hand-written plan)
+    throughput: float = 0.0  # units / time_per_sample
 
     def to_dict(self) -> dict[str, Any]:
-        return {"resource": self.resource, "layers": list(self.layers), "units": self.units,
+        return {"resource": self.resource, "kind": self.kind, "layers": list(self.layers), "units": self.units,
                 "time_per_sample": self.time_per_sample, "throughput": self.throughput}
 
 
 @dataclass(frozen=True)
 class Plan:
+    """A plan: which resource type runs each layer, cut into stages with unit counts (the one plan schema:
+    ``heterps plan`` writes it, the automatic path writes it, the runtime reads it)."""
+
     scheduler: str
     model: str
     feasible: bool
@@ -105,6 +111,21 @@ class Plan:
     reason: str | None = None  # why it is infeasible
     refined_from_cost: float | None = None  # rl: cost of the policy's best sample before local refinement
     required_throughput: float | None = None
+    # What the plan was made from (fleet.auto_plan): same digest, same plan; and the launch it was fitted to.
+    inputs_digest: str | None = None
+    launch: Mapping[str, Any] | None = None
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    def heter_stages(self) -> tuple[Stage, ...]:
+        """Stages 2..N: run by Paddle's heterogeneous trainers when the plan is split."""
+        return self.stages[1:]
+
+    def layer_to_stage(self) -> dict[str, int]:
+        """Layer name -> 1-based stage index (Paddle's STAGE_ID)."""
+        return {layer: index for index, stage in enumerate(self.stages, 1) for layer in stage.layers}
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -114,12 +135,10 @@ class Plan:
             "cost_per_hour": self.cost_per_hour, "cost_per_million_samples": self.cost_per_million_samples,
             "search_seconds": self.search_seconds, "evaluations": self.evaluations,
         }
-        if self.required_throughput is not None:
-            out["required_throughput"] = self.required_throughput
-        if self.reason is not None:
-            out["reason"] = self.reason
-        if self.refined_from_cost is not None:
-            out["refined_from_cost"] = self.refined_from_cost
+        optional = {"required_throughput": self.required_throughput, "reason": self.reason,
+                    "refined_from_cost": self.refined_from_cost, "inputs_digest": self.inputs_digest,
+                    "launch": None if self.launch is None else dict(self.launch)}
+        out.update({key: value for key, value in optional.items() if value is not None})
         return out
 
     def to_json(self, indent: int | None = None) -> str:
@@ -338,45 +357,80 @@ def unknown_time_keys(profile: ModelProfile, cluster: Cluster) -> list[str]:
 
 _PLAN_KEYS = {"format", "scheduler", "model", "feasible", "assignment", "stages", "throughput", "cost_per_hour",
               "cost_per_million_samples", "search_seconds", "evaluations", "reason", "refined_from_cost",
-              "required_throughput"}
-_PLAN_REQUIRED = {"format", "scheduler", "model", "feasible", "assignment"}
-_STAGE_KEYS = {"resource", "layers", "units", "time_per_sample", "throughput"}
+              "required_throughput", "inputs_digest", "launch"}
+_PLAN_REQUIRED = {"format", "feasible"}
+_STAGE_KEYS = {"resource", "kind", "layers", "units", "time_per_sample", "throughput"}
+_STAGE_REQUIRED = {"resource", "layers", "units"}
 
 
-def plan_from_dict(document: Any, source: str = "<plan>") -> Plan:
+def plan_from_dict(document: Any, source: str = "<plan>", kinds: Mapping[str, str] | None = None) -> Plan:
+    """A plan from its JSON document.  ``kinds`` (resource type name -> cpu|gpu, e.g. from the cluster the plan
+    was made for) gives the kind of stages that do not carry one; a stage whose kind is known from neither is an
+    error.  A hand-written plan needs only ``format``, ``feasible`` and its stages' resource, layers and units."""
     r = _Reader(source)
     doc = r.mapping(document, "", _PLAN_KEYS, _PLAN_REQUIRED)
     r.format_version(doc)
-    assignment_raw = r.mapping(doc["assignment"], "assignment", set(map(str, doc["assignment"] or {})), set())
-    assignment = {str(k): r.string(v, f"assignment.{k}") for k, v in assignment_raw.items()}
+    feasible = r.boolean(doc["feasible"], "feasible")
+    kinds = kinds or {}
     stages = []
-    for index, raw in enumerate(r.sequence(doc.get("stages", []), "stages", non_empty=False)):
+    placed: set[str] = set()
+    for index, raw in enumerate(r.sequence(doc.get("stages", []), "stages", non_empty=feasible)):
         key = f"stages[{index}]"
-        item = r.mapping(raw, key, _STAGE_KEYS, _STAGE_KEYS)
+        item = r.mapping(raw, key, _STAGE_KEYS, _STAGE_REQUIRED)
+        resource = r.string(item["resource"], f"{key}.resource")
+        if "kind" in item:
+            kind = r.string(item["kind"], f"{key}.kind", RESOURCE_KINDS)
+            if resource in kinds and kinds[resource] != kind:
+                raise r.fail(f"{key}.kind", f"{kind!r}, but the cluster says {resource!r} is {kinds[resource]!r}")
+        elif resource in kinds:
+            kind = kinds[resource]
+        else:
+            raise r.fail(f"{key}.kind", f"missing, and no cluster file says whether {resource!r} is a cpu or a gpu "
+                                        "type: add \"kind\": \"cpu\" or \"gpu\" to the stage, or give the cluster")
+        layers = tuple(r.string(n, f"{key}.layers") for n in r.sequence(item["layers"], f"{key}.layers"))
+        twice = placed.intersection(layers)
+        if twice:
+            raise r.fail(f"{key}.layers", f"{sorted(twice)} already placed by an earlier stage")
+        placed.update(layers)
         stages.append(Stage(
-            resource=r.string(item["resource"], f"{key}.resource"),
-            layers=tuple(r.string(n, f"{key}.layers") for n in r.sequence(item["layers"], f"{key}.layers")),
+            resource=resource, kind=kind, layers=layers,
             units=r.integer(item["units"], f"{key}.units", 1),
-            time_per_sample=r.number(item["time_per_sample"], f"{key}.time_per_sample"),
-            throughput=r.number(item["throughput"], f"{key}.throughput")))
+            time_per_sample=r.number(item.get("time_per_sample", 0.0), f"{key}.time_per_sample"),
+            throughput=r.number(item.get("throughput", 0.0), f"{key}.throughput")))
 
     def optional_number(name: str) -> float | None:
         return None if doc.get(name) is None else r.number(doc[name], name)
 
+    if "assignment" in doc:
+        raw_assignment = r.mapping(doc["assignment"], "assignment", set(map(str, doc["assignment"] or {})), set())
+        assignment = {str(k): r.string(v, f"assignment.{k}") for k, v in raw_assignment.items()}
+    else:
+        assignment = {layer: stage.resource for stage in stages for layer in stage.layers}
+    launch = None
+    if doc.get("launch") is not None:
+        launch = dict(r.mapping(doc["launch"], "launch", set(map(str, doc["launch"])), set()))
     return Plan(
-        scheduler=r.string(doc["scheduler"], "scheduler"), model=r.string(doc["model"], "model"),
-        feasible=r.boolean(doc["feasible"], "feasible"), assignment=assignment, stages=tuple(stages),
+        scheduler=r.string(doc.get("scheduler", "manual"), "scheduler"), model=str(doc.get("model", "")),
+        feasible=feasible, assignment=assignment, stages=tuple(stages),
         throughput=optional_number("throughput") or 0.0, cost_per_hour=optional_number("cost_per_hour") or 0.0,
         cost_per_million_samples=optional_number("cost_per_million_samples") or 0.0,
         search_seconds=optional_number("search_seconds") or 0.0,
         evaluations=r.integer(doc.get("evaluations", 0), "evaluations", 0),
         reason=None if doc.get("reason") is None else r.string(doc["reason"], "reason"),
         refined_from_cost=optional_number("refined_from_cost"),
-        required_throughput=optional_number("required_throughput"))
+        required_throughput=optional_number("required_throughput"),
+        inputs_digest=None if doc.get("inputs_digest") is None else r.string(doc["inputs_digest"], "inputs_digest"),
+        launch=launch)
 
 
-def load_plan(path: str) -> Plan:
-    return plan_from_dict(_load_document(path), path)
+def load_plan(path: str, cluster: "Cluster | str | None" = None, kinds: Mapping[str, str] | None = None) -> Plan:
+    """A plan file; ``cluster`` (a Cluster or a cluster file) or ``kinds`` names the kinds of stages that carry
+    none."""
+    if isinstance(cluster, str):
+        cluster = load_cluster(cluster)
+    if cluster is not None:
+        kinds = {t.name: t.kind for t in cluster.resource_types}
+    return plan_from_dict(_load_document(path), path, kinds)
 
 
 def save_plan(plan: Plan, path: str) -> None:

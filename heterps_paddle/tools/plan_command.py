@@ -1,4 +1,4 @@
-"""``heterps plan``: a model profile and a cluster in, a plan out (specs/plan-io.md).
+"""``heterps plan``: a model profile and a cluster in, a plan out (docs/plan-formats.md).
 
 Human-readable summary by default, ``--json`` for exactly one JSON object on stdout (logs on stderr).
 Invalid input raises ``PlanningInputError`` (exit 2 from the CLI); an infeasible target is a valid answer
@@ -11,10 +11,12 @@ import json
 import math
 import sys
 
-from heterps_paddle.fleet.strategy import SCHEDULERS
+from heterps_paddle.planning.schedulers import SCHEDULERS
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import (Cluster, ModelProfile, Plan, PlanningInputError, load_cluster, load_model_profile, save_plan,
                     unknown_time_keys)
+from heterps_paddle.planning.launch import SPLIT_FIRST_STAGE_KINDS
+from heterps_paddle.planning.report import best_single_type, format_summary
 from heterps_paddle.planning.schedulers import make_scheduler
 
 
@@ -50,18 +52,10 @@ def make_plans(profile: ModelProfile, cluster: Cluster, scheduler: str, throughp
                seed: int = 0) -> list[tuple[CostModel, Plan]]:
     results = []
     for throughput in throughputs:
-        cost_model = CostModel(profile, cluster, throughput)
+        # The runtime's rule (a split plan's first stage runs on the CPU trainers), so the plan can be launched.
+        cost_model = CostModel(profile, cluster, throughput, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS)
         results.append((cost_model, make_scheduler(scheduler, seed=seed).plan(cost_model)))
     return results
-
-
-def best_single_type(cost_model: CostModel) -> Plan | None:
-    """The cheapest plan that runs every layer on one type (what heterogeneity is compared with)."""
-    best = None
-    for evaluation in cost_model.single_type_evaluations():
-        if evaluation.feasible and (best is None or evaluation.cost_per_hour < best.cost_per_hour):
-            best = evaluation
-    return None if best is None else cost_model.to_plan(best.assignment, "single-type", evaluations=0)
 
 
 def run(args) -> int:
@@ -91,39 +85,6 @@ def run(args) -> int:
         for cost_model, plan in results:
             print(format_summary(cost_model, plan))
     return 0
-
-
-def format_summary(cost_model: CostModel, plan: Plan) -> str:
-    lines = [f"model {plan.model}: {cost_model.num_layers} layers, {cost_model.num_types} resource types, "
-             f"target {cost_model.throughput:,.0f} samples/s, scheduler {plan.scheduler} "
-             f"({plan.search_seconds:.2f} s, {plan.evaluations} evaluations)"]
-    if not plan.feasible:
-        lines.append(f"  infeasible: {plan.reason}")
-    else:
-        lines.extend(_stage_table(plan))
-        if plan.refined_from_cost is not None:
-            lines.append(f"  (policy's best sample cost {plan.refined_from_cost:.4g}/h before local refinement)")
-    single = best_single_type(cost_model)
-    if single is None:
-        lines.append("best single-type plan: none meets the target within max_units")
-    else:
-        lines.append(f"best single-type plan ({single.stages[0].resource}):")
-        lines.extend(_stage_table(single))
-        if plan.feasible and single.cost_per_hour > 0:
-            lines.append(f"heterogeneous plan costs {plan.cost_per_hour / single.cost_per_hour:.3f}x the best "
-                         "single-type plan")
-    return "\n".join(lines)
-
-
-def _stage_table(plan: Plan) -> list[str]:
-    rows = [f"  {'stage':>5}  {'resource':<16} {'units':>5}  {'layers':<34} {'samples/s':>12}"]
-    for index, stage in enumerate(plan.stages):
-        names = stage.layers[0] if len(stage.layers) == 1 else f"{stage.layers[0]} .. {stage.layers[-1]}"
-        names = f"{names} ({len(stage.layers)})"
-        rows.append(f"  {index:>5}  {stage.resource:<16} {stage.units:>5}  {names:<34} {stage.throughput:>12,.0f}")
-    rows.append(f"  throughput {plan.throughput:,.0f} samples/s, cost {plan.cost_per_hour:.4g}/h, "
-                f"{plan.cost_per_million_samples:.4g} per million samples")
-    return rows
 
 
 def plot_plans(results: list[tuple[CostModel, Plan]], path: str) -> None:

@@ -14,7 +14,7 @@ import time
 
 from heterps_paddle.planning.catalog import Workload, feasible_target, interesting_throughput, workload_suite
 from heterps_paddle.planning.cost_model import CostModel
-from heterps_paddle.fleet.strategy import SCHEDULERS
+from heterps_paddle.planning.schedulers import SCHEDULERS
 
 # brute is exponential: run it only where it takes seconds, not minutes (its own refusal is at 10^6).
 BRUTE_BENCH_LIMIT = 200_000

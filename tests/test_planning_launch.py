@@ -1,0 +1,165 @@
+"""The launch as part of the cluster (planning/launch.py, planning/launch_fit.py): reading the launcher's
+environment, checking saved plans against it, and the best plan that fits a launch, against a brute force."""
+
+import itertools
+import json
+import math
+
+import pytest
+
+from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.planning.launch import (LAUNCH_ENV, HeterGroup, LaunchMismatchError, LaunchShape,
+                                            check_launch_matches, launch_arguments, launch_from_env)
+from heterps_paddle.planning.launch_fit import THROUGHPUT_TIE, fit_to_launch
+from heterps_paddle.planning.model import (Cluster, LayerProfile, ModelProfile, PlanningInputError, ResourceType,
+                                           plan_from_dict)
+
+HETER_ENV = {"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINERS_NUM": "2", "STAGE_NUM": "3",
+             "PADDLE_STAGE_TRAINERS_NUM": "[2, '1', '3']",
+             "PADDLE_PSERVERS_IP_PORT_LIST": "127.0.0.1:1,127.0.0.1:2"}
+
+
+def test_launch_from_env_reads_counts_and_only_told_devices():
+    shape = launch_from_env(HETER_ENV)
+    assert shape == LaunchShape(2, (HeterGroup(1, None), HeterGroup(3, None)), servers=2)
+    told = {**HETER_ENV, LAUNCH_ENV: json.dumps({"worker_num": 2, "heter_worker_num": [1, 3],
+                                                 "heter_devices": ["gpu", "cpu"]})}
+    assert [g.device for g in launch_from_env(told).heter] == ["gpu", "cpu"]
+    # a description that disagrees with what Paddle started is not trusted
+    wrong = {**told, LAUNCH_ENV: json.dumps({"worker_num": 2, "heter_worker_num": [1, 1], "heter_devices": ["gpu", "gpu"]})}
+    assert [g.device for g in launch_from_env(wrong).heter] == [None, None]
+    assert launch_from_env({"TRAINING_ROLE": "PSERVER"}) is None  # servers are not told the stages
+    assert launch_from_env({}) is None
+    assert launch_from_env({"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINERS_NUM": "3"}) == LaunchShape(3)
+
+
+STAGES3 = [{"resource": "cpu_16", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
+           {"resource": "gpu_a100", "kind": "gpu", "layers": ["fc_0"], "units": 1},
+           {"resource": "cpu_64", "kind": "cpu", "layers": ["fc_1", "fc_2"], "units": 3}]
+
+
+def test_launch_arguments_follow_the_plan():
+    plan = plan_from_dict({"format": 1, "feasible": True, "stages": STAGES3})
+    assert launch_arguments(plan, 1, gpu_available=False) == [
+        "--server_num=1", "--worker_num=2", "--heter_worker_num=1;3", "--heter_devices=cpu;cpu"]
+    assert launch_arguments(plan, 2, gpu_available=True)[-1] == "--heter_devices=gpu;cpu"
+
+
+def test_saved_plan_against_the_launch_names_what_it_expects():
+    plan = plan_from_dict({"format": 1, "feasible": True, "stages": STAGES3})
+    check_launch_matches(plan, launch_from_env(HETER_ENV))
+    with pytest.raises(LaunchMismatchError, match=r"expects 3 stages with \[2, 1, 3\].*--worker_num=2"):
+        check_launch_matches(plan, LaunchShape(2, (HeterGroup(1, None), HeterGroup(1, None))))
+    one = plan_from_dict({"format": 1, "feasible": True, "stages": [{**STAGES3[0], "units": 3}]})
+    check_launch_matches(one, LaunchShape(4, (HeterGroup(1, "cpu"),)))  # more trainers only add throughput
+    with pytest.raises(LaunchMismatchError, match="needs 3 trainers"):
+        check_launch_matches(one, LaunchShape(2))
+
+
+def test_plan_stage_kind_comes_from_the_plan_or_the_cluster_never_from_the_name():
+    with pytest.raises(PlanningInputError, match=r"stages\[0\].kind: missing"):
+        plan_from_dict({"format": 1, "feasible": True, "stages": [{"resource": "gpu_x", "layers": ["a"], "units": 1}]})
+    plan = plan_from_dict({"format": 1, "feasible": True, "stages": [{"resource": "gpu_x", "layers": ["a"], "units": 1}]},
+                          kinds={"gpu_x": "cpu"})
+    assert plan.stages[0].kind == "cpu"
+    with pytest.raises(PlanningInputError, match="already placed"):
+        plan_from_dict({"format": 1, "feasible": True, "stages": [STAGES3[0], {**STAGES3[1], "layers": ["embedding_0"]}]})
+
+
+# ----------------------------------------------------------------------------------------------- the fit
+
+
+def profile(times_cpu, times_gpu, names=None):
+    names = names or [f"l{i}" for i in range(len(times_cpu))]
+    return ModelProfile("m", 256, tuple(
+        LayerProfile(n, "sparse" if i == 0 else "dense", flops=1e6, param_bytes=1e3, io_bytes=0, out_bytes=0,
+                     time={"cpu": c, "gpu": g}) for i, (n, c, g) in enumerate(zip(names, times_cpu, times_gpu))))
+
+
+def cluster(cpu_price=1.0, gpu_price=3.0):
+    common = dict(max_units=8, flops=1e12, mem_bw=1e11, memory=1e12, net_bw=1e12)
+    return Cluster((ResourceType("cpu", "cpu", cpu_price, **common), ResourceType("gpu", "gpu", gpu_price, **common)))
+
+
+def brute_force(prof, clus, launch, target):
+    """Every fitting plan, priced independently of launch_fit (one stage, or every launched stage)."""
+    cm = CostModel(prof, clus, target or 1.0)
+    n = len(prof.layers)
+    options = []
+    for t in range(len(clus.resource_types)):
+        if clus.resource_types[t].kind == "cpu":
+            time = cm.stage_time(0, n, t, launch.cpu_trainers)
+            options.append((launch.cpu_trainers / time, launch.cpu_trainers * clus.resource_types[t].price_per_hour, 1))
+    units = launch.stage_units()
+    for types in itertools.product(range(len(clus.resource_types)), repeat=launch.num_stages):
+        if clus.resource_types[types[0]].kind != "cpu":
+            continue
+        for cuts in itertools.combinations(range(1, n), launch.num_stages - 1):
+            bounds = [0, *cuts, n]
+            rate = min(u / cm.stage_time(bounds[s], bounds[s + 1], types[s], u) for s, u in enumerate(units))
+            options.append((rate, sum(u * clus.resource_types[t].price_per_hour for u, t in zip(units, types)),
+                            launch.num_stages))
+    return options
+
+
+@pytest.mark.parametrize("target", [None, 1000.0, 5000.0, 1e9])
+def test_fit_matches_a_brute_force_of_the_objective(target):
+    prof = profile([1e-4, 8e-4, 8e-4, 2e-4], [5e-5, 1e-4, 1e-4, 3e-5])
+    launch = LaunchShape(2, (HeterGroup(1, "gpu"),))
+    fit = fit_to_launch(prof, cluster(), launch, target)
+    options = brute_force(prof, cluster(), launch, target)
+    chosen = fit.chosen.plan
+    meeting = [o for o in options if target is not None and o[0] >= target]
+    if meeting:
+        assert math.isclose(chosen.cost_per_hour, min(c for _, c, _ in meeting))
+        assert chosen.throughput >= target
+    else:
+        best = max(r for r, _, _ in options)
+        assert chosen.throughput >= best * (1 - THROUGHPUT_TIE)
+        near = [c for r, c, _ in options if r >= best * (1 - THROUGHPUT_TIE)]
+        assert math.isclose(chosen.cost_per_hour, min(near))
+    assert [s.units for s in chosen.stages] in ([2], [2, 1])
+
+
+def test_a_cheap_enough_target_leaves_the_heterogeneous_trainers_unused():
+    prof = profile([1e-4, 8e-4], [5e-5, 1e-4])
+    fit = fit_to_launch(prof, cluster(), LaunchShape(2, (HeterGroup(1, "gpu"),)), target=500.0)
+    assert fit.chosen.plan.num_stages == 1 and fit.leaves_heter_unused
+    assert fit.split is not None and fit.split.meets_target  # it would meet it too, at a higher cost
+
+
+def test_a_target_only_the_split_meets_is_met_by_the_split():
+    prof = profile([1e-5, 8e-3, 8e-3], [5e-5, 1e-5, 1e-5])
+    fit = fit_to_launch(prof, cluster(), LaunchShape(1, (HeterGroup(1, "gpu"),)), target=10_000.0)
+    plan = fit.chosen.plan
+    assert plan.num_stages == 2 and fit.chosen.meets_target
+    assert [s.layers for s in plan.stages] == [("l0",), ("l1", "l2")]
+    assert [(s.resource, s.kind, s.units) for s in plan.stages] == [("cpu", "cpu", 1), ("gpu", "gpu", 1)]
+
+
+def test_device_of_a_heterogeneous_group_limits_its_types():
+    prof = profile([1e-5, 8e-3], [5e-5, 1e-5])
+    on_cpu = fit_to_launch(prof, cluster(), LaunchShape(1, (HeterGroup(1, "cpu"),)), target=10_000.0)
+    assert on_cpu.split.plan.stages[1].resource == "cpu"  # a cpu group cannot be the gpu type...
+    stand_in = fit_to_launch(prof, cluster(), LaunchShape(1, (HeterGroup(1, "cpu"),)), target=10_000.0,
+                             stand_in_gpu=True)
+    assert stand_in.chosen.plan.stages[1].resource == "gpu"  # ...unless this machine's cores stand in for it
+
+
+def test_shared_cores_bound_the_plan():
+    prof = profile([1e-4, 1e-4], [1e-4, 1e-4])
+    free = fit_to_launch(prof, cluster(gpu_price=1.0), LaunchShape(2, (HeterGroup(2, "cpu"),)), None)
+    shared = fit_to_launch(prof, cluster(gpu_price=1.0), LaunchShape(2, (HeterGroup(2, "cpu"),)), None, host_cores=2)
+    assert free.chosen.plan.num_stages == 2  # 4 units, each its own machine: twice the samples/s
+    # on 2 shared cores a sample costs 2e-4 CPU seconds either way: the split gains nothing, so one stage wins
+    assert shared.chosen.plan.num_stages == 1 and math.isclose(shared.chosen.plan.throughput, 2 / 2e-4, rel_tol=1e-3)
+
+
+def test_the_fit_is_deterministic_and_prefers_fewer_stages_on_ties():
+    prof = profile([1e-4, 1e-4, 1e-4], [1e-4, 1e-4, 1e-4])
+    launch = LaunchShape(1, (HeterGroup(1, None),))
+    fits = [fit_to_launch(prof, cluster(1.0, 1.0), launch, None) for _ in range(3)]
+    assert len({json.dumps(f.chosen.plan.to_dict(), sort_keys=True) for f in fits}) == 1
+    assert fits[0].chosen.plan.num_stages == 2  # 2 units beat 1 by far more than the tie margin
+    equal = fit_to_launch(profile([1e-4], [1e-4]), cluster(1.0, 1.0), launch, None)
+    assert equal.chosen.plan.num_stages == 1  # one layer: no split fits
