@@ -5,7 +5,7 @@ import numpy as np
 
 from heterps_paddle.data.criteo import read_all
 from heterps_paddle.data.generator import CRITEO_CARDINALITIES, generate, load_meta
-from heterps_paddle.fleet.metrics import auc_score
+from heterps_paddle.data.metrics import auc_score
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):

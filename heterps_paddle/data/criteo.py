@@ -1,6 +1,6 @@
 """Reader for PaddleRec's Criteo slot format, and conversion to Paddle's MultiSlot text format.
 
-A line of the slot format (see ../shared/data/criteo_sample):
+A line of the slot format (80 real rows: tests/data/criteo_sample):
 
     click:0 dense_feature:0.0 ... (13 dense values) 1:737395 2:210498 ... 26:306163
 

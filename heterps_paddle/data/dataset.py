@@ -15,16 +15,14 @@ import os
 import sys
 from typing import Sequence
 
+from heterps_paddle import settings
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import locked, write_atomic
 from heterps_paddle.data.criteo import ReadReport, convert_file
 from heterps_paddle.data.generator import GeneratedDataset, generate, load_meta
 
-DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "heterps")
-
-
 def cache_dir() -> str:
-    return os.environ.get("HETERPS_CACHE", DEFAULT_CACHE)
+    return str(settings.get("HETERPS_CACHE"))
 
 
 def ensure_generated(rows: int, seed: int, root: str | None = None) -> GeneratedDataset:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from heterps_paddle.fleet.metrics import auc_score
+from heterps_paddle.data.metrics import auc_score
 from heterps_paddle.data.criteo import NUM_DENSE, NUM_SPARSE
 
 # Per-slot cardinalities of the Criteo Kaggle display-advertising set (slots 1..26).

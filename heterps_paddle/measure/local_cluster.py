@@ -26,6 +26,7 @@ from heterps_paddle.planning.model import Cluster, ResourceType, cluster_to_dict
 
 LOCAL_CPU = "local_cpu"
 LOCAL_GPU = "local_gpu"
+LOCAL_KINDS = {LOCAL_CPU: "cpu", LOCAL_GPU: "gpu"}
 
 
 def _best_of(fn, repeats: int = 3) -> float:
@@ -114,7 +115,7 @@ def detect_local_cluster(ssd_dir: str | None = None, price_per_hour: float = 1.0
     types = tuple(
         ResourceType(name=name, kind=kind, price_per_hour=price_per_hour, max_units=cores, flops=flops,
                      mem_bw=mem_bw, memory=memory_per_unit, net_bw=net_bw, ssd_bw=ssd_bw)
-        for name, kind in ((LOCAL_CPU, "cpu"), (LOCAL_GPU, "gpu")))
+        for name, kind in LOCAL_KINDS.items())
     return Cluster(resource_types=types)
 
 

@@ -13,7 +13,7 @@ one-unit fc, log loss) in one process with a local table, and launched as 1 serv
 table on the server; both train the same generated rows with ``train_from_dataset``.  The CPU seconds
 of every process during training (trainer and server, read with psutil at the trainer's start and end
 marks) minus the local run's, per looked-up row, is the parameter server's service cost per row.  It is
-cached per machine and Paddle version under ``$HETERPS_CACHE``.
+cached per machine and Paddle version (measure/cache.py).
 
     python -m heterps_paddle.measure.ps_service            # measure (or read the cache) and print JSON
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -30,10 +29,13 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
+from typing import Any
+
 # Absolute imports: the launched probe runs this file as a script.
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.measure.cache import cached, paddle_version
 
-CACHE_FORMAT = 1
+PROBE_VERSION = 1  # bump when the probe measures differently: cached figures are then measured again
 # Launcher and fleet variables of an enclosing launch: the probe's own launch must not inherit them.
 _LAUNCH_ENV_PREFIXES = ("PADDLE_", "TRAINING_ROLE", "POD_IP", "STAGE_", "HETER_", "FLAGS_selected_",
                         "TRAINER_", "CUDA_VISIBLE_DEVICES")
@@ -54,42 +56,11 @@ class PsServiceCost:
     paddle_version: str
 
 
-def _cache_path(cache_dir: str, paddle_version: str) -> str:
-    return os.path.join(cache_dir, f"ps_service-{platform.node() or 'host'}-{paddle_version}.json")
-
-
-def _paddle_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    for dist in ("paddlepaddle-gpu", "paddlepaddle"):
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            continue
-    return "unknown"
-
-
-def ps_row_cost(cache_dir: str | None = None, **probe_options) -> PsServiceCost:
-    """The cached figure for this machine and Paddle version, measured on first use."""
-    from heterps_paddle.data.dataset import cache_dir as default_cache_dir
-    from heterps_paddle.files import locked, write_atomic
-
-    cache_dir = cache_dir or default_cache_dir()
-    os.makedirs(cache_dir, exist_ok=True)
-    paddle_version = _paddle_version()
-    path = _cache_path(cache_dir, paddle_version)
-    with locked(cache_dir, ".heterps-ps-service.lock"):
-        if os.path.isfile(path):
-            try:
-                with open(path, encoding="utf-8") as f:
-                    saved = json.load(f)
-                if saved.pop("format", None) == CACHE_FORMAT:
-                    return PsServiceCost(**saved)
-            except (OSError, ValueError, TypeError):
-                pass  # unreadable or from another version of this code: measure again
-        cost = measure(paddle_version=paddle_version, **probe_options)
-        write_atomic(path, json.dumps({"format": CACHE_FORMAT, **asdict(cost)}, indent=1))
-        return cost
+def ps_row_cost(refresh: bool = False, **probe_options: Any) -> PsServiceCost:
+    """The figure for this machine and Paddle version: measured on first use, then read from the cache."""
+    measurement = cached("ps_service", {"probe": PROBE_VERSION, **probe_options},
+                         lambda: asdict(measure(**probe_options)), refresh=refresh)
+    return PsServiceCost(**measurement.value)
 
 
 def _write_rows(path: str, samples: int, ids_per_sample: int, vocab: int, seed: int) -> None:
@@ -145,7 +116,7 @@ def _cpu_seconds(processes) -> float:
 
 
 def measure(samples: int = 60_000, ids_per_sample: int = 26, dim: int = 9, batch_size: int = 512,
-            timeout: float = 180.0, paddle_version: str | None = None) -> PsServiceCost:
+            timeout: float = 180.0) -> PsServiceCost:
     """Run the probe job locally and launched (1 server + 1 trainer); see the module docstring."""
     work = tempfile.mkdtemp(prefix="heterps-ps-probe-")
     try:
@@ -196,7 +167,7 @@ def measure(samples: int = 60_000, ids_per_sample: int = 26, dim: int = 9, batch
         return PsServiceCost(row_seconds=max(0.0, (ps_seconds - local_seconds) / rows),
                              local_sample_seconds=local["cpu_seconds"] / local["samples"],
                              ps_sample_seconds=ps_seconds / launched["samples"], ids_per_sample=ids_per_sample,
-                             dim=dim, samples=samples, paddle_version=paddle_version or _paddle_version())
+                             dim=dim, samples=samples, paddle_version=paddle_version())
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -292,7 +263,7 @@ def main(argv=None) -> int:
     if args.command == "job":
         _job(args)
         return 0
-    cost = measure() if args.no_cache else ps_row_cost()
+    cost = ps_row_cost(refresh=args.no_cache)
     print(json.dumps(asdict(cost)))
     return 0
 

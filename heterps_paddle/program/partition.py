@@ -4,14 +4,16 @@ Paddle's heter pass (``ps/utils/public.py: find_heter_ops``) cuts block 0 wherev
 and treats the first run of ``cpu`` ops as the CPU trainers' section.  So each stage's forward ops get a
 *split tag*: ``cpu`` for stage 1, then ``gpu``, ``xpu``, ``gpu``, ... alternating so that two consecutive
 heterogeneous stages are still cut apart.  The tags are markers only: once split, each section's ops are
-re-tagged with the device of the process that runs them (see paddle_fixes), so an ``xpu`` tag never
+re-tagged with the device of the process that runs them (runtime/heter_builder.py), so an ``xpu`` tag never
 reaches an executor.  Backward ops copy the tag of their forward op (Paddle's ``append_backward``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from heterps_paddle.planning.model import Plan, PlanningInputError
 from heterps_paddle.program.profiler import group_layers  # the one home of "ops -> layers" (and of layer names)
-from heterps_paddle.runtime.plan import PlanError, SectionPlan
 
 
 def split_tag(stage_index: int) -> str:
@@ -20,23 +22,23 @@ def split_tag(stage_index: int) -> str:
     return "gpu" if stage_index % 2 == 0 else "xpu"
 
 
-def check_plan_against_layers(plan: SectionPlan, layer_names: list[str]) -> None:
+def check_plan_against_layers(plan: Plan, layer_names: list[str]) -> None:
     """The plan must name exactly the program's layers, and stages must be contiguous runs of them."""
     planned = [name for st in plan.stages for name in st.layers]
     missing = [n for n in layer_names if n not in planned]
     unknown = [n for n in planned if n not in layer_names]
     if missing or unknown:
-        raise PlanError(
-            f"{plan.path}: the plan's layers do not match the program's layers {layer_names}: "
+        raise PlanningInputError(
+            f"the plan's layers do not match the program's layers {layer_names}: "
             + (f"not placed by the plan: {missing}; " if missing else "")
             + (f"not in the program: {unknown}" if unknown else ""))
     if planned != layer_names:
-        raise PlanError(
-            f"{plan.path}: stages must be contiguous runs of the program's layers in program order "
+        raise PlanningInputError(
+            f"stages must be contiguous runs of the program's layers in program order "
             f"{layer_names}; the plan orders them {planned}")
 
 
-def tag_program(program, plan: SectionPlan) -> dict[str, int]:
+def tag_program(program: Any, plan: Plan) -> dict[str, int]:
     """Set ``op_device`` of every forward op to its stage's split tag; returns layer -> stage.
 
     Layers and their names come from the planning profiler's grouping, the same one that named the
@@ -45,9 +47,9 @@ def tag_program(program, plan: SectionPlan) -> dict[str, int]:
     try:
         layers, _ = group_layers(program)
     except ValueError as exc:
-        raise PlanError(f"{plan.path}: cannot group the program into layers: {exc}") from None
+        raise PlanningInputError(f"cannot group the program into layers: {exc}") from None
     check_plan_against_layers(plan, [layer.name for layer in layers])
-    layer_stage = plan.layer_to_stage
+    layer_stage = plan.layer_to_stage()
     ops = list(program.global_block().ops)
     for layer in layers:
         tag = split_tag(layer_stage[layer.name])

@@ -202,7 +202,7 @@ def static_layer_sizes(program, layers: list[LayerGroup]) -> list[dict]:
     return sizes
 
 
-def _ids_per_sample(feed: dict, batch_size: int) -> dict[str, float]:
+def ids_per_sample(feed: dict, batch_size: int) -> dict[str, float]:
     counts = {}
     for name, value in feed.items():
         try:
@@ -278,7 +278,7 @@ def profile_program(main_program, startup_program, feed: dict, batch_size: int, 
     # step (with the default thread pool, ops overlap and their durations sum to more than the step). Set at run
     # time: the environment variable only counts if set before Paddle was first imported.
     paddle.enable_static()
-    layers, op_layer = group_layers(main_program, _ids_per_sample(feed, batch_size))
+    layers, op_layer = group_layers(main_program, ids_per_sample(feed, batch_size))
     sizes = static_layer_sizes(main_program, layers)
     if not measure:
         profile = ModelProfile(name=name, batch_size=batch_size, layers=tuple(

@@ -132,7 +132,7 @@ def load_ops() -> None:
         _ops_loaded = True
 
 
-def _gpu_call(fname: str, name: bytes) -> None:
+def gpu_call(fname: str, name: bytes) -> None:
     """On a GPU build, the device copy of a table (made by the ops for GPU tensors) keeps its hot rows in
     device memory; its host tier is this process's CPU table of the same name.  flush moves every device
     row to the host table (before save), drop forgets the device copy (after load)."""
@@ -272,9 +272,9 @@ class SparseTable:
         r = np.ascontiguousarray(r, dtype=np.float32)
         # A GPU build may hold newer rows in device memory: bring them home first, and drop the device copy
         # afterwards so the next op refetches the assigned rows.
-        _gpu_call("heterps_gpu_table_flush_to_host", self._bname)
+        gpu_call("heterps_gpu_table_flush_to_host", self._bname)
         _check(_core().heterps_table_assign(self._bname, keys.ctypes.data, keys.size, r.ctypes.data))
-        _gpu_call("heterps_gpu_table_drop", self._bname)
+        gpu_call("heterps_gpu_table_drop", self._bname)
 
     def peek(self, ids):
         """(rows including optimizer state, where) without creating rows or touching eviction scores;
@@ -298,7 +298,7 @@ class SparseTable:
         except OSError as exc:
             raise SparseTableError(f"cannot create checkpoint directory {directory!r}: {exc}") from None
         path = self.checkpoint_path(directory)
-        _gpu_call("heterps_gpu_table_flush_to_host", self._bname)
+        gpu_call("heterps_gpu_table_flush_to_host", self._bname)
         _check(_core().heterps_table_save(self._bname, path.encode()))
         return path
 
@@ -309,7 +309,7 @@ class SparseTable:
         if not os.path.exists(path):
             raise SparseTableError(f"no checkpoint for table {self.name!r}: {path} does not exist")
         _check(_core().heterps_table_load(self._bname, path.encode()))
-        _gpu_call("heterps_gpu_table_drop", self._bname)  # stale device rows: refetched from the host table
+        gpu_call("heterps_gpu_table_drop", self._bname)  # stale device rows: refetched from the host table
 
     def stats(self) -> dict:
         buf = (ctypes.c_uint64 * len(STATS_FIELDS))()
