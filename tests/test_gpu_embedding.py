@@ -135,7 +135,7 @@ def test_servers_get_naive_sgd_rule_and_conflicts_are_refused():
     import paddle.distributed.fleet as fleet
 
     from heterps_paddle.runtime.gpu_embedding import NAIVE_RULE, use_naive_sgd_on_servers
-    from heterps_paddle.fleet.strategy import HeterPSConfigError
+    from heterps_paddle.runtime.gpu_embedding import GpuEmbeddingError
 
     s = fleet.DistributedStrategy()
     s.sparse_table_configs = {"other": {"table_parameters.other.shard_num": 7}}
@@ -148,7 +148,7 @@ def test_servers_get_naive_sgd_rule_and_conflicts_are_refused():
         assert list(rule.naive.weight_bounds)[1] > 1e6
     s2 = fleet.DistributedStrategy()
     s2.sparse_table_configs = {"E": {"table_parameters.E.accessor.embed_sgd_param.name": "SparseAdamSGDRule"}}
-    with pytest.raises(HeterPSConfigError, match="SparseAdamSGDRule"):
+    with pytest.raises(GpuEmbeddingError, match="SparseAdamSGDRule"):
         use_naive_sgd_on_servers(s2, ["E"])
 
 
@@ -156,7 +156,7 @@ def test_split_plan_with_embedding_on_gpu_stage_is_refused(tmp_path):
     pytest.importorskip("paddle")
     code = textwrap.dedent(r'''
         import sys, paddle
-        from heterps_paddle.runtime.plan import plan_from_dict, PlanError
+        from heterps_paddle.planning.model import plan_from_dict, PlanningInputError as PlanError
         from heterps_paddle.runtime.gpu_embedding import gpu_sparse_layers
         paddle.enable_static()
         main, startup = paddle.static.Program(), paddle.static.Program()
@@ -168,12 +168,16 @@ def test_split_plan_with_embedding_on_gpu_stage_is_refused(tmp_path):
             emb2 = paddle.static.nn.sparse_embedding(ids2, [100, 2], param_attr=paddle.ParamAttr(name="F"))
             out = paddle.static.nn.fc(paddle.concat([h, paddle.reshape(emb2, [-1, 2])], axis=1), 1)
         layers = ["embedding_0", "fc_0", "embedding_1", "fc_1"]
-        one = plan_from_dict({"stages": [{"resource": "local_gpu", "layers": layers, "units": 2}]})
+        kinds = {"local_gpu": "gpu", "local_cpu": "cpu"}
+        one = plan_from_dict({"format": 1, "feasible": True,
+                              "stages": [{"resource": "local_gpu", "layers": layers, "units": 2}]}, kinds=kinds)
         assert gpu_sparse_layers(main, one) == [("embedding_0", "E"), ("embedding_1", "F")]
-        cpu = plan_from_dict({"stages": [{"resource": "local_cpu", "layers": layers, "units": 2}]})
+        cpu = plan_from_dict({"format": 1, "feasible": True,
+                              "stages": [{"resource": "local_cpu", "layers": layers, "units": 2}]}, kinds=kinds)
         assert gpu_sparse_layers(main, cpu) == []
-        split = plan_from_dict({"stages": [{"resource": "local_cpu", "layers": layers[:2], "units": 1},
-                                           {"resource": "local_gpu", "layers": layers[2:], "units": 1}]})
+        split = plan_from_dict({"format": 1, "feasible": True,
+                                "stages": [{"resource": "local_cpu", "layers": layers[:2], "units": 1},
+                                           {"resource": "local_gpu", "layers": layers[2:], "units": 1}]}, kinds=kinds)
         try:
             gpu_sparse_layers(main, split)
         except PlanError as e:
@@ -194,7 +198,7 @@ JOB = textwrap.dedent(r'''
     import paddle.distributed.fleet as fleet
     import heterps_paddle  # noqa: F401  (strategy.heterps)
     from heterps_paddle.table.sparse_table import load_ops
-    from heterps_paddle.runtime import sections as runtime
+    from heterps_paddle.runtime.dense_refresh import pull_dense_into
 
     load_ops()
     out_dir, plan, test_file = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -237,7 +241,7 @@ JOB = textwrap.dedent(r'''
 
     def heldout():
         """log loss and AUC of the model as the servers hold it (numpy forward of pool-sum -> fc -> softmax)."""
-        runtime.pull_dense_into(scope, rt)
+        pull_dense_into(scope, rt)
         w = np.array(scope.find_var("fc_0.w_0").get_tensor())
         b = np.array(scope.find_var("fc_0.b_0").get_tensor())
         uniq = np.unique(np.concatenate(test_ids))
@@ -293,8 +297,8 @@ def test_two_units_stay_consistent_with_the_servers(tmp_path):
     pytest.importorskip("paddle")
     _write_data(tmp_path)
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"format": 1, "stages": [
-        {"resource": "local_gpu", "layers": ["embedding_0", "fc_0"], "units": 2}]}))
+    plan.write_text(json.dumps({"format": 1, "feasible": True, "stages": [
+        {"resource": "local_gpu", "kind": "gpu", "layers": ["embedding_0", "fc_0"], "units": 2}]}))
     (tmp_path / "job.py").write_text(JOB)
     env = native_ops.package_env()
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
@@ -347,12 +351,13 @@ def test_two_units_stay_consistent_with_the_servers(tmp_path):
 
 
 def test_one_stage_gpu_plan_runs_on_the_launched_trainers():
-    from heterps_paddle.runtime.plan import LaunchMismatchError, check_launch_matches, plan_from_dict
+    from heterps_paddle.planning.launch import LaunchMismatchError, LaunchShape, check_launch_matches
+    from heterps_paddle.planning.model import plan_from_dict
 
-    plan = plan_from_dict({"stages": [{"resource": "local_gpu", "layers": ["embedding_0", "fc_0"], "units": 2}]},
-                          "p.json")
+    plan = plan_from_dict({"format": 1, "feasible": True, "stages": [
+        {"resource": "local_gpu", "kind": "gpu", "layers": ["embedding_0", "fc_0"], "units": 2}]}, "p.json")
     assert plan.stages[0].kind == "gpu"
-    for n in ("2", "3"):  # data parallel: more units than planned only add throughput
-        check_launch_matches(plan, {"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINERS_NUM": n})
-    with pytest.raises(LaunchMismatchError, match="units of the gpu type 'local_gpu'.*--worker_num=2"):
-        check_launch_matches(plan, {"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINERS_NUM": "1"})
+    for n in (2, 3):  # data parallel: more units than planned only add throughput
+        check_launch_matches(plan, LaunchShape(n))
+    with pytest.raises(LaunchMismatchError, match=r"needs 2 trainers \(local_gpu, gpu\).*--worker_num=2"):
+        check_launch_matches(plan, LaunchShape(1))

@@ -24,12 +24,12 @@ def _apply() -> None:
         if _applied:
             return
         _applied = True
-    # Imported here: both modules import Paddle.
-    from heterps_paddle.fleet.meta_optimizer import register_meta_optimizer
-    from heterps_paddle.fleet.strategy import install_strategy_fields
+    # Imported here, once fleet has finished importing: the meta optimizer module imports Paddle.
+    from heterps_paddle.fleet.meta_optimizer import HeterPSOptimizer
+    from heterps_paddle.fleet.strategy import validate_heterps_configs, validate_heterps_flag
+    from heterps_paddle.runtime.seam import install_fleet_surface
 
-    install_strategy_fields()
-    register_meta_optimizer()
+    install_fleet_surface(HeterPSOptimizer, validate_heterps_flag, validate_heterps_configs)
 
 
 class _AfterExecLoader(importlib.abc.Loader):

@@ -1,19 +1,21 @@
 """``strategy.heterps`` / ``strategy.heterps_configs``: the fields, their schema and their validation.
 
-Validation is pure Python so it can be tested and reused (for example by ``heterps plan``) without
-Paddle; ``install_strategy_fields`` is what attaches the fields to fleet's ``DistributedStrategy``.
+Validation is pure Python, so it is tested and reused without Paddle, and it happens when the user assigns the
+configs: a missing or malformed cluster file, a plan file that is not a JSON object, an unknown key or a wrong
+type is an error at that line of the fleet script, naming the key, the value and what is allowed, not later
+inside a launched job.  runtime/seam.install_fleet_surface attaches the fields to fleet's DistributedStrategy.
 """
 
 from __future__ import annotations
 
-import copy
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from heterps_paddle.errors import HeterPSError
-
-SCHEDULERS = ("rl", "exact", "brute", "greedy", "genetic")
+from heterps_paddle.planning.model import PlanningInputError, load_cluster
+from heterps_paddle.planning.schedulers import SCHEDULERS
 
 
 class HeterPSConfigError(HeterPSError, ValueError):
@@ -32,17 +34,42 @@ class ConfigKey:
         return " or ".join(t.__name__ for t in self.types)
 
 
-def _existing_file(value: str) -> str | None:
+LOCAL_CLUSTER = "local"  # heterps_configs["cluster"]: describe this machine (heterps local-cluster) at plan time
+
+
+def _readable_file(value: str) -> str | None:
+    if os.path.isdir(value):
+        return f"{value!r} is a directory, not a file"
     if not os.path.isfile(value):
         return f"file {value!r} does not exist"
     return None
 
 
-LOCAL_CLUSTER = "local"  # heterps_configs["cluster"]: describe this machine (heterps local-cluster) at plan time
-
-
 def _cluster_file(value: str) -> str | None:
-    return None if value == LOCAL_CLUSTER else _existing_file(value)
+    if value == LOCAL_CLUSTER:
+        return None
+    reason = _readable_file(value)
+    if reason:
+        return reason
+    try:
+        load_cluster(value)
+    except PlanningInputError as exc:
+        return str(exc)
+    return None
+
+
+def _plan_file(value: str) -> str | None:
+    reason = _readable_file(value)
+    if reason:
+        return reason
+    try:
+        with open(value, encoding="utf-8") as f:
+            document = json.load(f)
+    except (OSError, ValueError) as exc:
+        return f"{value}: not a readable JSON plan ({exc})"
+    if not isinstance(document, dict):
+        return f"{value}: a plan is a JSON object, got {type(document).__name__}"
+    return None
 
 
 def _positive(value: float) -> str | None:
@@ -67,16 +94,19 @@ def _non_negative_int(value: int) -> str | None:
 CONFIG_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in (
-        ConfigKey("cluster", (str,), None, "cluster description file (YAML/JSON, see specs/plan-io.md), or "
-                  "'local' for this machine as measured by heterps local-cluster; with 'plan' it only says which "
-                  "resource types are CPUs and which GPUs", _cluster_file),
-        ConfigKey("throughput", (int, float), None, "required samples/s (overrides the cluster file's)",
-                  _positive),
-        ConfigKey("scheduler", (str,), "rl", "which scheduler plans the job: " + "|".join(SCHEDULERS),
-                  _scheduler),
-        ConfigKey("plan", (str,), None, "a saved plan JSON to use instead of planning", _existing_file),
+        ConfigKey("cluster", (str,), None, "cluster description file (YAML/JSON, docs/plan-formats.md), or 'local' "
+                  "for this machine as measured by heterps local-cluster; with 'plan' it says which resource types "
+                  "are CPUs and which GPUs", _cluster_file),
+        ConfigKey("throughput", (int, float), None, "required samples/s (overrides the cluster file's); without "
+                  "one the job plans for the most samples/s its launch can give", _positive),
+        ConfigKey("scheduler", (str,), "rl", "scheduler of the plan the report advises when another launch would "
+                  "do better: " + "|".join(SCHEDULERS), _scheduler),
+        ConfigKey("plan", (str,), None, "a saved plan JSON to run instead of planning (checked against the "
+                  "launch)", _plan_file),
+        ConfigKey("replan", (bool,), False, "measure the program again and make a new plan even if output_dir "
+                  "holds one made from the same inputs", None),
         ConfigKey("seed", (int,), 0, "seed for the scheduler and profiling", _non_negative_int),
-        ConfigKey("output_dir", (str,), ".", "where plan.json and the plan report are written", None),
+        ConfigKey("output_dir", (str,), ".", "where plan.json, plan_report.txt and profile.yaml are written", None),
         ConfigKey("profile_batch_size", (int,), 512, "batch size the program is profiled with", _positive),
     )
 }
@@ -104,8 +134,8 @@ def validate_heterps_configs(configs: Any) -> dict[str, Any]:
         if value is None:
             full[name] = key.default
             continue
-        # bool is an int subclass: True is not a valid throughput or seed.
-        if isinstance(value, bool) or not isinstance(value, key.types):
+        # bool is an int subclass: True is not a valid throughput or seed (and 1 is not a bool).
+        if (isinstance(value, bool) and bool not in key.types) or not isinstance(value, key.types):
             raise HeterPSConfigError(
                 f"strategy.heterps_configs[{name!r}] must be {key.type_names()} ({key.help}), "
                 f"got {type(value).__name__} {value!r}")
@@ -115,37 +145,3 @@ def validate_heterps_configs(configs: Any) -> dict[str, Any]:
                 raise HeterPSConfigError(f"strategy.heterps_configs[{name!r}]: {reason} ({key.help})")
         full[name] = value
     return full
-
-
-def install_strategy_fields() -> None:
-    """Add ``heterps`` and ``heterps_configs`` properties to fleet's DistributedStrategy.
-
-    DistributedStrategy.__setattr__ rejects names ``hasattr`` does not know; a class-level property is
-    known, so assignments go through our setter, which validates and stores in the instance dict (which
-    survives fleet's deepcopy of the strategy).
-    """
-    from paddle.distributed.fleet.base.distributed_strategy import DistributedStrategy
-
-    if isinstance(getattr(DistributedStrategy, "heterps", None), property):
-        return
-
-    def get_flag(self):
-        return self.__dict__.get("_heterps_flag", False)
-
-    def set_flag(self, value):
-        object.__setattr__(self, "_heterps_flag", validate_heterps_flag(value))
-
-    def get_configs(self):
-        configs = self.__dict__.get("_heterps_configs")
-        if configs is None:
-            configs = validate_heterps_configs({})
-            object.__setattr__(self, "_heterps_configs", configs)
-        return configs
-
-    def set_configs(self, value):
-        object.__setattr__(self, "_heterps_configs", validate_heterps_configs(copy.deepcopy(value)))
-
-    DistributedStrategy.heterps = property(
-        get_flag, set_flag, doc="Let heterps-paddle plan and split this parameter-server job (bool).")
-    DistributedStrategy.heterps_configs = property(
-        get_configs, set_configs, doc="Options of strategy.heterps; see heterps_paddle.fleet.strategy.CONFIG_KEYS.")

@@ -30,14 +30,24 @@ docs/sparse-table.md ("GPU stages") states the consistency model.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 import numpy as np
+import paddle
+from paddle.distributed import fleet
 
+from heterps_paddle import settings
 from heterps_paddle.errors import HeterPSError
-from heterps_paddle.runtime.plan import PlanError, SectionPlan
+from heterps_paddle.log import logger
+from heterps_paddle.planning.model import Plan, PlanningInputError
+from heterps_paddle.program.partition import check_plan_against_layers
+from heterps_paddle.program.profiler import group_layers
+from heterps_paddle.runtime import seam
+from heterps_paddle.table.sparse_table import SparseTable, gpu_call, load_ops
 
 SYNC_KEY = 2**63 - 1  # reserved id: the pass barrier's counter row
 SYNC_UNIT = 64.0
@@ -64,23 +74,20 @@ class GpuTable:
 
 
 # ---- before the PS optimizer ------------------------------------------------------------------------------
-def gpu_sparse_layers(program, plan: SectionPlan) -> list[tuple[str, str]]:
+def gpu_sparse_layers(program: Any, plan: Plan) -> list[tuple[str, str]]:
     """(layer, parameter) of every sparse layer the plan puts on a GPU-kind stage."""
     gpu_layers = {name for st in plan.stages if st.kind == "gpu" for name in st.layers}
     if not gpu_layers:
         return []
-    from heterps_paddle.program.profiler import group_layers
-    from heterps_paddle.program.partition import check_plan_against_layers
-
     try:
         layers, _ = group_layers(program)
     except ValueError as exc:
-        raise PlanError(f"{plan.path}: cannot group the program into layers: {exc}") from None
+        raise PlanningInputError(f"cannot group the program into layers: {exc}") from None
     check_plan_against_layers(plan, [layer.name for layer in layers])
     found = [(layer.name, layer.table) for layer in layers if layer.kind == "sparse" and layer.name in gpu_layers]
     if found and plan.num_stages > 1:
         # Paddle's heter pipeline reads data on stage 1 and ships activations, not ids, to later stages.
-        raise PlanError(f"{plan.path}: sparse layers {[n for n, _ in found]} are on a GPU stage of a split plan; "
+        raise PlanningInputError(f"sparse layers {[n for n, _ in found]} are on a GPU stage of a split plan; "
                         "embeddings in the project's table are supported on a one-stage GPU plan (data-parallel "
                         "units); in a split plan keep them on stage 1")
     return found
@@ -116,9 +123,7 @@ def use_naive_sgd_on_servers(strategy, params) -> None:
             proto.table_name = param
         for rule in (proto.accessor.embed_sgd_param, proto.accessor.embedx_sgd_param):
             if rule.HasField("name") and rule.name != NAIVE_RULE:
-                from heterps_paddle.fleet.strategy import HeterPSConfigError
-
-                raise HeterPSConfigError(
+                raise GpuEmbeddingError(
                     f"table {param!r} is an embedding on a GPU stage: its server table must use {NAIVE_RULE} (the "
                     f"units push their rows' changes), but strategy.sparse_table_configs sets {rule.name!r}")
             rule.name = NAIVE_RULE
@@ -127,22 +132,17 @@ def use_naive_sgd_on_servers(strategy, params) -> None:
                 rule.naive.weight_bounds.extend([-WEIGHT_BOUND, WEIGHT_BOUND])
 
 
-def prepare(program, plan: SectionPlan, optimizer, strategy) -> list[GpuTable]:
+def prepare(program: Any, plan: Plan, optimizer: Any, strategy: Any) -> list[GpuTable]:
     """Called by the meta optimizer before the PS optimizer.  Returns the tables to move to the units."""
     found = gpu_sparse_layers(program, plan)
     if not found:
         return []
     opts = local_table_options(optimizer)
-    strategies = [strategy]
-    try:
-        # The PS runtime builds its table protos from fleet's context copy of the strategy, not from the one
-        # the meta optimizers hold: both get the rule.
-        from paddle.distributed import fleet
-
-        ctx = getattr(fleet.fleet, "_context", None) or {}
-        strategies += [s for s in (ctx.get("user_defined_strategy"), ctx.get("valid_strategy")) if s is not None]
-    except ImportError:
-        pass
+    # The PS runtime builds its table protos from fleet's context copy of the strategy, not from the one the
+    # meta optimizers hold: both get the rule.
+    fleet_context = getattr(fleet.fleet, "_context", None) or {}
+    strategies = [strategy] + [s for s in (fleet_context.get("user_defined_strategy"),
+                                           fleet_context.get("valid_strategy")) if s is not None]
     params = sorted({param for _, param in found})
     for s in strategies:
         use_naive_sgd_on_servers(s, params)
@@ -152,8 +152,8 @@ def prepare(program, plan: SectionPlan, optimizer, strategy) -> list[GpuTable]:
             continue
         t = GpuTable(param=param, layer=layer, options=opts)
         tables.append(t)
-    print(f"heterps: GPU-stage embeddings in the project's table: "
-          f"{ {t.param: t.layer for t in tables} } (servers authoritative, per-pass sync; local {opts})", flush=True)
+    logger.info("GPU-stage embeddings in the project's table: %s (servers authoritative, per-pass sync; local %s)",
+                {t.param: t.layer for t in tables}, opts)
     return tables
 
 
@@ -162,10 +162,7 @@ def apply(program, startup_programs, tables: list[GpuTable]):
     """Rewrite a trainer's program (see the module doc); servers keep theirs.  ``startup_programs``: those the
     script may run (the PS optimizer's clone, now the default, and the one given to minimize, if any); each
     gets the handle's initialiser.  Returns the PassSync."""
-    from heterps_paddle.table.sparse_table import SparseTable, load_ops
-    from heterps_paddle.runtime.sections import role
-
-    if not tables or role() != "trainer":
+    if not tables or seam.context().role != "trainer":
         return None
     load_ops()
     block = program.global_block()
@@ -222,7 +219,7 @@ def apply(program, startup_programs, tables: list[GpuTable]):
         block._sync_with_cpp()
     sync = PassSync(tables)
     program._heterps_pass_sync = sync
-    _wrap_train_from_dataset()
+    seam.context().dataset_hooks["gpu_embedding"] = pass_hook
     return sync
 
 
@@ -326,15 +323,13 @@ class PassSync:
     """Pull the working set before a pass, push the deltas and re-pull after it (module doc)."""
 
     def __init__(self, tables: list[GpuTable]):
-        from paddle.distributed import fleet
-
         self.tables = tables
         self.units = fleet.worker_num()
         self.unit = fleet.worker_index()
         self.barriers = 0
         self.passes = 0
         # Bounds the wait for the slowest unit's pass (and for a unit that died): a pass can be long.
-        self.timeout = float(os.environ.get("HETERPS_PASS_SYNC_TIMEOUT", "3600"))
+        self.timeout = float(settings.get("HETERPS_PASS_SYNC_TIMEOUT"))  # type: ignore[arg-type]
         self.last: dict = {}  # param -> ids, start, trained (local, before the push), synced (servers, after)
         self._known: dict = {t.param: np.empty(0, np.int64) for t in tables}
         self._progs: dict = {}
@@ -344,10 +339,7 @@ class PassSync:
         """Built on first use: fleet creates its PS runtime only after minimize, where this object is made."""
         if self.worker is not None:
             return
-        import paddle
-        from paddle.distributed import fleet
-
-        self.worker = fleet.fleet._runtime_handle._worker
+        self.worker = seam.fleet_runtime()._worker
         self.exe = paddle.static.Executor(paddle.CPUPlace())
         self.scope = paddle.static.Scope()
         # A private name generator: names made here must not shift the names of what the script builds next
@@ -358,8 +350,6 @@ class PassSync:
     # programs (built once; they run in a private scope holding only a [1, dim] stand-in for W, which the
     # distributed ops read for the embedding width)
     def _build_programs(self, t: GpuTable):
-        import paddle
-
         place = paddle.CPUPlace()
         self.scope.var(t.param).get_tensor().set(np.zeros((1, t.dim), np.float32), place)
         pull, push = paddle.static.Program(), paddle.static.Program()
@@ -389,8 +379,6 @@ class PassSync:
     @staticmethod
     def _one_sequence(ids: np.ndarray):
         """Ids as one LoD sequence: Paddle's push multiplies gradients by the batch size, here 1."""
-        import paddle
-
         return paddle.base.create_lod_tensor(ids.reshape(-1, 1), [[ids.size]], paddle.CPUPlace())
 
     def server_rows(self, t: GpuTable, ids: np.ndarray) -> np.ndarray:
@@ -450,12 +438,10 @@ class PassSync:
         self.barrier(f"pass {self.passes + 1} start")
 
     def end(self) -> None:
-        from heterps_paddle.table.sparse_table import _gpu_call
-
         for t in self.tables:
             rec = self.last[t.param]
             ids = rec["ids"]
-            _gpu_call("heterps_gpu_table_flush_to_host", t.table._bname)
+            gpu_call("heterps_gpu_table_flush_to_host", t.table._bname)
             if len(t.table) != self._known[t.param].size:
                 raise GpuEmbeddingError(
                     f"unit {self.unit}: table {t.param}: the pass trained {len(t.table)} rows but the working sets "
@@ -473,29 +459,17 @@ class PassSync:
             t.table.assign(rec["ids"], synced)
             rec["synced"] = synced
         self.passes += 1
-        print(f"heterps: gpu embedding pass {self.passes} unit {self.unit}/{self.units}: "
-              + ", ".join(f"{p}: {r['ids'].size} ids, {r['pushed']} rows pushed" for p, r in self.last.items()),
-              flush=True)
+        logger.info("gpu embedding pass %d unit %d/%d: %s", self.passes, self.unit, self.units,
+                    ", ".join(f"{p}: {r['ids'].size} ids, {r['pushed']} rows pushed" for p, r in self.last.items()))
 
 
-def _wrap_train_from_dataset() -> None:
+@contextlib.contextmanager
+def pass_hook(call: seam.DatasetCall) -> Iterator[None]:
     """A pass around each ``train_from_dataset`` of a program that carries a PassSync."""
-    import paddle
-
-    exe_cls = paddle.static.Executor
-    if getattr(exe_cls.train_from_dataset, "_heterps_gpu_embedding", False):
+    sync = getattr(call.main_program(), "_heterps_pass_sync", None)
+    if sync is None:
+        yield
         return
-    original = exe_cls.train_from_dataset
-
-    def train_from_dataset(self, program=None, dataset=None, *args, **kwargs):
-        prog = program if program is not None else paddle.static.default_main_program()
-        sync = getattr(prog, "_heterps_pass_sync", None)
-        if sync is None:
-            return original(self, program, dataset, *args, **kwargs)
-        sync.begin(dataset)
-        result = original(self, program, dataset, *args, **kwargs)
-        sync.end()
-        return result
-
-    train_from_dataset._heterps_gpu_embedding = True
-    exe_cls.train_from_dataset = train_from_dataset
+    sync.begin(call.dataset)
+    yield
+    sync.end()

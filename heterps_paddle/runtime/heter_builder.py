@@ -2,8 +2,8 @@
 
 Paddle builds a heter job's programs in ``ps/utils/ps_program_builder.py: HeterAsyncPsProgramBuilder``
 with passes from ``passes/ps_trainer_pass.py``.  As shipped it does not run, and once made to run it does
-not learn (see docs/sections.md and /work/shared/notes/paddle-2.6.2.md).  ``FixedHeterProgramBuilder``
-replaces it (``install()`` points Paddle's builder factory at it) and differs in exactly these places:
+not learn (see docs/sections.md and docs/paddle-notes.md).  ``FixedHeterProgramBuilder``
+replaces it (runtime/seam.py points Paddle's builder factory at it) and differs in exactly these places:
 
 1. ``SplitTrainerOpsPass._remove_var_pair_by_grad`` reads ``merged_*_pairs`` as flat lists; they hold one
    list per program.                                                   -> ``_FixedSplitTrainerOpsPass``
@@ -28,6 +28,8 @@ look as expected, so a different Paddle fails loudly at ``minimize`` instead of 
 
 from __future__ import annotations
 
+from collections import Counter
+
 import paddle
 from paddle import base
 from paddle.distributed.fleet.base.private_helper_function import wait_server_ready
@@ -37,7 +39,6 @@ from paddle.distributed.passes.ps_trainer_pass import (
     SplitHeterWorkerOpsPass,
     SplitTrainerOpsPass,
 )
-from paddle.distributed.ps.utils import ps_factory
 from paddle.distributed.ps.utils.ps_program_builder import HeterAsyncPsProgramBuilder
 from paddle.distributed.ps.utils.public import (
     SPARSE_GRAD_OP_TYPE_DICT,
@@ -46,14 +47,11 @@ from paddle.distributed.ps.utils.public import (
     union_forward_gradient_op,
 )
 
-from heterps_paddle.errors import HeterPSError
-
+from heterps_paddle import settings
+from heterps_paddle.log import logger
+from heterps_paddle.runtime.seam import PaddleBehaviourChanged, context
 SECTION_PROGRAM_KEY = "heterps_section_program"
 PUSH_SLOTS_KEY = "heterps_push_sparse_slots"
-
-
-class PaddleBehaviourChanged(HeterPSError, RuntimeError):
-    """Paddle's heter passes do not look like the 2.6.2 ones these fixes were written against."""
 
 
 def _run_pass(pass_obj, attrs, mains, startups, ctx):
@@ -215,8 +213,6 @@ def device_runs(program) -> list[tuple[str, int, list[str]]]:
 
 def section_summary(program) -> str:
     """What a section does with the servers and its neighbours (logged; the tests read it)."""
-    from collections import Counter
-
     types = Counter(op.type for blk in program.blocks for op in blk.ops)
     push = [op for blk in program.blocks for op in blk.ops if op.type == "distributed_push_sparse"]
     sends = sorted(name for blk in program.blocks for op in blk.ops if op.type == "send"
@@ -228,8 +224,6 @@ def section_summary(program) -> str:
 
 
 class FixedHeterProgramBuilder(HeterAsyncPsProgramBuilder):
-    expected_stages = None  # set by the meta optimizer from the plan; checked before splitting
-
     def _build_trainer_programs(self):
         a, ctx = self.attrs, self.pass_ctx
         new_pass("add_lr_decay_table_pass", a).apply([], [], ctx)
@@ -241,7 +235,8 @@ class FixedHeterProgramBuilder(HeterAsyncPsProgramBuilder):
 
         _fill_untagged_ops(self.cloned_main.global_block())
         runs = device_runs(self.cloned_main)
-        want = self.expected_stages or int(a["role_maker"]._get_num_stage())
+        plan = context().plan
+        want = plan.num_stages if plan is not None else int(a["role_maker"]._get_num_stage())
         if len(runs) != 2 * want - 1:
             raise PaddleBehaviourChanged(
                 f"heterps: Paddle's splitter cuts the program into {len(runs)} runs of ops, but a plan of {want} "
@@ -255,16 +250,13 @@ class FixedHeterProgramBuilder(HeterAsyncPsProgramBuilder):
         if section is None:
             raise PaddleBehaviourChanged("heterps: the split pass produced no section program")
         _restore_push_slots(section, a.get(PUSH_SLOTS_KEY, {}))
-        from heterps_paddle.runtime.sections import dense_refresh_mode
-
-        if dense_refresh_mode() == "communicator":
+        if settings.get("HETERPS_DENSE_REFRESH") == "communicator":
             _route_dense_sends(section)
         if self.is_heter_worker:
             _retag_for_place(section, a["role_maker"]._heter_device_type())
         self.cloned_main = section
         a["cloned_main"] = section
-        print(f"heterps: section of stage {a['role_maker']._get_stage_id()}: {section_summary(section)}",
-              flush=True)
+        logger.info("section of stage %s: %s", a["role_maker"]._get_stage_id(), section_summary(section))
 
         # Fix 3: the pipeline options go on the section program and the startup program that will run.
         new_pass("set_heter_pipeline_opt_pass", a).apply([self.cloned_main], [self.cloned_startup], ctx)
@@ -282,18 +274,3 @@ class FixedHeterProgramBuilder(HeterAsyncPsProgramBuilder):
             self._build_pserver_programs()
             self.loss.block.program = self.attrs["_main_server"]
             base.framework.switch_startup_program(self.attrs["_startup_server"])
-
-
-_installed = {"done": False}
-
-
-def install() -> None:
-    """Make Paddle's builder factory build heter jobs with FixedHeterProgramBuilder (idempotent)."""
-    if _installed["done"]:
-        return
-    if not hasattr(ps_factory, "HeterAsyncPsProgramBuilder"):
-        raise PaddleBehaviourChanged("heterps: paddle.distributed.ps.utils.ps_factory has no "
-                                     "HeterAsyncPsProgramBuilder to replace")
-    # The factory looks the class up in its module globals at build time.
-    ps_factory.HeterAsyncPsProgramBuilder = FixedHeterProgramBuilder
-    _installed["done"] = True

@@ -1,0 +1,185 @@
+"""Held-out evaluation and train metrics of a split job on its CPU trainers.
+
+A CPU trainer of a split plan holds only stage 1's section, so what a fleet script reads for evaluation would
+be wrong there: its forward-only clone of the program is stage 1 alone, and the AUC state lives in the last
+stage.  So, before the program is tagged and split, the whole model's forward pass and startup are cloned
+(:func:`stash`); ``fleet.evaluation.forward_only_program`` of a section returns a copy of that clone; when it
+runs through ``train_from_dataset`` (:func:`redirect_hook`) its lookups read the servers' sparse tables, the
+persistable vars this process never made are created from the stashed startup, and every dense table is pulled
+from the servers first, so the held-out AUC is the servers' model, as in the unsplit job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import paddle
+from paddle.base import core
+
+from heterps_paddle.log import logger
+from heterps_paddle.runtime import seam
+from heterps_paddle.runtime.dense_refresh import pull_dense_into
+
+WHOLE_FORWARD_MARK = "_heterps_whole_forward"
+
+
+@dataclass
+class HeldOut:
+    forward: Any  # the whole model's forward program, cloned before the split
+    startup: Any
+    loss: str | None
+    live: set[str] = field(default_factory=set)  # AUC states an evaluation pass has filled in this process
+    logged: set[str] = field(default_factory=set)  # one-time log lines already printed
+
+
+def stash(program: Any, startup: Any, loss: Any) -> HeldOut:
+    """Called before the program is tagged and split (forward ops only at that point)."""
+    forward = program.clone(for_test=True)
+    setattr(forward, WHOLE_FORWARD_MARK, True)
+    return HeldOut(forward=forward, startup=startup.clone(), loss=getattr(loss, "name", None))
+
+
+def whole_forward_program(held: HeldOut) -> Any:
+    """A fresh forward-only copy of the whole (pre-split) model, for held-out evaluation."""
+    program = held.forward.clone(for_test=True)
+    setattr(program, WHOLE_FORWARD_MARK, True)
+    return program
+
+
+def is_whole_forward(program: Any) -> bool:
+    return bool(getattr(program, WHOLE_FORWARD_MARK, False))
+
+
+def _log_once(held: HeldOut, key: str, message: str) -> None:
+    if key not in held.logged:
+        held.logged.add(key)
+        logger.info("%s", message)
+
+
+def train_auc_is_elsewhere(held: HeldOut, scope: Any, auc_states: list[Any]) -> bool:
+    """On a CPU trainer of a split job the AUC ops run in the last stage's section: the state vars in its global
+    scope hold nothing until an evaluation pass of the whole forward program filled them."""
+    if scope is not paddle.static.global_scope():
+        return False
+    if all(s.name in held.live for s in auc_states):
+        return False
+    _log_once(held, "auc", "train AUC is not computed on a stage 1 CPU trainer of a split plan (the AUC ops are in "
+                           "the last stage's section): printed here as nan; the last stage's heterogeneous trainer "
+                           "prints the train loss and AUC in its log (heterlog.*)")
+    return True
+
+
+def section_fetch(held: HeldOut, program: Any, fetch_list: Any, fetch_info: Any) -> tuple[Any, Any]:
+    """The fetch vars this section has (in any of its blocks); the others are dropped, with a log line once."""
+    if not fetch_list:
+        return fetch_list, fetch_info
+    names = {n for blk in program.blocks for n in blk.vars}
+    keep, info, dropped = [], [], []
+    for i, var in enumerate(fetch_list):
+        name = var if isinstance(var, str) else var.name
+        if name in names:
+            keep.append(var)
+            if fetch_info:
+                info.append(fetch_info[i])
+        else:
+            dropped.append(name)
+    if dropped:
+        _log_once(held, "fetch", f"fetch vars {dropped} are computed by a later stage of the split plan, not by this "
+                                 "section; not fetched here (the last stage's heterogeneous trainer prints the loss "
+                                 "and AUC)")
+    return (keep or None), (info or None)
+
+
+def sparse_table_ids(runtime: Any) -> dict[str, int]:
+    ids = {}
+    for ctx in runtime._send_ctx.values():
+        if ctx.is_sparse():
+            for grad in ctx.origin_varnames():
+                ids[grad.split("@GRAD")[0]] = ctx.table_id()
+    return ids
+
+
+def distributed_eval_program(test_program: Any, runtime: Any) -> Any:
+    """A forward-only copy whose lookups read the servers' sparse tables (distributed_lookup_table)."""
+    program = test_program.clone(for_test=True)
+    block = program.global_block()
+    table_ids = sparse_table_ids(runtime)
+    for idx in reversed(range(len(block.ops))):
+        op = block.ops[idx]
+        if op.type not in ("lookup_table", "lookup_table_v2") or not op.attr("remote_prefetch"):
+            continue
+        w = op.input("W")[0]
+        attrs = {"is_distributed": op.attr("is_distributed"), "padding_idx": op.attr("padding_idx"),
+                 "table_id": table_ids[w], "lookup_table_version": op.type}
+        ids, out = op.input("Ids")[0], op.output("Out")[0]
+        block._remove_op(idx)
+        block._insert_op(idx, type="distributed_lookup_table", inputs={"Ids": [block.var(ids)], "W": [block.var(w)]},
+                         outputs={"Outputs": [block.var(out)]}, attrs=attrs)
+    return program
+
+
+def _materialise(held: HeldOut, executor: Any, program: Any, scope: Any) -> list[str]:
+    """Create, in ``scope``, the persistable dense vars of ``program`` that this process's section never made
+    (the later stages' parameters, the AUC states), initialised by the whole model's startup program."""
+    missing = []
+    for blk in program.blocks:
+        for name, var in blk.vars.items():
+            # Dense tensors only: the sparse table (SELECTED_ROWS) stays on the servers, the lookups read it.
+            if not var.persistable or var.type != core.VarDesc.VarType.LOD_TENSOR:
+                continue
+            found = scope.find_var(name)
+            if found is None:
+                missing.append(name)
+                continue
+            try:
+                if not found.get_tensor()._is_initialized():
+                    missing.append(name)
+            except ValueError:  # the scope holds another kind of variable under this name: leave it
+                pass
+    if not missing:
+        return []
+    startup = held.startup.clone()
+    # Initialise only what is missing: the full startup also initialises the sparse table's local copy.
+    block = startup.global_block()
+    for idx in reversed(range(len(block.ops))):
+        if not set(block.ops[idx].output_arg_names) & set(missing):
+            block._remove_op(idx, sync=False)
+    startup._sync_with_cpp()
+    scratch = paddle.static.Scope()
+    with paddle.static.scope_guard(scratch):
+        executor.run(startup)
+    made = []
+    for name in missing:
+        source = scratch.find_var(name)
+        if source is None or not source.get_tensor()._is_initialized():
+            continue  # e.g. a var no startup op writes; the forward pass writes it first
+        scope.var(name).get_tensor().set(source.get_tensor(), paddle.CPUPlace())
+        made.append(name)
+    return made
+
+
+@contextlib.contextmanager
+def redirect_hook(call: seam.DatasetCall) -> Iterator[None]:
+    """``train_from_dataset`` of the whole forward program: run with the servers' parameters (module doc)."""
+    held = seam.context().heldout
+    if held is None or not is_whole_forward(call.program):
+        yield
+        return
+    runtime = seam.fleet_runtime()
+    program = getattr(call.program, "_heterps_eval", None)
+    if program is None:
+        # Deferred to here: the lookups' table ids come from the runtime's send context (init_worker).
+        program = distributed_eval_program(call.program, runtime)
+        call.program._heterps_eval = program
+    scope = call.scope if call.scope is not None else paddle.static.global_scope()
+    made = _materialise(held, call.executor, program, scope)
+    pulled = pull_dense_into(scope, runtime)
+    for op in (op for blk in program.blocks for op in blk.ops if op.type == "auc"):
+        held.live.update(op.output("StatPosOut") + op.output("StatNegOut"))
+    logger.info("held-out evaluation of the whole model (forward program from before the split): %d vars created "
+                "here, %d dense vars pulled from the servers, sparse rows read from the servers' tables",
+                len(made), len(pulled))
+    call.program, call.scope = program, scope
+    yield

@@ -1,0 +1,343 @@
+"""The one seam over Paddle's internals: every place heterps-paddle changes or reads Paddle 2.6.2's private
+machinery is here, behind a check of Paddle's shape, so another Paddle fails at ``minimize`` (or at import,
+for the fleet surface) with a message naming what changed, never silently in training.
+
+What is patched (each once per process):
+
+- fleet surface, when ``paddle.distributed.fleet`` is imported (:func:`install_fleet_surface`):
+  ``DistributedStrategy.heterps`` / ``heterps_configs`` (properties: fleet's ``__setattr__`` accepts only names
+  ``hasattr`` knows), the meta optimizer factory's list of names (fleet instantiates meta optimizers by name), and
+  ``Fleet.distributed_optimizer`` (with ``strategy.heterps = True`` it applies the runtime patches: they must be in
+  place before ``minimize`` starts, since one of them acts when fleet's minimize ends);
+- runtime, from ``fleet.distributed_optimizer`` with ``strategy.heterps = True`` (:func:`install`):
+  ``ps_factory.HeterAsyncPsProgramBuilder`` -> the fixed builder (runtime/heter_builder.py, Paddle's heter
+  pipeline made to work), ``Executor.train_from_dataset`` (one hook: the pieces register context managers
+  around it), ``Fleet._minimize_impl`` (actions after fleet's minimize, when fleet's PS runtime exists),
+  ``TheOnePSRuntime._stop_worker`` (actions after it).
+
+Per-process state lives in one :class:`ProcessContext` (:func:`context`), not in module dictionaries or on
+Paddle's objects.  Paddle is imported inside functions: :func:`install_fleet_surface` runs in the middle of
+``import paddle.distributed.fleet``, where importing more of Paddle can re-enter it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Iterator
+
+from heterps_paddle.errors import HeterPSError
+
+SUPPORTED_PADDLE = ("2.6.",)
+ROLES = {"PSERVER": "server", "HETER_TRAINER": "heter", "TRAINER": "trainer"}
+DATASET_OPTIONS = ("thread", "debug", "fetch_list", "fetch_info", "print_period", "fetch_handler")
+
+
+class PaddleBehaviourChanged(HeterPSError, RuntimeError):
+    """The installed Paddle does not look like the 2.6.2 these patches and fixes were written against."""
+
+
+@dataclass
+class DatasetCall:
+    """One ``Executor.train_from_dataset`` call; hooks may replace its program, scope and options."""
+
+    executor: Any
+    program: Any
+    dataset: Any
+    scope: Any
+    options: dict[str, Any]
+
+    def main_program(self) -> Any:
+        import paddle
+
+        return self.program if self.program is not None else paddle.static.default_main_program()
+
+
+DatasetHook = Callable[[DatasetCall], ContextManager[None]]
+
+
+@dataclass
+class ProcessContext:
+    """What this process knows about its part of the job (one per process)."""
+
+    role: str  # server | trainer | heter | local (not started by paddle.distributed.launch)
+    stage: int  # 1 for CPU trainers (and servers), 2.. for heterogeneous trainers
+    stage_num: int  # stages launched
+    plan: Any = None  # planning.model.Plan this process runs, once minimize chose it
+    dataset_hooks: dict[str, DatasetHook] = field(default_factory=dict)
+    after_minimize: dict[str, Callable[[Any], None]] = field(default_factory=dict)  # gets fleet's Fleet
+    after_stop_worker: dict[str, Callable[[], None]] = field(default_factory=dict)
+    heldout: Any = None  # runtime.heldout.HeldOut of a split job
+    watchdog: Any = None  # runtime.watchdog.Watchdog of a split job
+    dense_refresh: Any = None  # runtime.dense_refresh.DenseRefresher of the train_from_dataset running now
+
+    @property
+    def split(self) -> bool:
+        return self.plan is not None and self.plan.num_stages > 1
+
+
+def _context_from_env(env: Any = None) -> ProcessContext:
+    env = os.environ if env is None else env
+    role = ROLES.get(env.get("TRAINING_ROLE", ""), "local")
+    return ProcessContext(role=role, stage=int(env.get("STAGE_ID", "1") or 1),
+                          stage_num=int(env.get("STAGE_NUM", "1") or 1))
+
+
+_context: ProcessContext | None = None
+
+
+def context() -> ProcessContext:
+    global _context
+    if _context is None:
+        _context = _context_from_env()
+    return _context
+
+
+def reset_context(env: Any = None) -> ProcessContext:
+    """A fresh context (tests that build several jobs' programs in one process)."""
+    global _context
+    _context = _context_from_env(env)
+    return _context
+
+
+def identity(ctx: ProcessContext | None = None) -> str:
+    """This process in words, for log lines that name who failed."""
+    ctx = ctx or context()
+    endpoint = f"{os.environ.get('POD_IP', '?')}:{os.environ.get('PADDLE_PORT', '?')}"
+    if ctx.role == "heter":
+        return f"stage {ctx.stage} heterogeneous trainer {endpoint} (pid {os.getpid()})"
+    if ctx.role == "server":
+        return f"parameter server {endpoint} (pid {os.getpid()})"
+    return f"stage 1 CPU trainer {os.environ.get('PADDLE_TRAINER_ID', '?')} {endpoint} (pid {os.getpid()})"
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+
+
+def _require(ok: bool, what: str, problems: list[str]) -> None:
+    if not ok:
+        problems.append(what)
+
+
+def _params(fn: Any) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def paddle_shape_problems() -> list[str]:
+    """What differs from the Paddle 2.6.2 this seam patches (empty when nothing does)."""
+    import paddle
+    from paddle.distributed.fleet.fleet import Fleet
+    from paddle.distributed.ps import the_one_ps
+    from paddle.distributed.ps.utils import ps_factory
+
+    problems: list[str] = []
+    _require(paddle.__version__.startswith(SUPPORTED_PADDLE),
+             f"paddle {paddle.__version__} (heterps-paddle supports {', '.join(v + 'x' for v in SUPPORTED_PADDLE)})",
+             problems)
+    _require(hasattr(ps_factory, "HeterAsyncPsProgramBuilder"),
+             "paddle.distributed.ps.utils.ps_factory has no HeterAsyncPsProgramBuilder", problems)
+    _require(_params(paddle.static.Executor.train_from_dataset) == ["self", "program", "dataset", "scope",
+                                                                   *DATASET_OPTIONS],
+             f"Executor.train_from_dataset{_params(paddle.static.Executor.train_from_dataset)}", problems)
+    _require(_params(Fleet._minimize_impl)[:2] == ["self", "loss"], "Fleet._minimize_impl(self, loss, ...)",
+             problems)
+    runtime = getattr(the_one_ps, "TheOnePSRuntime", None)
+    _require(runtime is not None and _params(runtime._stop_worker) == ["self"],
+             "paddle.distributed.ps.the_one_ps.TheOnePSRuntime._stop_worker(self)", problems)
+    return problems
+
+
+def check_paddle() -> None:
+    problems = paddle_shape_problems()
+    if problems:
+        raise PaddleBehaviourChanged("heterps-paddle cannot run on this Paddle: " + "; ".join(problems))
+
+
+# --------------------------------------------------------------------------------------------- fleet surface
+
+
+def install_fleet_surface(meta_optimizer_cls: type, validate_flag: Callable[[Any], bool],
+                          validate_configs: Callable[[Any], dict]) -> None:
+    """``strategy.heterps`` / ``strategy.heterps_configs`` and the meta optimizer's registration (idempotent).
+
+    Only modules fleet has loaded by the time its import finishes are touched here."""
+    import copy
+
+    from paddle.distributed.fleet.base import meta_optimizer_factory
+    from paddle.distributed.fleet.base.distributed_strategy import DistributedStrategy
+
+    from paddle.distributed.fleet.fleet import Fleet
+
+    name = meta_optimizer_cls.__name__
+    if not hasattr(meta_optimizer_factory, "meta_optimizer_names"):
+        raise PaddleBehaviourChanged("paddle.distributed.fleet.base.meta_optimizer_factory has no "
+                                     "meta_optimizer_names: heterps cannot register its meta optimizer")
+    # fleet instantiates meta optimizers with globals()[name] of the factory module
+    setattr(meta_optimizer_factory, name, meta_optimizer_cls)
+    if name not in meta_optimizer_factory.meta_optimizer_names:
+        meta_optimizer_factory.meta_optimizer_names.append(name)
+    if isinstance(getattr(DistributedStrategy, "heterps", None), property):
+        return
+
+    if _params(Fleet.distributed_optimizer)[:3] != ["self", "optimizer", "strategy"]:
+        raise PaddleBehaviourChanged(f"Fleet.distributed_optimizer{_params(Fleet.distributed_optimizer)}: heterps "
+                                     "expects (self, optimizer, strategy=None)")
+    original_distributed_optimizer = Fleet.distributed_optimizer
+
+    def distributed_optimizer(self: Any, optimizer: Any, strategy: Any = None) -> Any:
+        result = original_distributed_optimizer(self, optimizer, strategy)
+        if getattr(getattr(self, "_user_defined_strategy", None), "heterps", False):
+            install()
+        return result
+
+    # (paddle.distributed.fleet.distributed_optimizer looks the method up on the fleet singleton at each call)
+    Fleet.distributed_optimizer = distributed_optimizer
+
+    def get_flag(self: Any) -> bool:
+        return bool(self.__dict__.get("_heterps_flag", False))
+
+    def set_flag(self: Any, value: Any) -> None:
+        object.__setattr__(self, "_heterps_flag", validate_flag(value))
+
+    def get_configs(self: Any) -> dict:
+        configs = self.__dict__.get("_heterps_configs")
+        if configs is None:
+            configs = validate_configs({})
+            object.__setattr__(self, "_heterps_configs", configs)
+        return configs
+
+    def set_configs(self: Any, value: Any) -> None:
+        object.__setattr__(self, "_heterps_configs", validate_configs(copy.deepcopy(value)))
+
+    # Stored in the instance dict, which survives fleet's deepcopy of the strategy.
+    DistributedStrategy.heterps = property(
+        get_flag, set_flag, doc="Let heterps-paddle plan and split this parameter-server job (bool).")
+    DistributedStrategy.heterps_configs = property(
+        get_configs, set_configs, doc="Options of strategy.heterps; see heterps_paddle.fleet.strategy.CONFIG_KEYS.")
+
+
+def set_heterps_flag(strategy: Any, value: bool) -> None:
+    """Fleet's _enable/_disable_strategy: the flag without validation (fleet calls it on copies)."""
+    object.__setattr__(strategy, "_heterps_flag", value)
+
+
+# ------------------------------------------------------------------------------------------- runtime patches
+
+_installed = False
+
+
+def install() -> ProcessContext:
+    """Check Paddle's shape and apply the runtime patches once per process; returns the context."""
+    global _installed
+    ctx = context()
+    if _installed:
+        return ctx
+    check_paddle()
+    import paddle
+    from paddle.distributed.fleet.fleet import Fleet
+    from paddle.distributed.ps import the_one_ps
+    from paddle.distributed.ps.utils import ps_factory
+
+    from heterps_paddle.runtime.heter_builder import FixedHeterProgramBuilder
+
+    # The factory looks the builder class up in its module globals at build time.
+    ps_factory.HeterAsyncPsProgramBuilder = FixedHeterProgramBuilder
+
+    original_tfd = paddle.static.Executor.train_from_dataset
+
+    def train_from_dataset(self: Any, program: Any = None, dataset: Any = None, scope: Any = None, *args: Any,
+                           **kwargs: Any) -> Any:
+        hooks = list(context().dataset_hooks.values())
+        if not hooks:
+            return original_tfd(self, program, dataset, scope, *args, **kwargs)
+        options = dict(zip(DATASET_OPTIONS, args))
+        options.update(kwargs)
+        call = DatasetCall(self, program, dataset, scope, options)
+        with contextlib.ExitStack() as stack:
+            for hook in hooks:
+                stack.enter_context(hook(call))
+            return original_tfd(call.executor, call.program, call.dataset, call.scope, **call.options)
+
+    paddle.static.Executor.train_from_dataset = train_from_dataset
+
+    original_minimize = Fleet._minimize_impl
+
+    def _minimize_impl(self: Any, loss: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original_minimize(self, loss, *args, **kwargs)
+        for action in list(context().after_minimize.values()):
+            action(self)
+        return result
+
+    Fleet._minimize_impl = _minimize_impl
+
+    original_stop = the_one_ps.TheOnePSRuntime._stop_worker
+
+    def _stop_worker(self: Any) -> None:
+        original_stop(self)
+        for action in list(context().after_stop_worker.values()):
+            action()
+
+    the_one_ps.TheOnePSRuntime._stop_worker = _stop_worker
+    _installed = True
+    return ctx
+
+
+@contextlib.contextmanager
+def no_hook(call: DatasetCall) -> Iterator[None]:
+    """A dataset hook that does nothing (what a hook yields when the call is not its business)."""
+    yield
+
+
+# ------------------------------------------------------------------------------- Paddle's private state, read
+
+
+def fleet_runtime() -> Any:
+    """Fleet's parameter-server runtime (TheOnePSRuntime), which fleet creates at the end of minimize."""
+    from paddle.distributed import fleet
+
+    runtime = fleet.fleet._runtime_handle
+    if runtime is None:
+        raise PaddleBehaviourChanged("fleet has no parameter-server runtime after minimize")
+    return runtime
+
+
+def role_maker() -> Any:
+    from paddle.distributed import fleet
+
+    return fleet.fleet._role_maker
+
+
+def leave_heter_mode(maker: Any) -> None:
+    """Make this process build and run the plain (unsplit) parameter-server job although heterogeneous trainers
+    were launched: Paddle reads the role maker's flag when it builds the programs, the servers' tables and the
+    runtime, so every server and CPU trainer must turn it off before the PS optimizer runs."""
+    if not hasattr(maker, "_is_heter_parameter_server_mode"):
+        raise PaddleBehaviourChanged("fleet's role maker has no _is_heter_parameter_server_mode")
+    maker._is_heter_parameter_server_mode = False
+
+
+def drop_from_gloo(maker: Any) -> None:
+    """A heterogeneous trainer is in no gloo world (the launcher's "worker" world is the CPU trainers), but with
+    PADDLE_WITH_GLOO=1 gloo reads as initialised and init_worker's barriers fail on the missing worker comm;
+    uninitialised, its barriers are no-ops and all_gather returns its input, which is what such a trainer needs."""
+    gloo = getattr(maker, "_gloo", None)
+    if gloo is not None and getattr(gloo, "_worker_comm", None) is None:
+        gloo._is_initialized = False
+
+
+def end_process(code: int, message: str) -> None:
+    """End this process now (the main thread may be blocked in C++ for good, and a script must not go on)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if message:
+        print(message, flush=True)
+    os._exit(code)
