@@ -34,7 +34,7 @@ RUN_KEYS = {"model": (str, False), "train_dir": (str, False), "test_dir": (str, 
             "generate_rows": (int, True), "generate_seed": (int, False), "skip_malformed": (bool, False),
             "batch_size": (int, True), "epochs": (int, True), "thread_num": (int, True),
             "print_period": (int, True), "model_config": (dict, False), "seed": (int, False),
-            "heterps": (dict, False)}
+            "accumulate_steps": (int, True), "heterps": (dict, False)}
 
 
 def parse_args(argv=None):
@@ -95,6 +95,9 @@ def build_strategy(args, config):
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     strategy.a_sync_configs = {"launch_barrier": True}
+    if "accumulate_steps" in config:
+        # micro-batches in flight per stage when a plan splits the job (Paddle's heterogeneous pipeline)
+        strategy.pipeline_configs = {"accumulate_steps": int(config["accumulate_steps"])}
     if args.heterps:
         # heterps-paddle: the one line a plain fleet script adds (plus the import), and its options
         strategy.heterps = True
@@ -156,6 +159,7 @@ def main(argv=None):
     scope = paddle.static.global_scope()
     epochs = int(config.get("epochs", 1))
     train_seconds = 0.0
+    train_start = time.time()
     for epoch in range(epochs):
         start = time.time()
         exe.train_from_dataset(program=main_program, dataset=train_set, fetch_list=[model.loss, model.auc],
@@ -168,6 +172,7 @@ def main(argv=None):
     result = {"worker": worker_index, "workers": worker_num, "model": config["model"], "heterps": args.heterps,
               "meta_optimizers": fleet._get_applied_meta_list() if distributed else [],
               "rows": train_report.rows, "epochs": epochs, "train_seconds": train_seconds,
+              "train_start": train_start, "train_end": time.time(),
               "samples_per_second": train_report.rows * epochs / train_seconds}
 
     if distributed:

@@ -1,6 +1,6 @@
 """Drop-in for split plans: the unchanged examples/static_ps_trainer.py (PaddleRec-style: config, dataset,
 one train_from_dataset per epoch, held-out evaluation with forward_only_program) runs a 2-stage plan when
-launched with ``--heterps --heterps-config plan=PLAN``; the extension does the rest (sections/dropin.py).
+launched with ``--heterps --heterps-config plan=PLAN``; the extension does the rest (runtime/sections.py, runtime/heter.py, runtime/heldout.py).
 
 Two launched jobs on the same generated data and config: plain async PS (no --heterps, 1 server, 2 CPU
 trainers) and the 2-stage split (stage 1: 2 CPU trainers with the embedding layer; stage 2: 1 heterogeneous
@@ -15,7 +15,9 @@ import re
 
 import pytest
 
-from heterps_paddle.tools.section_launch import launch
+from heterps_paddle.planning.launch import launch_arguments
+from heterps_paddle.planning.model import load_plan
+from heterps_paddle.tools.jobs import launch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "examples", "static_ps_trainer.py")
@@ -33,22 +35,23 @@ def jobs(tmp_path_factory, heterps_cache):
     tmp = tmp_path_factory.mktemp("dropin-split")
     plan = tmp / "plan.json"
     plan.write_text(json.dumps({"format": 1, "feasible": True, "stages": [
-        {"resource": "local_cpu", "layers": ["embedding_0"], "units": 2},
-        {"resource": "local_gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1}]}))
+        {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
+        {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1}]}))
     out = {}
     for name in ("one", "split"):
         log_dir, res_dir = str(tmp / f"log_{name}"), str(tmp / f"res_{name}")
         argv = [SCRIPT, "-m", CONFIG, *OVERRIDES, "--result-dir", res_dir]
         if name == "one":
-            r = launch(None, argv, log_dir, timeout=240, launch_args=["--server_num=1", "--worker_num=2"])
+            r = launch(["--server_num=1", "--worker_num=2"], argv, log_dir, timeout=240)
         else:
-            # exactly the documented command line: the wrapper adds the plan's launch arguments
-            r = launch(str(plan), argv + ["--heterps", "--heterps-config", f"plan={plan}"], log_dir, timeout=240)
-        assert r["returncode"] == 0, f"{name}: {r['errors']} (logs in {log_dir})"
+            # the documented command line: heterps launch $(heterps launch-args plan.json) ...
+            r = launch(launch_arguments(load_plan(str(plan)), 1, gpu_available=False),
+                       argv + ["--heterps", "--heterps-config", f"plan={plan}"], log_dir, timeout=240)
+        assert r.returncode == 0, f"{name}: {r.failures}\n{r.output[-3000:]}"
         results = [json.load(open(os.path.join(res_dir, f"worker-{i}.json"))) for i in range(2)]
         logs = {n: open(os.path.join(log_dir, n), errors="replace").read() for n in os.listdir(log_dir)
                 if n.startswith(("workerlog", "heterlog"))}
-        out[name] = {"results": results, "logs": logs, "seconds": r["seconds"]}
+        out[name] = {"results": results, "logs": logs, "seconds": r.seconds}
     return out
 
 
@@ -87,7 +90,7 @@ def test_heter_trainer_served_every_epoch_and_ended_by_the_takeover(jobs):
                      r"stop", heter)
     assert "heterogeneous trainer done: stop_worker done; exit 0" in heter
     assert "SIGTERM" not in heter  # it ended itself, the launcher did not have to stop it
-    # none of the script's own code after init_worker ran there
+    # none of the script's own code after minimize ran there
     assert not re.search(r"worker \d+ epoch", heter)
     assert "RESULT" not in heter
     # It printed the loss and AUC (last stage) for more batches than one epoch of one CPU trainer: the

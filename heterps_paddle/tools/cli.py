@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("heterps_paddle.tools.profile_command", "profile a static program into a model profile file"),
     "local-cluster": ("heterps_paddle.measure.local_cluster", "write a cluster file describing this machine (measured)"),
     "launch-args": ("heterps_paddle.tools.launch_args", "print the paddle.distributed.launch arguments for a plan"),
+    "settings": ("heterps_paddle.tools.settings_command", "list the HETERPS_* environment variables"),
     "bench": ("heterps_paddle.tools.bench", "benchmarks that print numbers (JSON with --json)"),
 }
 
@@ -48,10 +49,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"heterps-paddle {__version__}")
     add_command_table(parser, COMMANDS, dest="command", run_key="_run")
+    parser.epilog = f"{LAUNCH_COMMAND[0]}: {LAUNCH_COMMAND[1]}"
     return parser
 
 
+# Takes paddle.distributed.launch's own arguments, which argparse here would not know: dispatched before parsing.
+LAUNCH_COMMAND = ("launch", "run a parameter-server job like python -m paddle.distributed.launch, failing when it "
+                            "fails (heterps_paddle.tools.launch)")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [LAUNCH_COMMAND[0]]:
+        from heterps_paddle.tools.launch import main as launch_main
+
+        return launch_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

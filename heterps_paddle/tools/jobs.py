@@ -1,8 +1,10 @@
-"""Run the example trainer as a real job (launched PS job, or one process) and collect its figures.
+"""Launched jobs for the benchmarks and the tests: one launcher, the one users run (``heterps launch``).
 
-Used by the benchmarks and the tests, so both measure exactly what a user runs: the same script, the
-same launcher, real server and worker processes.  A job runs in its own process group and is killed
-whole on timeout, so nothing is left behind.
+:func:`launch` runs any fleet script under ``heterps launch`` and returns its exit status, time and console
+output; :func:`run_job` runs the example trainer (examples/static_ps_trainer.py) and collects the figures its
+workers write.  Both measure exactly what a user runs: the same script, the same launcher, real server and
+trainer processes.  A job is bounded in time, and nothing of it is left running (``heterps launch`` stops its
+whole session; if that launcher itself had to be killed, what it started is killed here).
 """
 
 from __future__ import annotations
@@ -14,12 +16,81 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from heterps_paddle.errors import HeterPSError
+
+OUTER_GRACE_S = 30.0  # beyond the job's own --timeout: heterps launch's teardown
 
 
 class JobFailed(HeterPSError):
     """A launched job exited badly or left no results; the message carries its log tails."""
+
+
+@dataclass(frozen=True)
+class Launched:
+    returncode: int
+    seconds: float
+    output: str  # heterps launch's console (its FAILED lines name the process and its log)
+    log_dir: str
+
+    @property
+    def failures(self) -> list[str]:
+        return [line for line in self.output.splitlines() if "FAILED" in line]
+
+    def logs(self) -> dict[str, str]:
+        out = {}
+        for name in sorted(os.listdir(self.log_dir)):
+            path = os.path.join(self.log_dir, name)
+            if os.path.isfile(path):
+                with open(path, errors="replace") as f:
+                    out[name] = f.read()
+        return out
+
+
+def launch(launch_args: list[str], script_argv: list[str], log_dir: str, timeout: float,
+           env: dict[str, str] | None = None, cwd: str | None = None) -> Launched:
+    """``heterps launch --timeout T LAUNCH_ARGS --log_dir LOG SCRIPT...``; never leaves a process behind."""
+    os.makedirs(log_dir, exist_ok=True)
+    cmd = [sys.executable, "-m", "heterps_paddle.tools.launch", "--timeout", str(timeout), *launch_args,
+           "--log_dir", log_dir, *script_argv]
+    started = time.time()
+    out_path = os.path.join(log_dir, "launcher.out")
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout + OUTER_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)  # heterps launch stops its job's session on SIGTERM
+            try:
+                code = proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                code = -9
+        finally:
+            _kill_descendants_and_group(proc.pid)
+            proc.wait()
+    with open(out_path, errors="replace") as f:
+        output = f.read()
+    return Launched(code, time.time() - started, output, log_dir)
+
+
+def _kill_descendants_and_group(pid: int) -> None:
+    import psutil
+
+    try:
+        victims = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        victims = []
+    for victim in victims:
+        try:
+            victim.kill()
+        except psutil.NoSuchProcess:
+            pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 @dataclass
@@ -28,9 +99,9 @@ class JobSpec:
     heterps: bool = False
     servers: int = 1
     workers: int = 2  # 0: one process, no parameter server (the learning reference)
-    overrides: dict = field(default_factory=dict)  # run config keys, e.g. {"generate_rows": 200000}
-    heterps_configs: dict = field(default_factory=dict)
-    launch_args: tuple = ()  # extra paddle.distributed.launch arguments
+    overrides: dict[str, Any] = field(default_factory=dict)  # run config keys, e.g. {"generate_rows": 200000}
+    heterps_configs: dict[str, Any] = field(default_factory=dict)
+    launch_args: tuple[str, ...] = ()  # extra launch arguments (heterogeneous trainers...)
     timeout: float = 600.0
 
 
@@ -41,28 +112,28 @@ class JobResult:
     test_auc: float
     wall_seconds: float
     log_dir: str
-    worker_results: list
+    worker_results: list[dict[str, Any]]
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {"model": self.spec.model, "heterps": self.spec.heterps, "workers": self.spec.workers,
                 "servers": self.spec.servers if self.spec.workers else 0,
                 "samples_per_second": round(self.samples_per_second, 1), "test_auc": round(self.test_auc, 4),
                 "wall_seconds": round(self.wall_seconds, 1)}
 
 
-def _log_tails(log_dir: str, lines: int = 15) -> str:
+def log_tails(log_dir: str, lines: int = 15) -> str:
     out = []
     if os.path.isdir(log_dir):
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
             if os.path.isfile(path):
                 with open(path, errors="replace") as f:
-                    tail = [l for l in f.read().splitlines() if l.strip()][-lines:]
+                    tail = [line for line in f.read().splitlines() if line.strip()][-lines:]
                 out.append(f"--- {path} (last {len(tail)} lines)\n" + "\n".join(tail))
     return "\n".join(out)
 
 
-def command_for(spec: JobSpec, log_dir: str, result_dir: str) -> list:
+def trainer_argv(spec: JobSpec, result_dir: str) -> list[str]:
     from heterps_paddle.examples import TRAINER_SCRIPT, model_config_path
 
     script = [TRAINER_SCRIPT, "-m", model_config_path(spec.model), "--result-dir", result_dir]
@@ -72,35 +143,28 @@ def command_for(spec: JobSpec, log_dir: str, result_dir: str) -> list:
         script.append("--heterps")
         for key, value in spec.heterps_configs.items():
             script += ["--heterps-config", f"{key}={json.dumps(value)}"]
-    if spec.workers == 0:
-        return [sys.executable, "-u"] + script
-    return ([sys.executable, "-m", "paddle.distributed.launch", f"--server_num={spec.servers}",
-             f"--worker_num={spec.workers}", "--log_dir", log_dir, *spec.launch_args] + script)
+    return script
 
 
 def run_job(spec: JobSpec, work_dir: str) -> JobResult:
-    """Run ``spec`` with ``work_dir`` as its working directory; raise JobFailed with the logs' tails
-    if it fails, times out or leaves no result."""
+    """Run ``spec`` with ``work_dir`` as its working directory; raise JobFailed with the logs' tails if it fails,
+    times out or leaves no result."""
     log_dir = os.path.join(work_dir, "log")
     result_dir = os.path.join(work_dir, "results")
-    os.makedirs(log_dir, exist_ok=True)
-    cmd = command_for(spec, log_dir, result_dir)
-    start = time.time()
-    with open(os.path.join(log_dir, "launcher.log"), "w") as launcher_log:
-        proc = subprocess.Popen(cmd, cwd=work_dir, stdout=launcher_log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            returncode = proc.wait(timeout=spec.timeout)
-        except subprocess.TimeoutExpired:
-            returncode = None
-        finally:
-            # Whatever happened, leave no server, worker or launcher behind.
+    script = trainer_argv(spec, result_dir)
+    if spec.workers == 0:
+        os.makedirs(log_dir, exist_ok=True)
+        started = time.time()
+        with open(os.path.join(log_dir, "single.log"), "w") as out:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-    wall = time.time() - start
+                code = subprocess.run([sys.executable, "-u", *script], cwd=work_dir, stdout=out,
+                                      stderr=subprocess.STDOUT, timeout=spec.timeout).returncode
+            except subprocess.TimeoutExpired:
+                code = -9
+        launched = Launched(code, time.time() - started, "", log_dir)
+    else:
+        launched = launch([f"--server_num={spec.servers}", f"--worker_num={spec.workers}", *spec.launch_args],
+                          script, log_dir, spec.timeout, cwd=work_dir)
     expected = max(spec.workers, 1)
     results = []
     for i in range(expected):
@@ -108,10 +172,9 @@ def run_job(spec: JobSpec, work_dir: str) -> JobResult:
         if os.path.isfile(path):
             with open(path) as f:
                 results.append(json.load(f))
-    if returncode is None:
-        raise JobFailed(f"job timed out after {spec.timeout:.0f} s: {' '.join(cmd)}\n{_log_tails(log_dir)}")
-    if returncode != 0 or len(results) != expected or "test_auc" not in results[0]:
-        raise JobFailed(f"job failed (exit status {returncode}, results from {len(results)} of {expected} "
-                        f"workers): {' '.join(cmd)}\n{_log_tails(log_dir)}")
+    if launched.returncode != 0 or len(results) != expected or "test_auc" not in results[0]:
+        raise JobFailed(f"job failed (exit status {launched.returncode}, results from {len(results)} of {expected} "
+                        f"workers): {' '.join(script)}\n{launched.output[-3000:]}\n{log_tails(log_dir)}")
     return JobResult(spec=spec, samples_per_second=sum(r["samples_per_second"] for r in results),
-                     test_auc=results[0]["test_auc"], wall_seconds=wall, log_dir=log_dir, worker_results=results)
+                     test_auc=results[0]["test_auc"], wall_seconds=launched.seconds, log_dir=log_dir,
+                     worker_results=results)

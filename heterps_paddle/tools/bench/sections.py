@@ -1,8 +1,8 @@
 """``heterps bench sections``: the unsplit CTR-DNN job against 2- and 3-stage section splits, on this machine.
 
 Each configuration is one launched job (1 parameter server, 1 CPU trainer, and 0, 1 or 2 heterogeneous
-trainers run with ``--heter_devices=cpu``) of ``heterps_paddle/tools/ctr_job.py`` over the same
-generated data.  Reported per job: samples/s over the CPU trainer's training window, held-out AUC, and
+trainers run with ``--heter_devices=cpu``) of the unchanged example trainer (examples/static_ps_trainer.py, with a
+saved plan for the splits) over the same generated data.  Reported per job: samples/s over the CPU trainer's training window, held-out AUC, and
 each stage's busy fraction: the CPU seconds its process(es) used inside that window divided by the
 window (sampled with psutil; 1.0 = one core busy the whole time; brpc and reader threads count too).
 
@@ -24,11 +24,11 @@ import time
 
 SPLITS = {
     "unsplit": None,
-    "2-stage": [{"resource": "cpu", "layers": ["embedding_0"], "units": 1},
-                {"resource": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1}],
-    "3-stage": [{"resource": "cpu", "layers": ["embedding_0"], "units": 1},
-                {"resource": "gpu", "layers": ["fc_0"], "units": 1},
-                {"resource": "gpu", "layers": ["fc_1", "fc_2"], "units": 1}],
+    "2-stage": [{"resource": "cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 1},
+                {"resource": "gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1}],
+    "3-stage": [{"resource": "cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 1},
+                {"resource": "gpu", "kind": "gpu", "layers": ["fc_0"], "units": 1},
+                {"resource": "gpu", "kind": "gpu", "layers": ["fc_1", "fc_2"], "units": 1}],
 }
 
 
@@ -102,51 +102,49 @@ class _Sampler:
         return {r: round(sum(v) / len(v), 3) for r, v in sorted(per_role.items())}
 
 
-def _run_one(name, stages, work, data, args, microbatches=None) -> dict:
-    from heterps_paddle.tools import ctr_job
-    from heterps_paddle.tools.section_launch import launch
+def _run_one(name, stages, work, args, microbatches=None) -> dict:
+    from heterps_paddle.planning.launch import launch_arguments
+    from heterps_paddle.planning.model import load_plan
+    from heterps_paddle.tools.jobs import JobSpec, launch, trainer_argv
 
-    out = os.path.join(work, f"res_{name}")
-    argv = [os.path.abspath(ctr_job.__file__), "--data", data, "--out", out, "--epochs", str(args.epochs),
-            "--batch", str(args.batch), "--fc", *map(str, args.fc), "--seed", str(args.seed),
-            "--print_period", "1000000"]
-    plan_path = None
+    results = os.path.join(work, f"res_{name}")
+    overrides = {"generate_rows": args.rows, "generate_seed": args.seed, "epochs": args.epochs,
+                 "batch_size": args.batch, "print_period": 1000000, "seed": args.seed,
+                 "model_config": {"sparse_feature_dim": 9, "fc_sizes": list(args.fc), "learning_rate": 0.003}}
+    launch_args = ["--server_num=1", "--worker_num=1"]
+    spec = JobSpec(overrides=overrides)
     if stages is not None:
         plan_path = os.path.join(work, f"plan_{name}.json")
         with open(plan_path, "w") as f:
             json.dump({"format": 1, "feasible": True, "stages": stages}, f)
-        argv += ["--plan", plan_path, "--microbatches", str(microbatches or args.microbatches)]
-    with _Sampler(out) as sampler:
-        r = launch(plan_path, argv, os.path.join(work, f"log_{name}"), timeout=900,
-                   launch_args=None if plan_path else ["--server_num=1", "--worker_num=1"])
-    if r["returncode"] != 0:
-        raise RuntimeError(f"bench sections: the {name} job failed: {r['errors']}")
-    with open(out + ".trainer0") as f:
+        overrides["accumulate_steps"] = microbatches or args.microbatches
+        spec = JobSpec(overrides=overrides, heterps=True, heterps_configs={"plan": plan_path})
+        launch_args = launch_arguments(load_plan(plan_path), 1, gpu_available=False)
+    with _Sampler(results) as sampler:
+        r = launch(launch_args, trainer_argv(spec, results), os.path.join(work, f"log_{name}"), timeout=900)
+    if r.returncode != 0:
+        raise RuntimeError(f"bench sections: the {name} job failed: {r.failures} (logs in {r.log_dir})")
+    with open(os.path.join(results, "worker-0.json")) as f:
         res = json.load(f)
     window = res["train_end"] - res["train_start"]
-    return {"samples_per_second": round(res["rows"] / window, 1), "train_seconds": round(window, 3),
+    return {"samples_per_second": round(res["rows"] * res["epochs"] / window, 1), "train_seconds": round(window, 3),
             "microbatches": None if stages is None else (microbatches or args.microbatches),
-            "heldout_auc": round(res["heldout_auc"], 5), "stages": 1 if stages is None else len(stages),
+            "heldout_auc": round(res["test_auc"], 5), "stages": 1 if stages is None else len(stages),
             "busy_fraction": sampler.busy(res["train_start"], res["train_end"])}
 
 
 def run(args) -> int:
-    from heterps_paddle.tools import ctr_job
-
     work = args.work_dir or tempfile.mkdtemp(prefix="heterps-bench-sections-")
     os.makedirs(work, exist_ok=True)
     os.environ.setdefault("HETERPS_CACHE", os.path.join(work, "cache"))
-    data = os.path.join(work, "data")
-    if not os.path.isfile(os.path.join(data, "meta.json")):
-        ctr_job.gen(data, args.rows, args.seed)
     results = {}
     for name, stages in SPLITS.items():
         print(f"bench sections: running {name} ...", file=sys.stderr, flush=True)
-        results[name] = _run_one(name, stages, work, data, args)
+        results[name] = _run_one(name, stages, work, args)
     if args.microbatches != 1:
         # The same 2-stage split with one micro-batch in flight: what the overlap of stages buys.
         print("bench sections: running 2-stage with 1 micro-batch ...", file=sys.stderr, flush=True)
-        results["2-stage-1mb"] = _run_one("2-stage-1mb", SPLITS["2-stage"], work, data, args, microbatches=1)
+        results["2-stage-1mb"] = _run_one("2-stage-1mb", SPLITS["2-stage"], work, args, microbatches=1)
     base = results["unsplit"]["samples_per_second"]
     for r in results.values():
         r["relative_to_unsplit"] = round(r["samples_per_second"] / base, 3)

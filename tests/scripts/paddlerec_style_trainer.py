@@ -1,0 +1,122 @@
+"""A fleet trainer written the way PaddleRec's ``tools/static_ps_trainer.py`` is, for the tests: ``run()`` branches
+only on ``fleet.is_server()`` / ``fleet.is_worker()``, the worker sets
+``default_main_program()._fleet_opt['stat_var_names']`` and calls ``train_from_dataset`` once per epoch, prints the
+fetched loss and AUC as it goes, and writes a result file.  Nothing in it knows about sections or heterogeneous
+trainers: heterps-paddle is the import and ``strategy.heterps = True`` (with a saved plan or a cluster).
+
+    heterps launch ... tests/scripts/paddlerec_style_trainer.py --data DIR --out DIR [--plan P | --cluster C]
+"""
+
+import argparse
+import json
+import os
+import time
+
+import paddle
+import paddle.distributed.fleet as fleet
+
+import heterps_paddle  # noqa: F401
+from heterps_paddle.data import dataset as data
+from heterps_paddle.data.generator import load_meta
+from heterps_paddle.examples import build_net
+from heterps_paddle.examples.common import ModelConfig
+from heterps_paddle.fleet.evaluation import accumulated_auc, forward_only_program, reset_auc
+
+
+class Main:
+    def __init__(self, args):
+        self.args = args
+        self.model = None
+        self.rows = 0
+        self.test_auc = None
+
+    def run(self):
+        # PaddleRec's trainers start fleet with gloo, for barriers among the workers
+        os.environ.setdefault("PADDLE_WITH_GLOO", "1")
+        fleet.init()
+        self.network()
+        if fleet.is_server():
+            self.run_server()
+        elif fleet.is_worker():
+            self.run_worker()
+            fleet.stop_worker()
+            self.record_result()
+        print("Run Success, Exit.", flush=True)
+
+    def network(self):
+        paddle.seed(self.args.seed)
+        config = ModelConfig(sparse_feature_dim=9, fc_sizes=tuple(self.args.fc), embedding="ps",
+                             learning_rate=self.args.lr)
+        self.model = build_net("ctr_dnn", config)
+        strategy = fleet.DistributedStrategy()
+        strategy.a_sync = True
+        if self.args.plan or self.args.cluster:
+            strategy.heterps = True
+            strategy.heterps_configs = ({"plan": self.args.plan} if self.args.plan else
+                                        {"cluster": self.args.cluster, "output_dir": self.args.out})
+        optimizer = fleet.distributed_optimizer(paddle.optimizer.Adam(self.args.lr), strategy)
+        optimizer.minimize(self.model.loss)
+
+    def run_server(self):
+        fleet.init_server()
+        fleet.run_server()
+
+    def run_worker(self):
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(paddle.static.default_startup_program())
+        fleet.init_worker()
+        meta = load_meta(self.args.data)
+        mine = data.shard(list(meta.train_files), fleet.worker_index(), fleet.worker_num())
+        files, report = data.prepare_multislot(mine)
+        self.rows = report.rows
+        dataset = data.make_dataset(self.model.feeds, files, self.args.batch)
+        for epoch in range(self.args.epochs):
+            start = time.time()
+            stat_pos, stat_neg = self.model.auc_states[-2:]
+            paddle.static.default_main_program()._fleet_opt["stat_var_names"] = [stat_pos.name, stat_neg.name]
+            exe.train_from_dataset(program=paddle.static.default_main_program(), dataset=dataset,
+                                   fetch_list=[self.model.loss, self.model.auc],
+                                   fetch_info=[f"Epoch {epoch} Var loss", f"Epoch {epoch} Var auc"],
+                                   print_period=self.args.print_period, debug=False)
+            print(f"Epoch {epoch} done, use time: {time.time() - start:.1f}", flush=True)
+        fleet.barrier_worker()
+        if fleet.worker_index() == 0:
+            self.test_auc = self.evaluate(exe, meta)
+
+    def evaluate(self, exe, meta):
+        """Held-out AUC of the servers' model (the measure the tests compare)."""
+        program = forward_only_program(paddle.static.default_main_program())
+        files, _ = data.prepare_multislot(list(meta.test_files))
+        scope = paddle.static.global_scope()
+        reset_auc(scope, self.model.auc_states)
+        exe.train_from_dataset(program=program, dataset=data.make_dataset(self.model.feeds, files, self.args.batch),
+                               fetch_list=[self.model.auc], fetch_info=["test auc"], print_period=10**9)
+        auc = accumulated_auc(scope, self.model.auc_states)
+        print(f"held-out AUC {auc:.4f}", flush=True)
+        return auc
+
+    def record_result(self):
+        os.makedirs(self.args.out, exist_ok=True)
+        with open(os.path.join(self.args.out, f"worker-{fleet.worker_index()}.json"), "w") as f:
+            json.dump({"worker": fleet.worker_index(), "rows": self.rows, "epochs": self.args.epochs,
+                       "test_auc": self.test_auc}, f)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--plan")
+    parser.add_argument("--cluster")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--fc", type=int, nargs="+", default=[64, 64])
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--print_period", type=int, default=20)
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    paddle.enable_static()
+    Main(parse_args()).run()
