@@ -186,6 +186,11 @@ def test_supervisor_tells_a_clean_end_from_a_failure():
     assert "parameter server 0 (pid 7) was killed by SIGKILL while the CPU trainers" in server_died.check_once().message
     heter_died = _supervisor({"worker": [_Proc(None)], "heter_worker": [_Proc(-11)]})
     assert "stage 2 heterogeneous trainer 0 (pid 7) was killed by SIGSEGV" in heter_died.check_once().message
+    # found dead together: the one the others depend on is named first
+    both = _supervisor({"worker": [_Proc(-6, log="w1"), _Proc(None)], "heter_worker": [_Proc(-9, log="h0")]})
+    failure = both.check_once()
+    assert failure.message.startswith("stage 2 heterogeneous trainer 0 (pid 7, log h0) was killed by SIGKILL")
+    assert "; then CPU trainer 0 (pid 7, log w1) was killed by SIGABRT" in failure.message and failure.log == "h0"
     # a heterogeneous trainer that leaves by itself (unused, or done serving) is fine; so is everything that
     # Paddle's launcher stops after the trainers finished
     assert _supervisor({"worker": [_Proc(None)], "heter_worker": [_Proc(0)]}).check_once() is None

@@ -200,7 +200,10 @@ def _plan_locked(loss: Any, startup_program: Any, optimizer: Any, configs: dict[
     plan = replace(fit.chosen.plan, inputs_digest=inputs_digest)
     # Advice: the best plan on any launch, at the target (or at this plan's throughput without one).
     at = target if target is not None else plan.throughput
-    advice_model = CostModel(profile, cluster, at, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS)
+    # The same rules as the fit: a split's first stage is a cpu type; without CUDA the CPU trainers of a one-stage
+    # plan are cpu types too.
+    advice_model = CostModel(profile, cluster, at, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS,
+                             one_stage_kinds=None if cuda else ("cpu",))
     rng_state = paddle.get_rng_state()  # the rl scheduler seeds Paddle's generator: the job's init must not move
     try:
         advice = make_scheduler(configs["scheduler"], seed=configs["seed"]).plan(advice_model)

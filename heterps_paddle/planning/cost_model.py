@@ -63,11 +63,12 @@ class BatchEvaluation:
 
 class CostModel:
     def __init__(self, profile: ModelProfile, cluster: Cluster, throughput: float | None = None,
-                 first_stage_kinds: tuple[str, ...] | None = None):
+                 first_stage_kinds: tuple[str, ...] | None = None, one_stage_kinds: tuple[str, ...] | None = None):
         """``first_stage_kinds``: resource kinds allowed to run the first stage of a split plan (None: any).  Not
         part of the reference reading; the runtime's rule ("cpu",): Paddle's heterogeneous pipeline reads the
         data on CPU trainers, which therefore run the first stage of a split.  A one-stage plan may be any kind
-        (data-parallel trainers of that type)."""
+        (data-parallel trainers of that type) unless ``one_stage_kinds`` says which (the automatic path without
+        CUDA: the trainers are CPUs)."""
         required = throughput if throughput is not None else cluster.throughput
         if required is None:
             raise PlanningInputError("no required throughput: give it in the cluster file or with --throughput")
@@ -77,6 +78,7 @@ class CostModel:
         self.cluster = cluster
         self.throughput = float(required)
         self.first_stage_kinds = first_stage_kinds
+        self.one_stage_kinds = one_stage_kinds
         self.types = cluster.resource_types
         self.num_layers = len(profile.layers)
         self.num_types = len(self.types)
@@ -178,8 +180,7 @@ class CostModel:
 
     def _provision(self, start: int, end: int, type_index: int) -> StageOption:
         t = self.types[type_index]
-        if (start == 0 and end < self.num_layers and self.first_stage_kinds is not None
-                and t.kind not in self.first_stage_kinds):
+        if start == 0 and t.kind not in self._first_stage_kinds(end):
             return self._impossible(start, end, type_index)
         params = self.param_prefix[end] - self.param_prefix[start]
         # Units from which the parameters fit in memory (no spill); 1 when they fit in one unit.
@@ -211,6 +212,11 @@ class CostModel:
                     break
         return self._option(start, end, type_index, *best)
 
+    def _first_stage_kinds(self, end: int) -> tuple[str, ...]:
+        """Kinds allowed for a plan's first stage ending before layer ``end`` (all of it: a one-stage plan)."""
+        kinds = self.one_stage_kinds if end == self.num_layers else self.first_stage_kinds
+        return kinds if kinds is not None else ("cpu", "gpu")
+
     def _option(self, start: int, end: int, type_index: int, units: int, time: float) -> StageOption:
         return StageOption(start, end, type_index, units, time, units <= self.types[type_index].max_units,
                            float(self.price[type_index]))
@@ -238,10 +244,11 @@ class CostModel:
         impossible = next((s for s in stages if math.isinf(s.time_per_sample)), None)
         if impossible is not None:
             t = self.types[impossible.type_index]
+            allowed = self._first_stage_kinds(impossible.end)
+            whole = impossible.end == self.num_layers
             reason = (f"{t.name} cannot run layers {impossible.start}..{impossible.end - 1}: "
-                      + ("the first stage of a split plan must run on a " + "/".join(self.first_stage_kinds)
-                         + " type" if impossible.start == 0 and self.first_stage_kinds
-                         and t.kind not in self.first_stage_kinds
+                      + (f"the {'only stage' if whole else 'first stage of a split plan'} must run on a "
+                         + "/".join(allowed) + " type" if impossible.start == 0 and t.kind not in allowed
                          else "no parameter memory and no SSD tier"))
         elif excess.any():
             worst = int(np.argmax(excess))

@@ -94,7 +94,7 @@ class JobReportInputs:
 def job_report(r: JobReportInputs) -> str:
     fit, plan = r.fit, r.fit.chosen.plan
     launch = fit.launch
-    lines = [f"heterps plan for {plan.model or 'the program'} ({sum(len(s.layers) for s in plan.stages)} layers), "
+    lines = [f"heterps plan for the program being trained ({sum(len(s.layers) for s in plan.stages)} layers), "
              f"cluster {r.cluster_source}",
              "", "WHAT RUNS",
              f"  launched: {launch.describe()}"]
@@ -135,9 +135,9 @@ def job_report(r: JobReportInputs) -> str:
                 lines.append(f"  all-{kind.upper()}: no single {kind} type meets it within max_units")
             else:
                 name = alt.stages[0].resource
-                note = " (stands in for a GPU on this machine's cores)" if name in r.stand_ins else ""
-                lines.append(f"  all-{kind.upper()} ({name}{note}): {sum(s.units for s in alt.stages)} units, "
-                             f"{_price(alt)}")
+                note = ", standing in for a GPU on this machine's cores" if name in r.stand_ins else ""
+                units = sum(s.units for s in alt.stages)
+                lines.append(f"  all-{kind.upper()} ({name}{note}): {units} unit{'s' * (units != 1)}, {_price(alt)}")
 
     lines += ["", "INPUTS (the same inputs give the same plan; heterps_configs['replan'] = True measures and plans "
                   "again)"]

@@ -8,7 +8,7 @@ CPU trainers, ignores every exit status (a job whose trainer crashed, or whose s
 leaves its server and heterogeneous-trainer children to a SIGTERM they may not die of.  ``heterps launch`` is that
 launcher with three things added, and otherwise unchanged:
 
-- **Supervision** (in the process that runs Paddle's launcher, which owns the job's processes): every 0.5 s each
+- **Supervision** (in the process that runs Paddle's launcher, which owns the job's processes): every 0.1 s each
   process's exit status is read.  A trainer that exits non-zero, a server or heterogeneous trainer that ends while
   trainers still run (except a heterogeneous trainer's own clean exit 0), or ``--timeout`` passing, fails the job:
   a message names the process, its exit status and its log with the log's last lines, every process of the job is
@@ -39,7 +39,13 @@ from typing import Any
 from heterps_paddle.planning.launch import LAUNCH_ENV
 
 CHILD_FLAG = "--heterps-supervised-child"
-POLL_S = 0.5
+OWN_PREFIX = "heterps launch:"
+LAUNCHER_LOG = "launcher.log"
+POLL_S = 0.1
+SETTLE_S = 1.0
+# How a process ended, most likely a cause first (see Supervisor.check_once); exit statuses > 0 rank 1.
+_END_RANK = {-signal.SIGKILL: 0, -signal.SIGTERM: 0, -signal.SIGINT: 0, -signal.SIGABRT: 3}
+_ROLE_RANK = {"server": 0, "heter_worker": 1, "worker": 2}
 STOP_GRACE_S = 5.0
 FAILED_EXIT = 1
 # Progress and failures (Paddle's "C++ Traceback" / "FatalError: Termination signal" of processes its launcher stops
@@ -126,9 +132,17 @@ def main(argv: list[str] | None = None) -> int:
     if own.timeout is not None:
         env["HETERPS_LAUNCH_TIMEOUT"] = str(own.timeout)
     log_dir = args.log_dir or "log"
+    os.makedirs(log_dir, exist_ok=True)
     started = time.time()
+    # Paddle's launcher prints its arguments and every process's environment: that goes to launcher.log; the
+    # console gets heterps launch's own lines and the job's progress.
     child = subprocess.Popen([sys.executable, "-m", "heterps_paddle.tools.launch", CHILD_FLAG, *launch_argv],
-                             env=env, start_new_session=True)
+                             env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    own_lines = threading.Thread(target=_relay, args=(child.stdout, os.path.join(log_dir, LAUNCHER_LOG)),
+                                 daemon=True)
+    own_lines.start()
+    print(f"heterps launch: {' '.join(launch_argv)} (Paddle's launcher output: {os.path.join(log_dir, LAUNCHER_LOG)})",
+          flush=True)
     stop_echo = threading.Event()
     echo = None
     if not own.quiet:
@@ -143,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, forward)
     try:
         code = child.wait()
+        own_lines.join(timeout=5)
     finally:
         stop_echo.set()
         if echo is not None:
@@ -150,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         left = _stop_session(child.pid)
     seconds = time.time() - started
     if left:
-        print(f"heterps launch: stopped {left} process{'es' * (left != 1)} of the job still running at its end",
+        print(f"heterps launch: stopped what was still running in the job's session at its end: {'; '.join(left)}",
               file=sys.stderr, flush=True)
     if code == 0:
         print(f"heterps launch: job finished in {seconds:.1f} s (logs in {log_dir})", flush=True)
@@ -158,6 +173,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"heterps launch: job FAILED (exit status {code}) after {seconds:.1f} s (logs in {log_dir})",
           file=sys.stderr, flush=True)
     return code if code > 0 else FAILED_EXIT
+
+
+def _relay(stream: Any, path: str) -> None:
+    """Everything the launcher process prints into ``path``; heterps launch's own lines also to the console."""
+    with open(path, "wb") as log:
+        for raw in iter(stream.readline, b""):
+            log.write(raw)
+            log.flush()
+            if raw.startswith(OWN_PREFIX.encode()):
+                sys.stderr.write(raw.decode("utf-8", "replace"))
+                sys.stderr.flush()
 
 
 def _session_members(sid: int) -> list[int]:
@@ -173,9 +199,17 @@ def _session_members(sid: int) -> list[int]:
     return members
 
 
-def _stop_session(sid: int) -> int:
-    """SIGTERM every process of the job's session, then SIGKILL what is left; returns how many there were."""
+def _stop_session(sid: int) -> list[str]:
+    """SIGTERM every process of the job's session, then SIGKILL what is left; returns what they were."""
+    import psutil
+
     members = _session_members(sid)
+    described = []
+    for pid in members:
+        try:
+            described.append(f"pid {pid} ({' '.join(psutil.Process(pid).cmdline())[:120]})")
+        except psutil.Error:
+            described.append(f"pid {pid}")
     for pid in members:
         try:
             os.kill(pid, signal.SIGTERM)
@@ -189,7 +223,7 @@ def _stop_session(sid: int) -> int:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return len(members)
+    return described
 
 
 def _echo_logs(log_dir: str, started: float, stop: threading.Event) -> None:
@@ -246,6 +280,7 @@ class Supervisor:
     def __init__(self, timeout: float | None):
         self.launcher: Any = None
         self.failure: Failure | None = None
+        self.first_seen: dict[tuple[str, int], float] = {}
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.timeout = timeout
         self._thread = threading.Thread(target=self._loop, name="heterps-supervisor", daemon=True)
@@ -256,7 +291,10 @@ class Supervisor:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop watching; a failure being settled is still reported before this returns."""
         self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def processes(self) -> list[tuple[str, int, Any]]:
         procs = getattr(self.launcher, "procs", None) or {}
@@ -275,22 +313,39 @@ class Supervisor:
         stages = getattr(self.launcher, "stage_list", None)
         return stages[index] if stages and index < len(stages) else None
 
-    def check_once(self) -> Failure | None:
+    def check_once(self, failing: bool = False) -> Failure | None:
+        """Every process that ended badly, as one failure, the likeliest cause first.
+
+        Order: when each was first seen dead (polls are POLL_S apart); within one poll, how it ended (killed from
+        outside, then an error exit, then a crash, then an abort: Paddle's RPC layer aborts a process whose peer
+        vanished); then servers, heterogeneous trainers, CPU trainers.  ``failing``: a failure was seen; every end
+        but a clean one or Paddle's own SIGTERM counts, whether trainers still run or not."""
         entries = self.processes()
         workers = [tp for role, _, tp in entries if role == "worker"]
         if not workers:
             return None  # not started yet
-        training = any(tp.proc.poll() is None for tp in workers)
+        now = time.monotonic()
+        training = failing or any(tp.proc.poll() is None for tp in workers)
+        bad = []
         for role, index, tp in entries:
             code = tp.proc.poll()
-            if code is None or code == 0 and role != "server":
+            if code is None:
                 continue
+            self.first_seen.setdefault((role, index), now)
+            if code == 0 and role != "server":
+                continue
+            if failing and code == -signal.SIGTERM and role != "worker":
+                continue  # stopped by Paddle's launcher once the CPU trainers had ended
             if role == "worker" or training:
                 # a trainer that failed, or a server / heterogeneous trainer that ended while trainers run
                 # (after the trainers, Paddle's launcher stops servers and heterogeneous trainers itself)
-                return Failure(f"{self.describe(role, index, tp)} {_status(code)}"
-                               + ("" if role == "worker" else " while the CPU trainers were still running"),
-                               getattr(getattr(tp, "log_fn", None), "name", None))
+                key = (self.first_seen[(role, index)], _END_RANK.get(code, 1 if code > 0 else 2), _ROLE_RANK[role])
+                bad.append((key, f"{self.describe(role, index, tp)} {_status(code)}"
+                            + ("" if role == "worker" else " while the CPU trainers were still running"),
+                            getattr(getattr(tp, "log_fn", None), "name", None)))
+        if bad:
+            bad.sort(key=lambda item: item[0])
+            return Failure("; then ".join(message for _, message, _ in bad), bad[0][2])
         if self.deadline is not None and time.monotonic() > self.deadline:
             return Failure(f"the job did not finish within --timeout {self.timeout:.0f} s")
         return None
@@ -299,12 +354,15 @@ class Supervisor:
         while not self._done.wait(POLL_S):
             failure = self.check_once()
             if failure is not None:
-                self.fail(failure)
+                # A process killed from outside can still be on its way out (its threads exiting) when the peers
+                # it served have already aborted: give it a moment, so the report names it, and names it first.
+                time.sleep(SETTLE_S)
+                self.fail(self.check_once(failing=True) or failure)
                 return
 
     def fail(self, failure: Failure) -> None:
         self.failure = failure
-        print(f"heterps launch: FAILED: {failure.message}", file=sys.stderr, flush=True)
+        print(f"{OWN_PREFIX} FAILED: {failure.message}", file=sys.stderr, flush=True)
         if failure.log:
             print(_tail(failure.log), file=sys.stderr, flush=True)
         self.stop_all()
@@ -336,8 +394,8 @@ def _tail(path: str, lines: int = 12) -> str:
         with open(path, encoding="utf-8", errors="replace") as f:
             tail = [line.rstrip() for line in f.readlines()[-lines:]]
     except OSError:
-        return f"--- {path}: unreadable"
-    return f"--- last {len(tail)} lines of {path}:\n" + "\n".join(tail)
+        return f"{OWN_PREFIX} {path}: unreadable"
+    return f"{OWN_PREFIX} last {len(tail)} lines of {path}:\n" + "\n".join(f"{OWN_PREFIX} | {t}" for t in tail)
 
 
 def _child(launch_argv: list[str]) -> int:
@@ -349,7 +407,7 @@ def _child(launch_argv: list[str]) -> int:
     supervisor = Supervisor(float(timeout) if timeout else None)
     launcher_cls = getattr(launch_utils, "ParameterServerLauncher", None)
     if launcher_cls is None or not hasattr(launcher_cls, "start_ps"):
-        print("heterps launch: this Paddle has no ParameterServerLauncher.start_ps to supervise",
+        print(f"{OWN_PREFIX} this Paddle has no ParameterServerLauncher.start_ps to supervise",
               file=sys.stderr, flush=True)
         return FAILED_EXIT
     original = launcher_cls.start_ps
@@ -365,12 +423,12 @@ def _child(launch_argv: list[str]) -> int:
     finally:
         supervisor.stop()
     if supervisor.failure is None and supervisor.launcher is not None:
-        # The last moments: a trainer that failed as the job ended.
-        for role, index, tp in supervisor.processes():
-            code = tp.proc.poll()
-            if role == "worker" and code not in (0, None) and supervisor.failure is None:
-                supervisor.fail(Failure(f"{supervisor.describe(role, index, tp)} {_status(code)}",
-                                        getattr(getattr(tp, "log_fn", None), "name", None)))
+        # What ended badly between the last poll and Paddle's launcher returning (its trainers gone, it stopped
+        # the rest): a trainer that failed, and what it depended on.
+        failure = supervisor.check_once(failing=True)
+        if failure is not None and any(role == "worker" and tp.proc.poll() != 0
+                                       for role, _, tp in supervisor.processes()):
+            supervisor.fail(failure)
         supervisor.stop_all()
     return FAILED_EXIT if supervisor.failure is not None else 0
 
