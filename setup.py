@@ -6,12 +6,11 @@ so requiring the CPU wheel on a machine that has the GPU one would overwrite it.
 in the target environment, and ``paddlepaddle==2.6.2`` otherwise.
 """
 
-import zlib  # noqa: F401  (before anything imports paddle: libpaddle exports zlib symbols; see docs/paddle-notes.md)
-
 import os
 import shutil
 import subprocess
 import sys
+import zlib  # noqa: F401  (before anything imports paddle: libpaddle exports zlib symbols; see docs/paddle-notes.md)
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -25,8 +24,7 @@ def _target_env_has_gpu_paddle() -> bool:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
     probe = "import importlib.metadata as m; m.version('paddlepaddle-gpu')"
     try:
-        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
-                              timeout=60).returncode == 0
+        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, timeout=60).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -66,8 +64,9 @@ def _probe_target_paddle():
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
     for candidate_env in (os.environ.copy(), env):  # the build env first (--no-build-isolation), then the target
         try:
-            out = subprocess.run([sys.executable, "-c", _PADDLE_PROBE], env=candidate_env, capture_output=True,
-                                 text=True, timeout=300)
+            out = subprocess.run(
+                [sys.executable, "-c", _PADDLE_PROBE], env=candidate_env, capture_output=True, text=True, timeout=300
+            )
         except (OSError, subprocess.SubprocessError):
             continue
         if out.returncode == 0 and out.stdout.strip():
@@ -89,13 +88,17 @@ class CMakeBuild(build_ext):
         if os.environ.get("HETERPS_BUILD_OPS", "1") != "0":
             paddle_info = _probe_target_paddle()
             if paddle_info is None:
-                sys.exit("heterps-paddle: building the sparse-table Paddle ops needs paddle installed first "
-                         f"(pip install {paddle_requirement()}), then `pip install --no-build-isolation .`; "
-                         "or set HETERPS_BUILD_OPS=0 to build without them.")
-            args += [f"-DHETERPS_PADDLE_INCLUDE={paddle_info['include']}",
-                     f"-DHETERPS_PADDLE_LIBDIR={paddle_info['libdir']}",
-                     f"-DHETERPS_PYTHON_INCLUDE={paddle_info['python_include']}",
-                     f"-DHETERPS_PADDLE_WITH_CUDA={'ON' if paddle_info['cuda'] else 'OFF'}"]
+                sys.exit(
+                    "heterps-paddle: building the sparse-table Paddle ops needs paddle installed first "
+                    f"(pip install {paddle_requirement()}), then `pip install --no-build-isolation .`; "
+                    "or set HETERPS_BUILD_OPS=0 to build without them."
+                )
+            args += [
+                f"-DHETERPS_PADDLE_INCLUDE={paddle_info['include']}",
+                f"-DHETERPS_PADDLE_LIBDIR={paddle_info['libdir']}",
+                f"-DHETERPS_PYTHON_INCLUDE={paddle_info['python_include']}",
+                f"-DHETERPS_PADDLE_WITH_CUDA={'ON' if paddle_info['cuda'] else 'OFF'}",
+            ]
             targets.append("heterps_ops")
         if not cuda:
             # The CUDA table is only reachable from a CUDA Paddle; on a CPU wheel, skip nvcc at install time.
@@ -106,8 +109,11 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", "-S", root, "-B", build_dir, *generator, *args])
         jobs = os.environ.get("HETERPS_BUILD_JOBS", "2")
         subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs, "--target", *targets])
-        self._heterps_outputs = [os.path.join(out_dir, name) for name in ("libheterps_table.so", "heterps_ops.so")
-                                 if os.path.exists(os.path.join(out_dir, name))]
+        self._heterps_outputs = [
+            os.path.join(out_dir, name)
+            for name in ("libheterps_table.so", "heterps_ops.so")
+            if os.path.exists(os.path.join(out_dir, name))
+        ]
 
     def copy_extensions_to_source(self):
         # `build_ext --inplace`: setuptools would look for the placeholder's file; copy the real libraries.
@@ -130,7 +136,8 @@ setup(
     version="0.1.0",
     description="HeterPS scheduling and heterogeneous parameter-server training for PaddlePaddle fleet",
     python_requires=">=3.8",
-    packages=find_packages(include=["heterps_paddle", "heterps_paddle.*"]) + [
+    packages=find_packages(include=["heterps_paddle", "heterps_paddle.*"])
+    + [
         # The example fleet scripts are installed too, so `heterps bench` and `heterps profile --example`
         # work from any install; the source of truth stays in examples/.
         "heterps_paddle.examples",

@@ -57,5 +57,9 @@ def ensure_built() -> None:
     with open(ROOT / "build" / ".heterps-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # several pytest processes may get here at once
         if stale():
-            subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT, check=True,
-                           stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                cwd=ROOT,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )

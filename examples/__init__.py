@@ -55,8 +55,10 @@ def random_feed(model, batch_size: int, seed: int = 0, place=None):
     rng = np.random.default_rng(seed)
     place = place or paddle.CPUPlace()
     dense, *sparse, label = model.feeds
-    feed = {dense.name: rng.random((batch_size, NUM_DENSE), dtype=np.float32),
-            label.name: rng.integers(0, 2, (batch_size, 1)).astype(np.int64)}
+    feed = {
+        dense.name: rng.random((batch_size, NUM_DENSE), dtype=np.float32),
+        label.name: rng.integers(0, 2, (batch_size, 1)).astype(np.int64),
+    }
     for var in sparse:
         ids = ((rng.zipf(1.1, batch_size) - 1) % 100_000).astype(np.int64).reshape(-1, 1)
         feed[var.name] = paddle.base.create_lod_tensor(ids, [[1] * batch_size], place)

@@ -30,7 +30,7 @@ class ModelConfig:
     learning_rate: float = 1e-3
 
     @classmethod
-    def from_dict(cls, values: dict) -> "ModelConfig":
+    def from_dict(cls, values: dict) -> ModelConfig:
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(values) - known)
         if unknown:
@@ -79,18 +79,24 @@ def mlp(x, sizes, name: str):
     for i, size in enumerate(sizes):
         fan_in = x.shape[-1]
         x = paddle.static.nn.fc(
-            x, size=size, activation="relu", name=f"{name}_{i}",
-            weight_attr=paddle.ParamAttr(initializer=paddle.nn.initializer.Normal(std=1.0 / fan_in**0.5)))
+            x,
+            size=size,
+            activation="relu",
+            name=f"{name}_{i}",
+            weight_attr=paddle.ParamAttr(initializer=paddle.nn.initializer.Normal(std=1.0 / fan_in**0.5)),
+        )
     return x
 
 
 def binary_metrics(feeds, click_prob_2d, loss):
     """Wrap a [batch, 2] prediction and a loss with paddle.static.auc."""
     label = feeds[-1]
-    auc, batch_auc, states = paddle.static.auc(input=click_prob_2d, label=label, num_thresholds=AUC_THRESHOLDS,
-                                               slide_steps=20)
-    return ModelGraph(feeds=feeds, loss=loss, predict=click_prob_2d, auc=auc, batch_auc=batch_auc,
-                      auc_states=list(states))
+    auc, batch_auc, states = paddle.static.auc(
+        input=click_prob_2d, label=label, num_thresholds=AUC_THRESHOLDS, slide_steps=20
+    )
+    return ModelGraph(
+        feeds=feeds, loss=loss, predict=click_prob_2d, auc=auc, batch_auc=batch_auc, auc_states=list(states)
+    )
 
 
 def sigmoid_head(feeds, logit):

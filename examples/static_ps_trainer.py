@@ -26,25 +26,47 @@ import heterps_paddle  # noqa: F401  (adds strategy.heterps / heterps_configs to
 from heterps_paddle.data import dataset as data
 from heterps_paddle.data.criteo import ReadReport
 from heterps_paddle.examples import build_net
-from heterps_paddle.fleet.evaluation import accumulated_auc, forward_only_program, reset_auc
 from heterps_paddle.examples.common import ModelConfig
+from heterps_paddle.fleet.evaluation import accumulated_auc, forward_only_program, reset_auc
 
 # run config key -> (type, must be positive); anything else in the file is an error.
-RUN_KEYS = {"model": (str, False), "train_dir": (str, False), "test_dir": (str, False),
-            "generate_rows": (int, True), "generate_seed": (int, False), "skip_malformed": (bool, False),
-            "batch_size": (int, True), "epochs": (int, True), "thread_num": (int, True),
-            "print_period": (int, True), "model_config": (dict, False), "seed": (int, False),
-            "accumulate_steps": (int, True), "heterps": (dict, False)}
+RUN_KEYS = {
+    "model": (str, False),
+    "train_dir": (str, False),
+    "test_dir": (str, False),
+    "generate_rows": (int, True),
+    "generate_seed": (int, False),
+    "skip_malformed": (bool, False),
+    "batch_size": (int, True),
+    "epochs": (int, True),
+    "thread_num": (int, True),
+    "print_period": (int, True),
+    "model_config": (dict, False),
+    "seed": (int, False),
+    "accumulate_steps": (int, True),
+    "heterps": (dict, False),
+}
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-m", "--config", required=True, help="run config YAML (examples/<model>/config.yaml)")
-    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a run config key (value parsed as YAML), e.g. -o epochs=1")
+    parser.add_argument(
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a run config key (value parsed as YAML), e.g. -o epochs=1",
+    )
     parser.add_argument("--heterps", action="store_true", help="set strategy.heterps = True")
-    parser.add_argument("--heterps-config", action="append", default=[], metavar="KEY=VALUE",
-                        help="an entry of strategy.heterps_configs (value parsed as YAML)")
+    parser.add_argument(
+        "--heterps-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an entry of strategy.heterps_configs (value parsed as YAML)",
+    )
     parser.add_argument("--result-dir", help="write this worker's figures as JSON here")
     return parser.parse_args(argv)
 
@@ -86,8 +108,10 @@ def data_files(config):
     if "train_dir" not in config:
         generated = data.ensure_generated(int(config["generate_rows"]), int(config.get("generate_seed", 0)))
         return generated.train_files, generated.test_files
+
     def listing(directory):
         return sorted(os.path.join(directory, n) for n in os.listdir(directory) if not n.startswith("."))
+
     return listing(config["train_dir"]), listing(config["test_dir"])
 
 
@@ -101,15 +125,17 @@ def build_strategy(args, config):
     if args.heterps:
         # heterps-paddle: the one line a plain fleet script adds (plus the import), and its options
         strategy.heterps = True
-        strategy.heterps_configs = {**config.get("heterps", {}),
-                                    **_key_values(args.heterps_config, "--heterps-config")}
+        strategy.heterps_configs = {**config.get("heterps", {}), **_key_values(args.heterps_config, "--heterps-config")}
     return strategy
 
 
 def report_malformed(report: ReadReport, what):
     if report.skipped:
-        print(f"heterps: skipped {report.skipped} malformed line(s) of {what} ({dict(report.reasons)}); "
-              f"first: {report.first_errors[:3]}", flush=True)
+        print(
+            f"heterps: skipped {report.skipped} malformed line(s) of {what} ({dict(report.reasons)}); "
+            f"first: {report.first_errors[:3]}",
+            flush=True,
+        )
 
 
 def main(argv=None):
@@ -118,8 +144,9 @@ def main(argv=None):
     paddle.enable_static()
     paddle.seed(int(config.get("seed", 0)))
     distributed = "TRAINING_ROLE" in os.environ  # set by paddle.distributed.launch
-    model_config = ModelConfig.from_dict({**config.get("model_config", {}),
-                                          "embedding": "ps" if distributed else "local"})
+    model_config = ModelConfig.from_dict(
+        {**config.get("model_config", {}), "embedding": "ps" if distributed else "local"}
+    )
     model = build_net(config["model"], model_config)
     # One process holds the table locally: lazy Adam updates only the rows a batch touched, as the parameter
     # servers' sparse tables do (a dense Adam would move every row of the table at every step).
@@ -162,18 +189,34 @@ def main(argv=None):
     train_start = time.time()
     for epoch in range(epochs):
         start = time.time()
-        exe.train_from_dataset(program=main_program, dataset=train_set, fetch_list=[model.loss, model.auc],
-                               fetch_info=["loss", "auc"], print_period=int(config.get("print_period", 50)),
-                               debug=False)
+        exe.train_from_dataset(
+            program=main_program,
+            dataset=train_set,
+            fetch_list=[model.loss, model.auc],
+            fetch_info=["loss", "auc"],
+            print_period=int(config.get("print_period", 50)),
+            debug=False,
+        )
         seconds = time.time() - start
         train_seconds += seconds
-        print(f"worker {worker_index} epoch {epoch}: train auc {accumulated_auc(scope, model.auc_states):.4f} "
-              f"{train_report.rows / seconds:.0f} samples/s", flush=True)
-    result = {"worker": worker_index, "workers": worker_num, "model": config["model"], "heterps": args.heterps,
-              "meta_optimizers": fleet._get_applied_meta_list() if distributed else [],
-              "rows": train_report.rows, "epochs": epochs, "train_seconds": train_seconds,
-              "train_start": train_start, "train_end": time.time(),
-              "samples_per_second": train_report.rows * epochs / train_seconds}
+        print(
+            f"worker {worker_index} epoch {epoch}: train auc {accumulated_auc(scope, model.auc_states):.4f} "
+            f"{train_report.rows / seconds:.0f} samples/s",
+            flush=True,
+        )
+    result = {
+        "worker": worker_index,
+        "workers": worker_num,
+        "model": config["model"],
+        "heterps": args.heterps,
+        "meta_optimizers": fleet._get_applied_meta_list() if distributed else [],
+        "rows": train_report.rows,
+        "epochs": epochs,
+        "train_seconds": train_seconds,
+        "train_start": train_start,
+        "train_end": time.time(),
+        "samples_per_second": train_report.rows * epochs / train_seconds,
+    }
 
     if distributed:
         fleet.barrier_worker()  # every worker has finished training before worker 0 evaluates
@@ -182,8 +225,14 @@ def main(argv=None):
         report_malformed(test_report, "held-out data")
         reset_auc(scope, model.auc_states)
         test_set = data.make_dataset(model.feeds, test_files, batch_size, thread_num)
-        exe.train_from_dataset(program=test_program, dataset=test_set, fetch_list=[model.auc],
-                               fetch_info=["auc"], print_period=10**9, debug=False)
+        exe.train_from_dataset(
+            program=test_program,
+            dataset=test_set,
+            fetch_list=[model.auc],
+            fetch_info=["auc"],
+            print_period=10**9,
+            debug=False,
+        )
         result["test_auc"] = accumulated_auc(scope, model.auc_states)
         result["test_rows"] = test_report.rows
     if args.result_dir:
@@ -195,13 +244,17 @@ def main(argv=None):
     if worker_index == 0:
         total = result["samples_per_second"]
         if args.result_dir and worker_num > 1:
-            total = sum(json.load(open(os.path.join(args.result_dir, f"worker-{i}.json")))["samples_per_second"]
-                        for i in range(worker_num))
-        print(f"RESULT model={config['model']} heterps={'on' if args.heterps else 'off'} workers={worker_num} "
-              f"held-out AUC={result['test_auc']:.4f} (on {result['test_rows']} rows) "
-              f"samples/s={total:.0f}"
-              + ("" if args.result_dir or worker_num == 1 else " (worker 0 only; pass --result-dir for the total)"),
-              flush=True)
+            total = sum(
+                json.load(open(os.path.join(args.result_dir, f"worker-{i}.json")))["samples_per_second"]
+                for i in range(worker_num)
+            )
+        print(
+            f"RESULT model={config['model']} heterps={'on' if args.heterps else 'off'} workers={worker_num} "
+            f"held-out AUC={result['test_auc']:.4f} (on {result['test_rows']} rows) "
+            f"samples/s={total:.0f}"
+            + ("" if args.result_dir or worker_num == 1 else " (worker 0 only; pass --result-dir for the total)"),
+            flush=True,
+        )
     if distributed:
         fleet.stop_worker()
 

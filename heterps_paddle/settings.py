@@ -51,34 +51,70 @@ def _choice(*allowed: str) -> Callable[[str], str]:
 
 
 _ALL = (
-    Setting("HETERPS_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "heterps"),
-            "where generated data, converted data and measurements (profiles, this machine's figures, the "
-            "servers' cost per row) are cached"),
-    Setting("HETERPS_LAUNCH", "",
-            "set by `heterps launch` for every process of the job: its launch arguments as JSON (Paddle's "
-            "launcher tells a process only its own stage's device)"),
-    Setting("HETERPS_SHARED_OUTPUT_DIR", "0",
-            "1: heterps_configs['output_dir'] is storage every host of a multi-host launch shares, so one plan "
-            "can be made there for all", _flag),
-    Setting("HETERPS_PLAN_WAIT_S", "900",
-            "how long a parameter server waits for the plan a trainer of its launch makes", _positive_float),
-    Setting("HETERPS_STARTUP_TIMEOUT", "120",
-            "seconds a process of a split job waits for a peer it depends on to come up", _positive_float),
+    Setting(
+        "HETERPS_CACHE",
+        os.path.join(os.path.expanduser("~"), ".cache", "heterps"),
+        "where generated data, converted data and measurements (profiles, this machine's figures, the "
+        "servers' cost per row) are cached",
+    ),
+    Setting(
+        "HETERPS_LAUNCH",
+        "",
+        "set by `heterps launch` for every process of the job: its launch arguments as JSON (Paddle's "
+        "launcher tells a process only its own stage's device)",
+    ),
+    Setting(
+        "HETERPS_SHARED_OUTPUT_DIR",
+        "0",
+        "1: heterps_configs['output_dir'] is storage every host of a multi-host launch shares, so one plan "
+        "can be made there for all",
+        _flag,
+    ),
+    Setting(
+        "HETERPS_PLAN_WAIT_S",
+        "900",
+        "how long a parameter server waits for the plan a trainer of its launch makes",
+        _positive_float,
+    ),
+    Setting(
+        "HETERPS_STARTUP_TIMEOUT",
+        "120",
+        "seconds a process of a split job waits for a peer it depends on to come up",
+        _positive_float,
+    ),
     Setting("HETERPS_WATCHDOG", "1", "0: no peer watchdog in the processes of a split job", _flag),
-    Setting("HETERPS_STOP_WAIT_S", "60",
-            "seconds a CPU trainer's stop_worker waits for the heterogeneous trainers to finish serving",
-            _positive_float),
-    Setting("HETERPS_STOP_GRACE_S", "1.5",
-            "seconds more after their ports closed (they stop their own clients and exit)", _positive_float),
-    Setting("HETERPS_DENSE_REFRESH", "pull",
-            "how a heterogeneous section's dense parameters come back from the servers: 'pull' (a thread pulls "
-            "every HETERPS_DENSE_PULL_MS) or 'communicator' (Communicator::Send and its recv thread)",
-            _choice("pull", "communicator")),
+    Setting(
+        "HETERPS_STOP_WAIT_S",
+        "60",
+        "seconds a CPU trainer's stop_worker waits for the heterogeneous trainers to finish serving",
+        _positive_float,
+    ),
+    Setting(
+        "HETERPS_STOP_GRACE_S",
+        "1.5",
+        "seconds more after their ports closed (they stop their own clients and exit)",
+        _positive_float,
+    ),
+    Setting(
+        "HETERPS_DENSE_REFRESH",
+        "pull",
+        "how a heterogeneous section's dense parameters come back from the servers: 'pull' (a thread pulls "
+        "every HETERPS_DENSE_PULL_MS) or 'communicator' (Communicator::Send and its recv thread)",
+        _choice("pull", "communicator"),
+    ),
     Setting("HETERPS_DENSE_PULL_MS", "20", "period of the dense pull thread, milliseconds", _positive_float),
-    Setting("HETERPS_HETER_PRINT_PERIOD", "20",
-            "batches between the loss/AUC lines a taken-over last-stage trainer prints", lambda t: int(t)),
-    Setting("HETERPS_PASS_SYNC_TIMEOUT", "3600",
-            "seconds a GPU-stage unit waits for the others at a pass barrier", _positive_float),
+    Setting(
+        "HETERPS_HETER_PRINT_PERIOD",
+        "20",
+        "batches between the loss/AUC lines a taken-over last-stage trainer prints",
+        lambda t: int(t),
+    ),
+    Setting(
+        "HETERPS_PASS_SYNC_TIMEOUT",
+        "3600",
+        "seconds a GPU-stage unit waits for the others at a pass barrier",
+        _positive_float,
+    ),
     Setting("HETERPS_OPS_DIR", "", "directory of the sparse-table libraries to load instead of the installed ones"),
     Setting("HETERPS_SLOW_TESTS", "0", "1: run the timing-sensitive tests too", _flag),
 )

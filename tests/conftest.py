@@ -30,8 +30,9 @@ def heterps_cache(tmp_path_factory):
 
 def run_python(code, env=None, timeout=300):
     """Run code in a fresh interpreter (module-level state such as fleet's singletons stays clean)."""
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
 def heterps_cli():

@@ -6,9 +6,9 @@ import os
 import subprocess
 
 import pytest
+from conftest import heterps_cli
 
 from heterps_paddle.tools.jobs import JobSpec, run_job
-from conftest import heterps_cli
 
 # A what-if cluster whose figures make the split optimal whatever this machine's load: every time is estimated
 # (no local type); the fc layers are slow on the CPU type and fast on the GPU type, whose memory cannot hold the
@@ -23,8 +23,13 @@ resource_types:
   - {name: gpu_fast, kind: gpu, price_per_hour: 2.0, max_units: 4, flops: 1.0e+13, mem_bw: 1.0e+11,
      memory: 1.0e+8, net_bw: 1.0e+9}
 """
-SMALL = {"generate_rows": 40_000, "epochs": 2, "batch_size": 128, "print_period": 1000,
-         "model_config": {"sparse_feature_dim": 9, "fc_sizes": [64, 64], "learning_rate": 0.003}}
+SMALL = {
+    "generate_rows": 40_000,
+    "epochs": 2,
+    "batch_size": 128,
+    "print_period": 1000,
+    "model_config": {"sparse_feature_dim": 9, "fc_sizes": [64, 64], "learning_rate": 0.003},
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,19 +43,27 @@ def local_cluster(tmp_path_factory):
 
 
 def worker_logs(log_dir, prefixes=("workerlog", "heterlog")):
-    return {name: open(os.path.join(log_dir, name), errors="replace").read() for name in sorted(os.listdir(log_dir))
-            if name.startswith(prefixes)}
+    return {
+        name: open(os.path.join(log_dir, name), errors="replace").read()
+        for name in sorted(os.listdir(log_dir))
+        if name.startswith(prefixes)
+    }
 
 
 def test_launched_job_plans_within_its_launch_and_unused_trainers_leave(tmp_path, heterps_cache, local_cluster):
     out_dir = tmp_path / "plan"
     # A target the 2 CPU trainers meet: one stage on them is cheaper than using the launched heterogeneous
     # trainer too (2 units against 3), so the plan fits the launch and that trainer leaves.
-    spec = JobSpec(model="ctr_dnn", heterps=True, servers=1, workers=2, timeout=400,
-                   overrides={"generate_rows": 60_000, "epochs": 2},
-                   launch_args=("--heter_worker_num=1", "--heter_devices=cpu"),
-                   heterps_configs={"cluster": local_cluster, "throughput": 200, "scheduler": "exact",
-                                    "output_dir": str(out_dir)})
+    spec = JobSpec(
+        model="ctr_dnn",
+        heterps=True,
+        servers=1,
+        workers=2,
+        timeout=400,
+        overrides={"generate_rows": 60_000, "epochs": 2},
+        launch_args=("--heter_worker_num=1", "--heter_devices=cpu"),
+        heterps_configs={"cluster": local_cluster, "throughput": 200, "scheduler": "exact", "output_dir": str(out_dir)},
+    )
     result = run_job(spec, str(tmp_path / "job"))
     assert result.test_auc >= 0.70, result.summary()
     plan = json.load(open(out_dir / "plan.json"))
@@ -87,20 +100,43 @@ def test_a_split_chosen_by_the_automatic_path_runs_learns_and_is_planned_again_t
     cluster.write_text(SPLIT_CLUSTER)
     cli = heterps_cli()
     subprocess.run(cli + ["profile", "--example", "ctr_dnn", "--out", str(tmp_path / "profile.yaml")], check=True)
-    subprocess.run(cli + ["plan", "--model", str(tmp_path / "profile.yaml"), "--cluster", str(cluster),
-                          "--scheduler", "exact", "--out", str(tmp_path / "advised.json")], check=True)
-    launch_args = subprocess.run(cli + ["launch-args", str(tmp_path / "advised.json")], check=True,
-                                 capture_output=True, text=True).stdout.split()
+    subprocess.run(
+        cli
+        + [
+            "plan",
+            "--model",
+            str(tmp_path / "profile.yaml"),
+            "--cluster",
+            str(cluster),
+            "--scheduler",
+            "exact",
+            "--out",
+            str(tmp_path / "advised.json"),
+        ],
+        check=True,
+    )
+    launch_args = subprocess.run(
+        cli + ["launch-args", str(tmp_path / "advised.json")], check=True, capture_output=True, text=True
+    ).stdout.split()
     assert launch_args == ["--server_num=1", "--worker_num=1", "--heter_worker_num=1", "--heter_devices=cpu"]
 
     out_dir = tmp_path / "plan"
     configs = {"cluster": str(cluster), "throughput": 20000, "output_dir": str(out_dir)}
-    spec = JobSpec(heterps=True, servers=1, workers=1, timeout=400, overrides=SMALL, heterps_configs=configs,
-                   launch_args=tuple(launch_args[2:]))
+    spec = JobSpec(
+        heterps=True,
+        servers=1,
+        workers=1,
+        timeout=400,
+        overrides=SMALL,
+        heterps_configs=configs,
+        launch_args=tuple(launch_args[2:]),
+    )
     first = run_job(spec, str(tmp_path / "first"))
     plan = json.load(open(out_dir / "plan.json"))
     assert [(s["resource"], s["layers"]) for s in plan["stages"]] == [
-        ("cpu_small", ["embedding_0"]), ("gpu_fast", ["fc_0", "fc_1", "fc_2"])]
+        ("cpu_small", ["embedding_0"]),
+        ("gpu_fast", ["fc_0", "fc_1", "fc_2"]),
+    ]
     report = open(out_dir / "plan_report.txt").read()
     assert "2 stages, pipelined" in report and "target 20,000 samples/s: met" in report
     logs = worker_logs(first.log_dir)

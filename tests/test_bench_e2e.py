@@ -35,9 +35,14 @@ def test_medians_and_paired_ratios():
 
 def test_small_bench_run_reports_both_variants_and_calibration(heterps_cache, tmp_path):
     # the installed command, from a directory without the source tree (whose heterps_paddle has no examples/)
-    result = subprocess.run(heterps_cli() + ["bench", "e2e", "--model", "ctr_dnn", "--rows", "20000", "--epochs", "1",
-                                             "--no-reference", "--json"],
-                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    result = subprocess.run(
+        heterps_cli()
+        + ["bench", "e2e", "--model", "ctr_dnn", "--rows", "20000", "--epochs", "1", "--no-reference", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     entry = report["models"]["ctr_dnn"]
@@ -46,8 +51,10 @@ def test_small_bench_run_reports_both_variants_and_calibration(heterps_cache, tm
     for run in (ps, heterps):
         assert run["samples_per_second"] > 0 and 0.5 < run["test_auc"] <= 1.0
     assert entry["samples_per_second_ratio"] == pytest.approx(
-        heterps["samples_per_second"] / ps["samples_per_second"], rel=1e-2)
+        heterps["samples_per_second"] / ps["samples_per_second"], rel=1e-2
+    )
     plan = heterps["plan"]
     assert plan["stages"][0][0] == "local_cpu" and plan["predicted_samples_per_second"] > 0
     assert plan["measured_over_predicted"] == pytest.approx(
-        heterps["samples_per_second"] / plan["predicted_samples_per_second"], rel=1e-2)
+        heterps["samples_per_second"] / plan["predicted_samples_per_second"], rel=1e-2
+    )

@@ -2,8 +2,15 @@ import os
 
 import pytest
 
-from heterps_paddle.data.criteo import (NUM_DENSE, NUM_SPARSE, DataFormatError, convert_file, parse_line,
-                                        read_all, read_samples)
+from heterps_paddle.data.criteo import (
+    NUM_DENSE,
+    NUM_SPARSE,
+    DataFormatError,
+    convert_file,
+    parse_line,
+    read_all,
+    read_samples,
+)
 from heterps_paddle.data.dataset import NotEnoughFiles, prepare_multislot, shard
 
 
@@ -35,20 +42,23 @@ def test_multi_hot_slots_are_kept():
     assert sample.sparse[2] == (8, 77)
 
 
-@pytest.mark.parametrize("mutate, reason", [
-    (lambda l: l.replace("dense_feature:0.3", "dense_feature:abc"), "is not a number"),
-    (lambda l: l.replace("dense_feature:0.3", "dense_feature:nan"), "not a finite number"),
-    (lambda l: l.replace(" 7:12", ""), "missing sparse slot(s) 7"),
-    (lambda l: l.replace(" 7:12", " 7:x12"), "id 'x12' is not an integer"),
-    (lambda l: l.replace(" 7:12", " 7:-3"), "outside 0..2^63-1"),
-    (lambda l: l.replace(" 7:12", " 7:9223372036854775808"), "outside 0..2^63-1"),
-    (lambda l: l.replace(" 7:12", " 7"), "bad token '7'"),
-    (lambda l: l.replace(" 7:12", " 27:12"), "unknown slot '27'"),
-    (lambda l: l.replace("click:1", "click:2"), "click must be 0 or 1"),
-    (lambda l: l.replace("click:1 ", ""), "missing click"),
-    (lambda l: l + " click:0", "more than one click"),
-    (lambda l: l.replace("dense_feature:0.3 ", ""), "expected 13 dense_feature values, got 12"),
-])
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda line: line.replace("dense_feature:0.3", "dense_feature:abc"), "is not a number"),
+        (lambda line: line.replace("dense_feature:0.3", "dense_feature:nan"), "not a finite number"),
+        (lambda line: line.replace(" 7:12", ""), "missing sparse slot(s) 7"),
+        (lambda line: line.replace(" 7:12", " 7:x12"), "id 'x12' is not an integer"),
+        (lambda line: line.replace(" 7:12", " 7:-3"), "outside 0..2^63-1"),
+        (lambda line: line.replace(" 7:12", " 7:9223372036854775808"), "outside 0..2^63-1"),
+        (lambda line: line.replace(" 7:12", " 7"), "bad token '7'"),
+        (lambda line: line.replace(" 7:12", " 27:12"), "unknown slot '27'"),
+        (lambda line: line.replace("click:1", "click:2"), "click must be 0 or 1"),
+        (lambda line: line.replace("click:1 ", ""), "missing click"),
+        (lambda line: line + " click:0", "more than one click"),
+        (lambda line: line.replace("dense_feature:0.3 ", ""), "expected 13 dense_feature values, got 12"),
+    ],
+)
 def test_malformed_lines_stop_with_file_and_line(tmp_path, mutate, reason):
     path = write(tmp_path, [good_line(), good_line(0), mutate(good_line())])
     with pytest.raises(DataFormatError) as err:

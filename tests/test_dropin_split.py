@@ -25,8 +25,18 @@ CONFIG = os.path.join(REPO, "examples", "ctr_dnn", "config.yaml")
 BATCH = 128
 # Small enough for ~1 minute for both jobs; 40k rows x 2 epochs of 128 trains the model far enough that
 # async PS noise stays well inside the 0.02 bound (20k rows of 256 left both near 0.66-0.72 and 0.04 apart).
-OVERRIDES = ["-o", "generate_rows=40000", "-o", "epochs=2", "-o", f"batch_size={BATCH}", "-o", "print_period=1000",
-             "-o", "model_config={sparse_feature_dim: 9, fc_sizes: [64, 64], learning_rate: 0.003}"]
+OVERRIDES = [
+    "-o",
+    "generate_rows=40000",
+    "-o",
+    "epochs=2",
+    "-o",
+    f"batch_size={BATCH}",
+    "-o",
+    "print_period=1000",
+    "-o",
+    "model_config={sparse_feature_dim: 9, fc_sizes: [64, 64], learning_rate: 0.003}",
+]
 STAGE2_TABLES = 6  # dnn_0, dnn_1, dnn_out: a weight and a bias each
 
 
@@ -34,9 +44,18 @@ STAGE2_TABLES = 6  # dnn_0, dnn_1, dnn_out: a weight and a bias each
 def jobs(tmp_path_factory, heterps_cache):
     tmp = tmp_path_factory.mktemp("dropin-split")
     plan = tmp / "plan.json"
-    plan.write_text(json.dumps({"format": 1, "feasible": True, "stages": [
-        {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
-        {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1}]}))
+    plan.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "feasible": True,
+                "stages": [
+                    {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
+                    {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
+                ],
+            }
+        )
+    )
     out = {}
     for name in ("one", "split"):
         log_dir, res_dir = str(tmp / f"log_{name}"), str(tmp / f"res_{name}")
@@ -45,20 +64,29 @@ def jobs(tmp_path_factory, heterps_cache):
             r = launch(["--server_num=1", "--worker_num=2"], argv, log_dir, timeout=240)
         else:
             # the documented command line: heterps launch $(heterps launch-args plan.json) ...
-            r = launch(launch_arguments(load_plan(str(plan)), 1, gpu_available=False),
-                       argv + ["--heterps", "--heterps-config", f"plan={plan}"], log_dir, timeout=240)
+            r = launch(
+                launch_arguments(load_plan(str(plan)), 1, gpu_available=False),
+                argv + ["--heterps", "--heterps-config", f"plan={plan}"],
+                log_dir,
+                timeout=240,
+            )
         assert r.returncode == 0, f"{name}: {r.failures}\n{r.output[-3000:]}"
         results = [json.load(open(os.path.join(res_dir, f"worker-{i}.json"))) for i in range(2)]
-        logs = {n: open(os.path.join(log_dir, n), errors="replace").read() for n in os.listdir(log_dir)
-                if n.startswith(("workerlog", "heterlog"))}
+        logs = {
+            n: open(os.path.join(log_dir, n), errors="replace").read()
+            for n in os.listdir(log_dir)
+            if n.startswith(("workerlog", "heterlog"))
+        }
         out[name] = {"results": results, "logs": logs, "seconds": r.seconds}
     return out
 
 
 def test_split_heldout_auc_matches_one_stage(jobs):
     one, split = jobs["one"]["results"][0]["test_auc"], jobs["split"]["results"][0]["test_auc"]
-    print(f"\nheld-out AUC one-stage {one:.4f} ({jobs['one']['seconds']:.0f} s) | 2-stage split {split:.4f} "
-          f"({jobs['split']['seconds']:.0f} s)")
+    print(
+        f"\nheld-out AUC one-stage {one:.4f} ({jobs['one']['seconds']:.0f} s) | 2-stage split {split:.4f} "
+        f"({jobs['split']['seconds']:.0f} s)"
+    )
     assert one >= 0.70 and split >= 0.70  # a constant predictor gets 0.5
     assert abs(split - one) <= 0.02
     assert "HeterPSOptimizer" in jobs["split"]["results"][0]["meta_optimizers"]
@@ -69,8 +97,11 @@ def test_split_heldout_auc_matches_one_stage(jobs):
 
 def test_heldout_pass_used_the_servers_parameters(jobs):
     log = jobs["split"]["logs"]["workerlog.0"]
-    m = re.search(r"heterps: held-out evaluation of the whole model .*?: (\d+) vars created here, (\d+) dense vars "
-                  r"pulled from the servers", log)
+    m = re.search(
+        r"heterps: held-out evaluation of the whole model .*?: (\d+) vars created here, (\d+) dense vars "
+        r"pulled from the servers",
+        log,
+    )
     assert m and int(m.group(2)) == STAGE2_TABLES, m
 
 
@@ -86,8 +117,11 @@ def test_cpu_trainers_ran_every_epoch_and_print_nan_train_auc(jobs):
 def test_heter_trainer_served_every_epoch_and_ended_by_the_takeover(jobs):
     heter = jobs["split"]["logs"]["heterlog.0"]
     assert "heterps: heterogeneous trainer taken over (stage 2)" in heter
-    assert re.search(r"heterogeneous trainer done: served [0-9.]+ s, until every previous-stage trainer sent its "
-                     r"stop", heter)
+    assert re.search(
+        r"heterogeneous trainer done: served [0-9.]+ s, until every previous-stage trainer sent its "
+        r"stop",
+        heter,
+    )
     assert "heterogeneous trainer done: stop_worker done; exit 0" in heter
     assert "SIGTERM" not in heter  # it ended itself, the launcher did not have to stop it
     # none of the script's own code after minimize ran there

@@ -10,8 +10,9 @@ from heterps_paddle.examples import MODELS, TRAINER_SCRIPT, build_program, model
 
 
 def run_trainer(tmp_path, *args, timeout=300):
-    return subprocess.run([sys.executable, TRAINER_SCRIPT, *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, TRAINER_SCRIPT, *args], cwd=tmp_path, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -37,8 +38,19 @@ def test_single_process_run_on_the_real_criteo_sample(tmp_path, criteo_sample):
     data = tmp_path / "data"
     data.mkdir()
     shutil.copy(criteo_sample, data / "part-0")
-    result = run_trainer(tmp_path, "-m", model_config_path("ctr_dnn"), "-o", f"train_dir={data}",
-                         "-o", f"test_dir={data}", "-o", "batch_size=16", "-o", "epochs=1")
+    result = run_trainer(
+        tmp_path,
+        "-m",
+        model_config_path("ctr_dnn"),
+        "-o",
+        f"train_dir={data}",
+        "-o",
+        f"test_dir={data}",
+        "-o",
+        "batch_size=16",
+        "-o",
+        "epochs=1",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "RESULT model=ctr_dnn heterps=off workers=1 held-out AUC=" in result.stdout
     assert "(on 80 rows)" in result.stdout
@@ -50,8 +62,18 @@ def test_malformed_data_stops_the_trainer_naming_file_and_line(tmp_path, criteo_
     lines = open(criteo_sample).read().splitlines()
     lines[6] = lines[6].replace("dense_feature:0.0 ", "dense_feature:zero ", 1)
     (data / "part-0").write_text("\n".join(lines) + "\n")
-    args = ["-m", model_config_path("ctr_dnn"), "-o", f"train_dir={data}", "-o", f"test_dir={data}",
-            "-o", "batch_size=16", "-o", "epochs=1"]
+    args = [
+        "-m",
+        model_config_path("ctr_dnn"),
+        "-o",
+        f"train_dir={data}",
+        "-o",
+        f"test_dir={data}",
+        "-o",
+        "batch_size=16",
+        "-o",
+        "epochs=1",
+    ]
     result = run_trainer(tmp_path, *args)
     assert result.returncode != 0
     assert f"{data / 'part-0'}:7: dense_feature: 'zero' is not a number" in result.stderr
@@ -60,11 +82,14 @@ def test_malformed_data_stops_the_trainer_naming_file_and_line(tmp_path, criteo_
     assert "skipped 1 malformed line(s)" in skipped.stdout and "(on 79 rows)" in skipped.stdout
 
 
-@pytest.mark.parametrize("override, message", [
-    ("bogus=1", "unknown key 'bogus'"),
-    ("batch_size=0", "batch_size must be positive"),
-    ("epochs=two", "epochs must be int"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("bogus=1", "unknown key 'bogus'"),
+        ("batch_size=0", "batch_size must be positive"),
+        ("epochs=two", "epochs must be int"),
+    ],
+)
 def test_bad_run_config_is_an_error(tmp_path, override, message):
     result = run_trainer(tmp_path, "-m", model_config_path("ctr_dnn"), "-o", override)
     assert result.returncode != 0 and message in result.stderr

@@ -13,7 +13,7 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     b = generate(str(tmp_path / "b"), 3000, seed=5)
     c = generate(str(tmp_path / "c"), 3000, seed=6)
     assert len(a.train_files) == 8  # small sets are still split for up to 8 workers
-    for fa, fb, fc in zip(a.train_files + a.test_files, b.train_files + b.test_files, c.train_files):
+    for fa, fb in zip(a.train_files + a.test_files, b.train_files + b.test_files):
         assert filecmp.cmp(fa, fb, shallow=False)
     assert not filecmp.cmp(a.train_files[0], c.train_files[0], shallow=False)
     assert load_meta(str(tmp_path / "a")) == a

@@ -10,10 +10,9 @@ import subprocess
 import sys
 import textwrap
 
+import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
 import numpy as np
 import pytest
-
-import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
 
 from heterps_paddle.table.sparse_table import SparseTable, SparseTableError  # noqa: E402
 
@@ -62,8 +61,9 @@ def test_assign_rejects_bad_input_and_changes_nothing():
 
 
 def test_assign_through_the_ssd_tier(tmp_path):
-    t = SparseTable(dim=8, optimizer="sgd", memory_budget_bytes=64 << 10, ssd_dir=str(tmp_path), name="assign_ssd",
-                    shards=1)
+    t = SparseTable(
+        dim=8, optimizer="sgd", memory_budget_bytes=64 << 10, ssd_dir=str(tmp_path), name="assign_ssd", shards=1
+    )
     ids = np.arange(5000, dtype=np.int64)
     rows = np.random.default_rng(0).standard_normal((5000, 8)).astype(np.float32)
     t.assign(ids, rows)
@@ -83,8 +83,9 @@ def test_working_set_reads_only_the_lookups_slots(tmp_path):
     f2.write_text("3 11 13 2**x 1 0.0 1 5\n".replace(" 2**x", " 14"))
     got = working_set([str(f1), str(f2)], ["ids", "dense", "other"], ["ids"])
     np.testing.assert_array_equal(got, [10, 11, 12, 13, 14])
-    np.testing.assert_array_equal(working_set([str(f1)], ["ids", "dense", "other"], ["ids", "other"]),
-                                  [3, 4, 10, 11, 12])
+    np.testing.assert_array_equal(
+        working_set([str(f1)], ["ids", "dense", "other"], ["ids", "other"]), [3, 4, 10, 11, 12]
+    )
     with pytest.raises(GpuEmbeddingError, match="not slots the dataset reads"):
         working_set([str(f1)], ["ids", "dense", "other"], ["nope"])
     (tmp_path / "c.txt").write_text("2 10\n")
@@ -134,8 +135,7 @@ def test_servers_get_naive_sgd_rule_and_conflicts_are_refused():
     pytest.importorskip("paddle")
     import paddle.distributed.fleet as fleet
 
-    from heterps_paddle.runtime.gpu_embedding import NAIVE_RULE, use_naive_sgd_on_servers
-    from heterps_paddle.runtime.gpu_embedding import GpuEmbeddingError
+    from heterps_paddle.runtime.gpu_embedding import NAIVE_RULE, GpuEmbeddingError, use_naive_sgd_on_servers
 
     s = fleet.DistributedStrategy()
     s.sparse_table_configs = {"other": {"table_parameters.other.shard_num": 7}}
@@ -183,8 +183,9 @@ def test_split_plan_with_embedding_on_gpu_stage_is_refused(tmp_path):
         except PlanError as e:
             print("REFUSED", e)
     ''')
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=native_ops.package_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=native_ops.package_env()
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "REFUSED" in proc.stdout and "GPU stage of a split plan" in proc.stdout, proc.stdout
 
@@ -297,27 +298,47 @@ def test_two_units_stay_consistent_with_the_servers(tmp_path):
     pytest.importorskip("paddle")
     _write_data(tmp_path)
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"format": 1, "feasible": True, "stages": [
-        {"resource": "local_gpu", "kind": "gpu", "layers": ["embedding_0", "fc_0"], "units": 2}]}))
+    plan.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "feasible": True,
+                "stages": [{"resource": "local_gpu", "kind": "gpu", "layers": ["embedding_0", "fc_0"], "units": 2}],
+            }
+        )
+    )
     (tmp_path / "job.py").write_text(JOB)
     env = native_ops.package_env()
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         env.pop(var, None)
     env["HETERPS_PASS_SYNC_TIMEOUT"] = "60"  # a unit that never arrives fails the job instead of hanging it
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--server_num=1", "--worker_num=2",
-           f"--log_dir={tmp_path / 'log'}", str(tmp_path / "job.py"), str(tmp_path), str(plan),
-           str(tmp_path / "test.txt")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "paddle.distributed.launch",
+        "--server_num=1",
+        "--worker_num=2",
+        f"--log_dir={tmp_path / 'log'}",
+        str(tmp_path / "job.py"),
+        str(tmp_path),
+        str(plan),
+        str(tmp_path / "test.txt"),
+    ]
     # Own process group: on a timeout the launcher's children (server, trainers) go too.
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=200)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
     proc = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-    logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted((tmp_path / "log").glob("*"))
-                   if p.is_file()) if (tmp_path / "log").exists() else ""
+    logs = (
+        "".join(p.read_text(errors="replace")[-3000:] for p in sorted((tmp_path / "log").glob("*")) if p.is_file())
+        if (tmp_path / "log").exists()
+        else ""
+    )
     units = [tmp_path / f"unit{i}.json" for i in range(2)]
     assert proc.returncode == 0 and all(u.exists() for u in units), proc.stdout[-2000:] + proc.stderr[-2000:] + logs
     a, b = (json.loads(u.read_text()) for u in units)
@@ -340,8 +361,9 @@ def test_two_units_stay_consistent_with_the_servers(tmp_path):
     # Servers after the last pass = start + the sum of the units' deltas (shared rows), start + own delta (the rest).
     np.testing.assert_allclose(np.array(a["server_final"])[pa], start_a + da[pa] + db[pb], atol=2e-6, rtol=0)
     only_a = np.setdiff1d(np.arange(ia.size), pa)
-    np.testing.assert_allclose(np.array(a["server_final"])[only_a], np.array(a["start"])[only_a] + da[only_a],
-                               atol=2e-6, rtol=0)
+    np.testing.assert_allclose(
+        np.array(a["server_final"])[only_a], np.array(a["start"])[only_a] + da[only_a], atol=2e-6, rtol=0
+    )
     # Both deltas mattered on shared rows (the sum is not one unit's value).
     assert np.abs(db[pb]).max() > 1e-3 and np.abs(da[pa]).max() > 1e-3
     np.testing.assert_array_equal(np.array(a["server_final"])[pa], np.array(b["server_final"])[pb])
@@ -354,8 +376,14 @@ def test_one_stage_gpu_plan_runs_on_the_launched_trainers():
     from heterps_paddle.planning.launch import LaunchMismatchError, LaunchShape, check_launch_matches
     from heterps_paddle.planning.model import plan_from_dict
 
-    plan = plan_from_dict({"format": 1, "feasible": True, "stages": [
-        {"resource": "local_gpu", "kind": "gpu", "layers": ["embedding_0", "fc_0"], "units": 2}]}, "p.json")
+    plan = plan_from_dict(
+        {
+            "format": 1,
+            "feasible": True,
+            "stages": [{"resource": "local_gpu", "kind": "gpu", "layers": ["embedding_0", "fc_0"], "units": 2}],
+        },
+        "p.json",
+    )
     assert plan.stages[0].kind == "gpu"
     for n in (2, 3):  # data parallel: more units than planned only add throughput
         check_launch_matches(plan, LaunchShape(n))

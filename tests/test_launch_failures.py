@@ -19,9 +19,14 @@ from heterps_paddle.data.generator import generate
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "paddlerec_style_trainer.py")
 SURFACE_S = 60
-PLAN = {"format": 1, "feasible": True, "stages": [
-    {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
-    {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1}]}
+PLAN = {
+    "format": 1,
+    "feasible": True,
+    "stages": [
+        {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
+        {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
+    ],
+}
 LAUNCH = ["--server_num=1", "--worker_num=2", "--heter_worker_num=1", "--heter_devices=cpu"]
 
 
@@ -49,9 +54,25 @@ def job_processes(marker):
 def start(setup, name, plan=None, epochs=200):
     out = str(setup / f"out_{name}")
     log_dir = str(setup / f"log_{name}")
-    cmd = [sys.executable, "-m", "heterps_paddle.tools.launch", "--timeout", "400", *LAUNCH, "--log_dir", log_dir,
-           SCRIPT, "--data", str(setup / "data"), "--out", out, "--epochs", str(epochs),
-           "--plan", plan or str(setup / "plan.json")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "heterps_paddle.tools.launch",
+        "--timeout",
+        "400",
+        *LAUNCH,
+        "--log_dir",
+        log_dir,
+        SCRIPT,
+        "--data",
+        str(setup / "data"),
+        "--out",
+        out,
+        "--epochs",
+        str(epochs),
+        "--plan",
+        plan or str(setup / "plan.json"),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, out, log_dir
 
@@ -72,18 +93,28 @@ def role_of(proc):
     return env.get("TRAINING_ROLE"), env.get("PADDLE_TRAINER_ID")
 
 
-@pytest.mark.parametrize("victim,named", [
-    (("TRAINER", "1"), r"CPU trainer 1 \(pid \d+, log .*workerlog\.1\) was killed by SIGKILL"),
-    (("HETER_TRAINER", None), r"stage 2 heterogeneous trainer 0 \(pid \d+, log .*heterlog\.0\) was killed by SIGKILL"),
-    (("PSERVER", None), r"parameter server 0 \(pid \d+, log .*serverlog\.0\) was killed by SIGKILL"),
-], ids=["cpu-trainer", "heter-trainer", "server"])
+@pytest.mark.parametrize(
+    "victim,named",
+    [
+        (("TRAINER", "1"), r"CPU trainer 1 \(pid \d+, log .*workerlog\.1\) was killed by SIGKILL"),
+        (
+            ("HETER_TRAINER", None),
+            r"stage 2 heterogeneous trainer 0 \(pid \d+, log .*heterlog\.0\) was killed by SIGKILL",
+        ),
+        (("PSERVER", None), r"parameter server 0 \(pid \d+, log .*serverlog\.0\) was killed by SIGKILL"),
+    ],
+    ids=["cpu-trainer", "heter-trainer", "server"],
+)
 def test_a_killed_process_fails_the_job_fast_and_leaves_nothing(setup, victim, named):
     name = victim[0].lower()
     proc, out, log_dir = start(setup, name)
     try:
         wait_for(os.path.join(log_dir, "workerlog.0"), r"Epoch 0 done", proc)
-        targets = [p for p in job_processes(out) if role_of(p)[0] == victim[0]
-                   and (victim[1] is None or role_of(p)[1] == victim[1])]
+        targets = [
+            p
+            for p in job_processes(out)
+            if role_of(p)[0] == victim[0] and (victim[1] is None or role_of(p)[1] == victim[1])
+        ]
         assert len(targets) == 1, [role_of(p) for p in job_processes(out)]
         killed_at = time.monotonic()
         targets[0].kill()
@@ -102,8 +133,9 @@ def test_a_killed_process_fails_the_job_fast_and_leaves_nothing(setup, victim, n
 
 def test_a_plan_that_does_not_fit_the_program_fails_the_job(setup):
     bad = setup / "bad_plan.json"
-    bad.write_text(json.dumps({**PLAN, "stages": [{**PLAN["stages"][0], "layers": ["embedding_0", "fc_9"]},
-                                                  PLAN["stages"][1]]}))
+    bad.write_text(
+        json.dumps({**PLAN, "stages": [{**PLAN["stages"][0], "layers": ["embedding_0", "fc_9"]}, PLAN["stages"][1]]})
+    )
     proc, out, _ = start(setup, "bad-plan", plan=str(bad), epochs=1)
     output, _ = proc.communicate(timeout=SURFACE_S + 30)
     assert proc.returncode != 0

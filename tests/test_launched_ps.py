@@ -11,8 +11,14 @@ ROWS, EPOCHS = 60_000, 2  # ~20 s a job here; held-out AUC ~0.78 (true-probabili
 
 @pytest.mark.parametrize("heterps", [False, True], ids=["heterps-off", "heterps-on"])
 def test_launched_ctr_dnn_learns(tmp_path, heterps_cache, heterps):
-    spec = JobSpec(model="ctr_dnn", heterps=heterps, servers=1, workers=2, timeout=400,
-                   overrides={"generate_rows": ROWS, "epochs": EPOCHS})
+    spec = JobSpec(
+        model="ctr_dnn",
+        heterps=heterps,
+        servers=1,
+        workers=2,
+        timeout=400,
+        overrides={"generate_rows": ROWS, "epochs": EPOCHS},
+    )
     result = run_job(spec, str(tmp_path))
     assert result.test_auc >= 0.70, result.summary()
     assert result.samples_per_second > 0

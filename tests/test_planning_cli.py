@@ -8,16 +8,22 @@ import sys
 import pytest
 import yaml
 
-from heterps_paddle.tools.cli import main
 from heterps_paddle.planning.model import load_plan
+from heterps_paddle.tools.cli import main
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER = os.path.join(REPO, "examples", "clusters", "cpu_t4.yaml")
-PROFILE = {"format": 1, "name": "tiny_ctr", "batch_size": 512, "layers": [
-    {"name": "embedding", "kind": "sparse", "flops": 0, "param_bytes": 6.0e10, "io_bytes": 832, "out_bytes": 1000},
-    {"name": "fc_0", "kind": "dense", "flops": 2.0e6, "param_bytes": 4.0e6, "out_bytes": 3200},
-    {"name": "fc_1", "kind": "dense", "flops": 2.0e6, "param_bytes": 4.0e6, "out_bytes": 3200},
-    {"name": "fc_2", "kind": "dense", "flops": 1.0e4, "param_bytes": 1.0e4, "out_bytes": 8}]}
+PROFILE = {
+    "format": 1,
+    "name": "tiny_ctr",
+    "batch_size": 512,
+    "layers": [
+        {"name": "embedding", "kind": "sparse", "flops": 0, "param_bytes": 6.0e10, "io_bytes": 832, "out_bytes": 1000},
+        {"name": "fc_0", "kind": "dense", "flops": 2.0e6, "param_bytes": 4.0e6, "out_bytes": 3200},
+        {"name": "fc_1", "kind": "dense", "flops": 2.0e6, "param_bytes": 4.0e6, "out_bytes": 3200},
+        {"name": "fc_2", "kind": "dense", "flops": 1.0e4, "param_bytes": 1.0e4, "out_bytes": 8},
+    ],
+}
 
 
 @pytest.fixture
@@ -35,16 +41,16 @@ def run_cli(capsys, *argv):
 
 def test_plan_json_is_one_object_and_round_trips(capsys, model_file, tmp_path):
     out_path = str(tmp_path / "plan.json")
-    code, out, _ = run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact",
-                           "--json", "--out", out_path)
+    code, out, _ = run_cli(
+        capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact", "--json", "--out", out_path
+    )
     assert code == 0
     document = json.loads(out)  # exactly one JSON object: json.loads refuses trailing text
     assert document["format"] == 1 and document["feasible"] is True and document["scheduler"] == "exact"
     assert list(document["assignment"]) == ["embedding", "fc_0", "fc_1", "fc_2"]
     assert document["throughput"] >= 100000
     assert sum(len(s["layers"]) for s in document["stages"]) == 4
-    assert document["cost_per_million_samples"] == pytest.approx(
-        document["cost_per_hour"] / (3600 * 100000) * 1e6)
+    assert document["cost_per_million_samples"] == pytest.approx(document["cost_per_hour"] / (3600 * 100000) * 1e6)
     assert load_plan(out_path).to_dict() == document
 
 
@@ -55,8 +61,19 @@ def test_plan_summary_shows_stages_and_the_best_single_type(capsys, model_file):
 
 
 def test_infeasible_is_a_valid_answer(capsys, model_file):
-    code, out, _ = run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact",
-                           "--throughput", "1e12", "--json")
+    code, out, _ = run_cli(
+        capsys,
+        "plan",
+        "--model",
+        model_file,
+        "--cluster",
+        CLUSTER,
+        "--scheduler",
+        "exact",
+        "--throughput",
+        "1e12",
+        "--json",
+    )
     document = json.loads(out)
     assert code == 0 and document["feasible"] is False and "reason" in document
 
@@ -72,8 +89,21 @@ def test_invalid_input_exits_2_with_the_error_on_stderr(capsys, model_file, tmp_
 
 def test_sweep_and_plot(capsys, model_file, tmp_path):
     plot = str(tmp_path / "sweep.png")
-    code, out, _ = run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact",
-                           "--throughput", "1e4,5e4,1e5", "--json", "--plot", plot)
+    code, out, _ = run_cli(
+        capsys,
+        "plan",
+        "--model",
+        model_file,
+        "--cluster",
+        CLUSTER,
+        "--scheduler",
+        "exact",
+        "--throughput",
+        "1e4,5e4,1e5",
+        "--json",
+        "--plot",
+        plot,
+    )
     document = json.loads(out)
     assert code == 0 and [p["required_throughput"] for p in document["sweep"]] == [1e4, 5e4, 1e5]
     costs = [p["cost_per_hour"] for p in document["sweep"]]
@@ -82,19 +112,38 @@ def test_sweep_and_plot(capsys, model_file, tmp_path):
 
 
 def test_plan_with_exact_never_imports_paddle(model_file):
-    code = ("import sys; from heterps_paddle.tools.cli import main; "
-            f"rc = main(['plan', '--model', {model_file!r}, '--cluster', {CLUSTER!r}, '--scheduler', 'exact', "
-            "'--json']); assert 'paddle' not in sys.modules, 'paddle imported'; sys.exit(rc)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": REPO})
+    code = (
+        "import sys; from heterps_paddle.tools.cli import main; "
+        f"rc = main(['plan', '--model', {model_file!r}, '--cluster', {CLUSTER!r}, '--scheduler', 'exact', "
+        "'--json']); assert 'paddle' not in sys.modules, 'paddle imported'; sys.exit(rc)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["feasible"] is True
 
 
 def test_bench_scheduler_json(capsys, tmp_path):
     plot = str(tmp_path / "bench.png")
-    code, out, _ = run_cli(capsys, "bench", "scheduler", "--count", "3", "--schedulers", "exact,greedy,brute",
-                           "--no-examples", "--json", "--plot", plot)
+    code, out, _ = run_cli(
+        capsys,
+        "bench",
+        "scheduler",
+        "--count",
+        "3",
+        "--schedulers",
+        "exact,greedy,brute",
+        "--no-examples",
+        "--json",
+        "--plot",
+        plot,
+    )
     document = json.loads(out)
     assert code == 0 and len(document["workloads"]) == 3
     assert document["summary"]["exact"]["worst_ratio"] == 1.0

@@ -7,10 +7,10 @@ import pytest
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import Cluster, LayerProfile, ModelProfile, PlanningInputError, ResourceType
 
-CPU = ResourceType("cpu", "cpu", price_per_hour=1.0, max_units=64, flops=1e11, mem_bw=1e10, memory=1e10,
-                   net_bw=1e9, ssd_bw=1e9)
-GPU = ResourceType("gpu", "gpu", price_per_hour=4.0, max_units=4, flops=1e13, mem_bw=1e12, memory=1e9,
-                   net_bw=1e10)
+CPU = ResourceType(
+    "cpu", "cpu", price_per_hour=1.0, max_units=64, flops=1e11, mem_bw=1e10, memory=1e10, net_bw=1e9, ssd_bw=1e9
+)
+GPU = ResourceType("gpu", "gpu", price_per_hour=4.0, max_units=4, flops=1e13, mem_bw=1e12, memory=1e9, net_bw=1e10)
 
 
 def model(*layers, batch_size=100):
@@ -34,8 +34,10 @@ def test_single_stage_units_time_and_cost():
 
 
 def test_boundary_traffic_on_both_sides_of_a_stage():
-    layers = [LayerProfile(f"l{i}", "sparse", flops=0, param_bytes=0, io_bytes=0, out_bytes=1000.0 * (i + 1))
-              for i in range(3)]
+    layers = [
+        LayerProfile(f"l{i}", "sparse", flops=0, param_bytes=0, io_bytes=0, out_bytes=1000.0 * (i + 1))
+        for i in range(3)
+    ]
     cm = CostModel(model(*layers), Cluster((CPU, GPU)), throughput=1.0)
     # Middle layer alone: out_bytes of layer 0 in, its own out_bytes out, over its type's net_bw.
     assert cm.stage_time(1, 2, 0, 1) == pytest.approx(1000 / 1e9 + 2000 / 1e9)
@@ -49,8 +51,7 @@ def test_spill_to_ssd_for_estimated_and_measured_layers():
     cm = CostModel(model(estimated), Cluster((CPU,)), throughput=1.0)
     assert cm.stage_time(0, 1, 0, 2) == pytest.approx(1e4 * (0.5 / 1e10 + 0.5 / 1e9))
     assert cm.stage_time(0, 1, 0, 4) == pytest.approx(1e4 / 1e10)  # fits: no spill
-    measured = LayerProfile("emb", "sparse", flops=0, param_bytes=4e10, io_bytes=1e4, out_bytes=0,
-                            time={"cpu": 3e-6})
+    measured = LayerProfile("emb", "sparse", flops=0, param_bytes=4e10, io_bytes=1e4, out_bytes=0, time={"cpu": 3e-6})
     cm = CostModel(model(measured), Cluster((CPU,)), throughput=1.0)
     assert cm.stage_time(0, 1, 0, 2) == pytest.approx(3e-6 + 1e4 * 0.5 * (1 / 1e9 - 1 / 1e10))
     assert cm.stage_time(0, 1, 0, 4) == pytest.approx(3e-6)

@@ -4,17 +4,18 @@ in the one cost model; a one-stage plan may run on any type."""
 import dataclasses
 
 import pytest
+from test_planning_schedulers import random_case
 
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import Cluster
 from heterps_paddle.planning.schedulers import make_scheduler
-from test_planning_schedulers import random_case
 
 
 def with_gpu_types(cluster):
     # half the types become GPUs, so the constraint removes real options
-    types = tuple(dataclasses.replace(t, kind="gpu" if i % 2 == 0 else "cpu")
-                  for i, t in enumerate(cluster.resource_types))
+    types = tuple(
+        dataclasses.replace(t, kind="gpu" if i % 2 == 0 else "cpu") for i, t in enumerate(cluster.resource_types)
+    )
     return Cluster(types, cluster.throughput)
 
 

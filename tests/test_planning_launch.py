@@ -8,40 +8,68 @@ import math
 import pytest
 
 from heterps_paddle.planning.cost_model import CostModel
-from heterps_paddle.planning.launch import (LAUNCH_ENV, HeterGroup, LaunchMismatchError, LaunchShape,
-                                            check_launch_matches, launch_arguments, launch_from_env)
+from heterps_paddle.planning.launch import (
+    LAUNCH_ENV,
+    HeterGroup,
+    LaunchMismatchError,
+    LaunchShape,
+    check_launch_matches,
+    launch_arguments,
+    launch_from_env,
+)
 from heterps_paddle.planning.launch_fit import THROUGHPUT_TIE, fit_to_launch
-from heterps_paddle.planning.model import (Cluster, LayerProfile, ModelProfile, PlanningInputError, ResourceType,
-                                           plan_from_dict)
+from heterps_paddle.planning.model import (
+    Cluster,
+    LayerProfile,
+    ModelProfile,
+    PlanningInputError,
+    ResourceType,
+    plan_from_dict,
+)
 
-HETER_ENV = {"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINERS_NUM": "2", "STAGE_NUM": "3",
-             "PADDLE_STAGE_TRAINERS_NUM": "[2, '1', '3']",
-             "PADDLE_PSERVERS_IP_PORT_LIST": "127.0.0.1:1,127.0.0.1:2"}
+HETER_ENV = {
+    "TRAINING_ROLE": "TRAINER",
+    "PADDLE_TRAINERS_NUM": "2",
+    "STAGE_NUM": "3",
+    "PADDLE_STAGE_TRAINERS_NUM": "[2, '1', '3']",
+    "PADDLE_PSERVERS_IP_PORT_LIST": "127.0.0.1:1,127.0.0.1:2",
+}
 
 
 def test_launch_from_env_reads_counts_and_only_told_devices():
     shape = launch_from_env(HETER_ENV)
     assert shape == LaunchShape(2, (HeterGroup(1, None), HeterGroup(3, None)), servers=2)
-    told = {**HETER_ENV, LAUNCH_ENV: json.dumps({"worker_num": 2, "heter_worker_num": [1, 3],
-                                                 "heter_devices": ["gpu", "cpu"]})}
+    told = {
+        **HETER_ENV,
+        LAUNCH_ENV: json.dumps({"worker_num": 2, "heter_worker_num": [1, 3], "heter_devices": ["gpu", "cpu"]}),
+    }
     assert [g.device for g in launch_from_env(told).heter] == ["gpu", "cpu"]
     # a description that disagrees with what Paddle started is not trusted
-    wrong = {**told, LAUNCH_ENV: json.dumps({"worker_num": 2, "heter_worker_num": [1, 1], "heter_devices": ["gpu", "gpu"]})}
+    wrong = {
+        **told,
+        LAUNCH_ENV: json.dumps({"worker_num": 2, "heter_worker_num": [1, 1], "heter_devices": ["gpu", "gpu"]}),
+    }
     assert [g.device for g in launch_from_env(wrong).heter] == [None, None]
     assert launch_from_env({"TRAINING_ROLE": "PSERVER"}) is None  # servers are not told the stages
     assert launch_from_env({}) is None
     assert launch_from_env({"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINERS_NUM": "3"}) == LaunchShape(3)
 
 
-STAGES3 = [{"resource": "cpu_16", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
-           {"resource": "gpu_a100", "kind": "gpu", "layers": ["fc_0"], "units": 1},
-           {"resource": "cpu_64", "kind": "cpu", "layers": ["fc_1", "fc_2"], "units": 3}]
+STAGES3 = [
+    {"resource": "cpu_16", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
+    {"resource": "gpu_a100", "kind": "gpu", "layers": ["fc_0"], "units": 1},
+    {"resource": "cpu_64", "kind": "cpu", "layers": ["fc_1", "fc_2"], "units": 3},
+]
 
 
 def test_launch_arguments_follow_the_plan():
     plan = plan_from_dict({"format": 1, "feasible": True, "stages": STAGES3})
     assert launch_arguments(plan, 1, gpu_available=False) == [
-        "--server_num=1", "--worker_num=2", "--heter_worker_num=1;3", "--heter_devices=cpu;cpu"]
+        "--server_num=1",
+        "--worker_num=2",
+        "--heter_worker_num=1;3",
+        "--heter_devices=cpu;cpu",
+    ]
     assert launch_arguments(plan, 2, gpu_available=True)[-1] == "--heter_devices=gpu;cpu"
 
 
@@ -59,11 +87,15 @@ def test_saved_plan_against_the_launch_names_what_it_expects():
 def test_plan_stage_kind_comes_from_the_plan_or_the_cluster_never_from_the_name():
     with pytest.raises(PlanningInputError, match=r"stages\[0\].kind: missing"):
         plan_from_dict({"format": 1, "feasible": True, "stages": [{"resource": "gpu_x", "layers": ["a"], "units": 1}]})
-    plan = plan_from_dict({"format": 1, "feasible": True, "stages": [{"resource": "gpu_x", "layers": ["a"], "units": 1}]},
-                          kinds={"gpu_x": "cpu"})
+    plan = plan_from_dict(
+        {"format": 1, "feasible": True, "stages": [{"resource": "gpu_x", "layers": ["a"], "units": 1}]},
+        kinds={"gpu_x": "cpu"},
+    )
     assert plan.stages[0].kind == "cpu"
     with pytest.raises(PlanningInputError, match="already placed"):
-        plan_from_dict({"format": 1, "feasible": True, "stages": [STAGES3[0], {**STAGES3[1], "layers": ["embedding_0"]}]})
+        plan_from_dict(
+            {"format": 1, "feasible": True, "stages": [STAGES3[0], {**STAGES3[1], "layers": ["embedding_0"]}]}
+        )
 
 
 # ----------------------------------------------------------------------------------------------- the fit
@@ -71,9 +103,22 @@ def test_plan_stage_kind_comes_from_the_plan_or_the_cluster_never_from_the_name(
 
 def profile(times_cpu, times_gpu, names=None):
     names = names or [f"l{i}" for i in range(len(times_cpu))]
-    return ModelProfile("m", 256, tuple(
-        LayerProfile(n, "sparse" if i == 0 else "dense", flops=1e6, param_bytes=1e3, io_bytes=0, out_bytes=0,
-                     time={"cpu": c, "gpu": g}) for i, (n, c, g) in enumerate(zip(names, times_cpu, times_gpu))))
+    return ModelProfile(
+        "m",
+        256,
+        tuple(
+            LayerProfile(
+                n,
+                "sparse" if i == 0 else "dense",
+                flops=1e6,
+                param_bytes=1e3,
+                io_bytes=0,
+                out_bytes=0,
+                time={"cpu": c, "gpu": g},
+            )
+            for i, (n, c, g) in enumerate(zip(names, times_cpu, times_gpu))
+        ),
+    )
 
 
 def cluster(cpu_price=1.0, gpu_price=3.0):
@@ -97,8 +142,9 @@ def brute_force(prof, clus, launch, target):
         for cuts in itertools.combinations(range(1, n), launch.num_stages - 1):
             bounds = [0, *cuts, n]
             rate = min(u / cm.stage_time(bounds[s], bounds[s + 1], types[s], u) for s, u in enumerate(units))
-            options.append((rate, sum(u * clus.resource_types[t].price_per_hour for u, t in zip(units, types)),
-                            launch.num_stages))
+            options.append(
+                (rate, sum(u * clus.resource_types[t].price_per_hour for u, t in zip(units, types)), launch.num_stages)
+            )
     return options
 
 
@@ -141,8 +187,9 @@ def test_device_of_a_heterogeneous_group_limits_its_types():
     prof = profile([1e-5, 8e-3], [5e-5, 1e-5])
     on_cpu = fit_to_launch(prof, cluster(), LaunchShape(1, (HeterGroup(1, "cpu"),)), target=10_000.0)
     assert on_cpu.split.plan.stages[1].resource == "cpu"  # a cpu group cannot be the gpu type...
-    stand_in = fit_to_launch(prof, cluster(), LaunchShape(1, (HeterGroup(1, "cpu"),)), target=10_000.0,
-                             stand_in_gpu=True)
+    stand_in = fit_to_launch(
+        prof, cluster(), LaunchShape(1, (HeterGroup(1, "cpu"),)), target=10_000.0, stand_in_gpu=True
+    )
     assert stand_in.chosen.plan.stages[1].resource == "gpu"  # ...unless this machine's cores stand in for it
 
 

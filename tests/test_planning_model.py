@@ -6,18 +6,62 @@ import math
 import pytest
 import yaml
 
-from heterps_paddle.planning.model import (Plan, PlanningInputError, Stage, load_cluster, load_model_profile,
-                                           load_plan, model_profile_from_dict, model_profile_to_dict, save_plan)
+from heterps_paddle.planning.model import (
+    Plan,
+    PlanningInputError,
+    Stage,
+    load_cluster,
+    load_model_profile,
+    load_plan,
+    model_profile_from_dict,
+    model_profile_to_dict,
+    save_plan,
+)
 
-PROFILE = {"format": 1, "name": "ctr", "batch_size": 512, "layers": [
-    {"name": "embedding", "kind": "sparse", "flops": 0, "param_bytes": 2.1e9, "io_bytes": 832, "out_bytes": 104,
-     "time": {"cpu_16": 2.0e-6}},
-    {"name": "fc_0", "kind": "dense", "flops": 1.0e6, "param_bytes": 4.0e6, "out_bytes": 16}]}
-CLUSTER = {"format": 1, "throughput": 200000, "resource_types": [
-    {"name": "cpu_16", "kind": "cpu", "price_per_hour": 0.68, "max_units": 64, "flops": 5e11, "mem_bw": 6e10,
-     "memory": 1.28e11, "net_bw": 3.1e9, "ssd_bw": 2e9},
-    {"name": "gpu", "kind": "gpu", "price_per_hour": 3.0, "max_units": 8, "flops": 5e13, "mem_bw": 9e11,
-     "memory": 1.6e10, "net_bw": 1.25e9}]}
+PROFILE = {
+    "format": 1,
+    "name": "ctr",
+    "batch_size": 512,
+    "layers": [
+        {
+            "name": "embedding",
+            "kind": "sparse",
+            "flops": 0,
+            "param_bytes": 2.1e9,
+            "io_bytes": 832,
+            "out_bytes": 104,
+            "time": {"cpu_16": 2.0e-6},
+        },
+        {"name": "fc_0", "kind": "dense", "flops": 1.0e6, "param_bytes": 4.0e6, "out_bytes": 16},
+    ],
+}
+CLUSTER = {
+    "format": 1,
+    "throughput": 200000,
+    "resource_types": [
+        {
+            "name": "cpu_16",
+            "kind": "cpu",
+            "price_per_hour": 0.68,
+            "max_units": 64,
+            "flops": 5e11,
+            "mem_bw": 6e10,
+            "memory": 1.28e11,
+            "net_bw": 3.1e9,
+            "ssd_bw": 2e9,
+        },
+        {
+            "name": "gpu",
+            "kind": "gpu",
+            "price_per_hour": 3.0,
+            "max_units": 8,
+            "flops": 5e13,
+            "mem_bw": 9e11,
+            "memory": 1.6e10,
+            "net_bw": 1.25e9,
+        },
+    ],
+}
 
 
 def write(tmp_path, name, document, as_json=False):
@@ -51,30 +95,55 @@ def mutated(document, path, value, delete=False):
     return copy
 
 
-@pytest.mark.parametrize("document,loader,key,reason", [
-    (mutated(PROFILE, ["layers", 0, "flopz"], 1), load_model_profile, "layers[0].flopz", "unknown key"),
-    (mutated(PROFILE, ["layers", 1, "out_bytes"], None, delete=True), load_model_profile, "layers[1].out_bytes",
-     "missing required key"),
-    (mutated(PROFILE, ["layers", 0, "param_bytes"], -1), load_model_profile, "layers[0].param_bytes", "negative"),
-    (mutated(PROFILE, ["layers", 0, "time", "cpu_16"], float("nan")), load_model_profile, "layers[0].time.cpu_16",
-     "finite"),
-    (mutated(PROFILE, ["layers", 1, "kind"], "conv"), load_model_profile, "layers[1].kind", "one of"),
-    (mutated(PROFILE, ["layers", 1, "name"], "embedding"), load_model_profile, "layers[1].name", "duplicate"),
-    (mutated(PROFILE, ["format"], 2), load_model_profile, "format", "unsupported"),
-    (mutated(PROFILE, ["batch_size"], 0), load_model_profile, "batch_size", ">= 1"),
-    (mutated(CLUSTER, ["resource_types", 0, "max_units"], 2.5), load_cluster, "resource_types[0].max_units",
-     "integer"),
-    (mutated(CLUSTER, ["resource_types", 1, "flops"], 0), load_cluster, "resource_types[1].flops", "positive"),
-    (mutated(CLUSTER, ["resource_types", 1, "memory"], float("inf")), load_cluster, "resource_types[1].memory",
-     "finite"),
-    (mutated(CLUSTER, ["resource_types", 1, "price_per_hour"], True), load_cluster,
-     "resource_types[1].price_per_hour", "number"),
-    (mutated(CLUSTER, ["extra"], 1), load_cluster, "extra", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "document,loader,key,reason",
+    [
+        (mutated(PROFILE, ["layers", 0, "flopz"], 1), load_model_profile, "layers[0].flopz", "unknown key"),
+        (
+            mutated(PROFILE, ["layers", 1, "out_bytes"], None, delete=True),
+            load_model_profile,
+            "layers[1].out_bytes",
+            "missing required key",
+        ),
+        (mutated(PROFILE, ["layers", 0, "param_bytes"], -1), load_model_profile, "layers[0].param_bytes", "negative"),
+        (
+            mutated(PROFILE, ["layers", 0, "time", "cpu_16"], float("nan")),
+            load_model_profile,
+            "layers[0].time.cpu_16",
+            "finite",
+        ),
+        (mutated(PROFILE, ["layers", 1, "kind"], "conv"), load_model_profile, "layers[1].kind", "one of"),
+        (mutated(PROFILE, ["layers", 1, "name"], "embedding"), load_model_profile, "layers[1].name", "duplicate"),
+        (mutated(PROFILE, ["format"], 2), load_model_profile, "format", "unsupported"),
+        (mutated(PROFILE, ["batch_size"], 0), load_model_profile, "batch_size", ">= 1"),
+        (
+            mutated(CLUSTER, ["resource_types", 0, "max_units"], 2.5),
+            load_cluster,
+            "resource_types[0].max_units",
+            "integer",
+        ),
+        (mutated(CLUSTER, ["resource_types", 1, "flops"], 0), load_cluster, "resource_types[1].flops", "positive"),
+        (
+            mutated(CLUSTER, ["resource_types", 1, "memory"], float("inf")),
+            load_cluster,
+            "resource_types[1].memory",
+            "finite",
+        ),
+        (
+            mutated(CLUSTER, ["resource_types", 1, "price_per_hour"], True),
+            load_cluster,
+            "resource_types[1].price_per_hour",
+            "number",
+        ),
+        (mutated(CLUSTER, ["extra"], 1), load_cluster, "extra", "unknown key"),
+    ],
+)
 def test_invalid_inputs_name_file_key_and_reason(tmp_path, document, loader, key, reason):
-    path = write(tmp_path, "bad.json", document, as_json=True) if any(
-        isinstance(v, float) and not math.isfinite(v) for v in _numbers(document)) else write(
-        tmp_path, "bad.yaml", document)
+    path = (
+        write(tmp_path, "bad.json", document, as_json=True)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in _numbers(document))
+        else write(tmp_path, "bad.yaml", document)
+    )
     with pytest.raises(PlanningInputError) as error:
         loader(path)
     message = str(error.value)
@@ -102,11 +171,22 @@ def test_missing_file_and_unparsable_file(tmp_path):
 
 
 def test_plan_json_round_trip(tmp_path):
-    plan = Plan(scheduler="exact", model="ctr", feasible=True, assignment={"embedding": "cpu_16", "fc_0": "gpu"},
-                stages=(Stage("cpu_16", "cpu", ("embedding",), 3, 1.4e-5, 214285.7),
-                        Stage("gpu", "gpu", ("fc_0",), 1, 1e-6, 1e6)),
-                throughput=214285.7, cost_per_hour=5.04, cost_per_million_samples=0.007, search_seconds=0.01,
-                evaluations=12, required_throughput=200000.0)
+    plan = Plan(
+        scheduler="exact",
+        model="ctr",
+        feasible=True,
+        assignment={"embedding": "cpu_16", "fc_0": "gpu"},
+        stages=(
+            Stage("cpu_16", "cpu", ("embedding",), 3, 1.4e-5, 214285.7),
+            Stage("gpu", "gpu", ("fc_0",), 1, 1e-6, 1e6),
+        ),
+        throughput=214285.7,
+        cost_per_hour=5.04,
+        cost_per_million_samples=0.007,
+        search_seconds=0.01,
+        evaluations=12,
+        required_throughput=200000.0,
+    )
     path = str(tmp_path / "plan.json")
     save_plan(plan, path)
     assert load_plan(path) == plan

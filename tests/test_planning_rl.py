@@ -12,8 +12,14 @@ from heterps_paddle.planning.cost_model import CostModel  # noqa: E402
 from heterps_paddle.planning.schedulers import brute, exact, make_scheduler  # noqa: E402
 
 # (seed, layers, types, binding limit): small but not trivial, a third with the shared limit binding.
-SUITE = [(11, 6, 3, False), (12, 8, 4, True), (13, 10, 5, False), (14, 12, 3, True), (15, 9, 4, False),
-         (16, 12, 5, False)]
+SUITE = [
+    (11, 6, 3, False),
+    (12, 8, 4, True),
+    (13, 10, 5, False),
+    (14, 12, 3, True),
+    (15, 9, 4, False),
+    (16, 12, 5, False),
+]
 RL_OPTIONS = {"restarts": 3, "iterations": 80}  # fewer than the defaults: small models, fast tests
 
 
@@ -43,8 +49,10 @@ def test_rl_is_near_optimal_on_the_fixed_suite(monkeypatch):
 
 def test_rl_is_reproducible_with_a_seed():
     workload = workloads()[1]
-    plans = [make_scheduler("rl", seed=3, restarts=2, iterations=40).plan(
-        CostModel(workload.profile, workload.cluster)) for _ in range(2)]
+    plans = [
+        make_scheduler("rl", seed=3, restarts=2, iterations=40).plan(CostModel(workload.profile, workload.cluster))
+        for _ in range(2)
+    ]
     assert plans[0].assignment == plans[1].assignment
     assert plans[0].refined_from_cost == plans[1].refined_from_cost
     assert plans[0].evaluations == plans[1].evaluations

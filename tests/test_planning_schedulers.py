@@ -18,20 +18,41 @@ def random_case(seed, n=None, T=None, time_scale=-9.0):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 8)) if n is None else n
     T = int(rng.integers(2, 4)) if T is None else T
-    types = [ResourceType(f"t{i}", "cpu", float(rng.uniform(0.5, 3)), int(rng.integers(1, 8)), 1e12, 1e11,
-                          float(rng.choice([1e9, 5e9, 1e11])), 1e9, float(rng.choice([0, 1e9]))) for i in range(T)]
-    layers = [LayerProfile(f"l{i}", str(rng.choice(["sparse", "dense"])), 1e6, float(rng.choice([0, 1e8, 3e9])),
-                           float(rng.choice([0, 1e3])), float(rng.uniform(0, 1e4)),
-                           {f"t{t}": float(rng.lognormal(time_scale, 1)) for t in range(T) if rng.random() < 0.9})
-              for i in range(n)]
+    types = [
+        ResourceType(
+            f"t{i}",
+            "cpu",
+            float(rng.uniform(0.5, 3)),
+            int(rng.integers(1, 8)),
+            1e12,
+            1e11,
+            float(rng.choice([1e9, 5e9, 1e11])),
+            1e9,
+            float(rng.choice([0, 1e9])),
+        )
+        for i in range(T)
+    ]
+    layers = [
+        LayerProfile(
+            f"l{i}",
+            str(rng.choice(["sparse", "dense"])),
+            1e6,
+            float(rng.choice([0, 1e8, 3e9])),
+            float(rng.choice([0, 1e3])),
+            float(rng.uniform(0, 1e4)),
+            {f"t{t}": float(rng.lognormal(time_scale, 1)) for t in range(T) if rng.random() < 0.9},
+        )
+        for i in range(n)
+    ]
     return ModelProfile("random", 512, tuple(layers)), Cluster(tuple(types), float(rng.uniform(1e3, 3e4)))
 
 
 def test_exact_matches_brute_force_on_random_small_cases(monkeypatch):
     milp_calls = []
     original = exact_module.ExactScheduler._milp
-    monkeypatch.setattr(exact_module.ExactScheduler, "_milp",
-                        lambda self, *args: milp_calls.append(1) or original(self, *args))
+    monkeypatch.setattr(
+        exact_module.ExactScheduler, "_milp", lambda self, *args: milp_calls.append(1) or original(self, *args)
+    )
     feasible = 0
     for seed in range(200):
         profile, cluster = random_case(seed)
@@ -51,9 +72,11 @@ def test_shared_limit_binds_and_exact_pays_for_it():
     # Cheap type "a" is best for layers 0 and 2, "b" for layer 1; two "a" stages need 2+2 units but a has 3.
     a = ResourceType("a", "gpu", 1.0, 3, flops=1e12, mem_bw=1e12, memory=1e12, net_bw=1e12)
     b = ResourceType("b", "cpu", 1.5, 10, flops=1e12, mem_bw=1e12, memory=1e12, net_bw=1e12)
-    layers = (LayerProfile("x", "sparse", 0, 0, 0, 0, {"a": 1.5e-5, "b": 1e-3}),
-              LayerProfile("y", "sparse", 0, 0, 0, 0, {"a": 1e-3, "b": 1e-6}),
-              LayerProfile("z", "sparse", 0, 0, 0, 0, {"a": 1.5e-5, "b": 3e-5}))
+    layers = (
+        LayerProfile("x", "sparse", 0, 0, 0, 0, {"a": 1.5e-5, "b": 1e-3}),
+        LayerProfile("y", "sparse", 0, 0, 0, 0, {"a": 1e-3, "b": 1e-6}),
+        LayerProfile("z", "sparse", 0, 0, 0, 0, {"a": 1.5e-5, "b": 3e-5}),
+    )
     cm = CostModel(ModelProfile("m", 1, layers), Cluster((a, b)), throughput=1e5)
     assert not cm.evaluate([0, 1, 0]).feasible  # the unlimited optimum
     plan = make_scheduler("exact").plan(cm)
@@ -65,8 +88,9 @@ def test_shared_limit_binds_and_exact_pays_for_it():
 def test_exact_is_fast_on_the_largest_workloads(monkeypatch):
     milp_calls = []
     original = exact_module.ExactScheduler._milp
-    monkeypatch.setattr(exact_module.ExactScheduler, "_milp",
-                        lambda self, *args: milp_calls.append(1) or original(self, *args))
+    monkeypatch.setattr(
+        exact_module.ExactScheduler, "_milp", lambda self, *args: milp_calls.append(1) or original(self, *args)
+    )
     cases = [(w.profile, w.cluster) for w in workload_suite(2)]  # 64 x 16, the second with a binding limit
     cases.append(random_case(5, n=64, T=16, time_scale=-11.0))  # 64 x 16 where the shared limits bind
     for profile, cluster in cases:
@@ -114,7 +138,7 @@ def test_batch_evaluation_agrees_with_evaluate():
         rng = np.random.default_rng(0)
         samples = rng.integers(0, cm.num_types, (60, cm.num_layers))
         samples[:20] = samples[:20, :1]  # single-type plans, and runs
-        samples[20:40] = np.repeat(samples[20:40, ::4], 4, axis=1)[:, :cm.num_layers]  # runs of four
+        samples[20:40] = np.repeat(samples[20:40, ::4], 4, axis=1)[:, : cm.num_layers]  # runs of four
         batch = cm.evaluate_batch(samples)
         for k, assignment in enumerate(samples):
             one = cm.evaluate(assignment)

@@ -35,8 +35,10 @@ def build(optimizer=True):
 
 def feed(seed=0):
     rng = np.random.default_rng(seed)
-    out = {"dense": rng.random((BATCH, 4), dtype=np.float32),
-           "label": rng.integers(0, 2, (BATCH, 1)).astype(np.float32)}
+    out = {
+        "dense": rng.random((BATCH, 4), dtype=np.float32),
+        "label": rng.integers(0, 2, (BATCH, 1)).astype(np.float32),
+    }
     for i in range(SLOTS):
         ids = rng.integers(0, VOCAB, (BATCH, 1)).astype(np.int64)
         out[f"slot{i}"] = paddle.base.create_lod_tensor(ids, [[1] * BATCH], paddle.CPUPlace())
@@ -67,8 +69,9 @@ def test_grouping_and_sizes():
 def test_profile_program_measures_every_layer():
     main, startup, loss = build()
     serial_before = paddle.get_flags(["FLAGS_new_executor_serial_run"])
-    report = profile_program(main, startup, feed(), BATCH, fetch_list=[loss], name="tiny", time_key="local_cpu",
-                             steps=2, timing_steps=3)
+    report = profile_program(
+        main, startup, feed(), BATCH, fetch_list=[loss], name="tiny", time_key="local_cpu", steps=2, timing_steps=3
+    )
     profile = report.profile
     assert [layer.name for layer in profile.layers] == ["embedding_0", "fc_0", "fc_1"]
     assert all(layer.time["local_cpu"] > 0 for layer in profile.layers)
@@ -76,8 +79,10 @@ def test_profile_program_measures_every_layer():
     assert paddle.get_flags(["FLAGS_new_executor_serial_run"]) == serial_before  # the job gets its threads back
 
 
-@pytest.mark.skipif(not os.environ.get("HETERPS_SLOW_TESTS"),
-                    reason="timing check; set HETERPS_SLOW_TESTS=1 (noisy on a shared machine)")
+@pytest.mark.skipif(
+    not os.environ.get("HETERPS_SLOW_TESTS"),
+    reason="timing check; set HETERPS_SLOW_TESTS=1 (noisy on a shared machine)",
+)
 def test_summed_layer_times_predict_the_step_time_within_20_percent():
     from heterps_paddle.program.profiler import profile_example
 

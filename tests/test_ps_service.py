@@ -13,8 +13,11 @@ from heterps_paddle.measure import ps_service  # noqa: E402
 
 def _cached_files(root):
     folder = os.path.join(root, "measurements")
-    return [os.path.join(folder, n) for n in os.listdir(folder) if n.startswith("ps_service-")] \
-        if os.path.isdir(folder) else []
+    return (
+        [os.path.join(folder, n) for n in os.listdir(folder) if n.startswith("ps_service-")]
+        if os.path.isdir(folder)
+        else []
+    )
 
 
 def test_probe_measures_server_work_and_caches_it(tmp_path, monkeypatch):
@@ -23,7 +26,8 @@ def test_probe_measures_server_work_and_caches_it(tmp_path, monkeypatch):
     # the launched run does the local run's work plus pulls/pushes through a server process
     assert cost.ps_sample_seconds > cost.local_sample_seconds > 0
     assert cost.row_seconds == pytest.approx(
-        (cost.ps_sample_seconds - cost.local_sample_seconds) / cost.ids_per_sample, rel=1e-9)
+        (cost.ps_sample_seconds - cost.local_sample_seconds) / cost.ids_per_sample, rel=1e-9
+    )
     assert 1e-8 < cost.row_seconds < 1e-4, cost  # between 0.01 us and 100 us of CPU per row
     cached = _cached_files(tmp_path)
     assert len(cached) == 1 and json.load(open(cached[0]))["value"]["row_seconds"] == cost.row_seconds
@@ -77,8 +81,15 @@ def _small_job():
 def test_profile_adds_the_servers_cost_to_local_cpu_sparse_layers_only(monkeypatch):
     from heterps_paddle.program import job_profile
 
-    cost = ps_service.PsServiceCost(row_seconds=2e-6, local_sample_seconds=1e-5, ps_sample_seconds=6.2e-5,
-                                    ids_per_sample=26, dim=9, samples=1, paddle_version="x")
+    cost = ps_service.PsServiceCost(
+        row_seconds=2e-6,
+        local_sample_seconds=1e-5,
+        ps_sample_seconds=6.2e-5,
+        ids_per_sample=26,
+        dim=9,
+        samples=1,
+        paddle_version="x",
+    )
     monkeypatch.setattr(job_profile, "ps_row_cost", lambda: cost)
     loss, startup, optimizer = _small_job()
     job = job_profile.measure_job(loss, startup, optimizer, 64, 0, ["local_cpu", "local_gpu"])

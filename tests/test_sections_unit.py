@@ -10,9 +10,11 @@ import pytest
 
 from heterps_paddle.planning.model import PlanningInputError, plan_from_dict
 
-STAGES3 = [{"resource": "cpu_16", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
-           {"resource": "gpu_a100", "kind": "gpu", "layers": ["fc_0"], "units": 1},
-           {"resource": "cpu_64", "kind": "cpu", "layers": ["fc_1", "fc_2"], "units": 3}]
+STAGES3 = [
+    {"resource": "cpu_16", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
+    {"resource": "gpu_a100", "kind": "gpu", "layers": ["fc_0"], "units": 1},
+    {"resource": "cpu_64", "kind": "cpu", "layers": ["fc_1", "fc_2"], "units": 3},
+]
 
 
 def _write(tmp_path, obj, name="plan.json"):
@@ -23,18 +25,33 @@ def _write(tmp_path, obj, name="plan.json"):
 
 def test_launch_args_command(tmp_path):
     path = _write(tmp_path, {"format": 1, "feasible": True, "stages": STAGES3})
-    run = subprocess.run([sys.executable, "-m", "heterps_paddle", "launch-args", path, "--devices", "plan",
-                          "--server-num", "2"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "heterps_paddle", "launch-args", path, "--devices", "plan", "--server-num", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["--server_num=2", "--worker_num=2", "--heter_worker_num=1;3",
-                                  "--heter_devices=gpu;cpu"]
-    bad = subprocess.run([sys.executable, "-m", "heterps_paddle", "launch-args", str(tmp_path / "nope.json")],
-                         capture_output=True, text=True, timeout=120)
+    assert run.stdout.split() == [
+        "--server_num=2",
+        "--worker_num=2",
+        "--heter_worker_num=1;3",
+        "--heter_devices=gpu;cpu",
+    ]
+    bad = subprocess.run(
+        [sys.executable, "-m", "heterps_paddle", "launch-args", str(tmp_path / "nope.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "does not exist" in bad.stderr
-    gpu_first = _write(tmp_path, {"format": 1, "feasible": True, "stages": [{**STAGES3[1], "layers": ["a"]},
-                                                                          {**STAGES3[0], "layers": ["b"]}]})
-    refused = subprocess.run([sys.executable, "-m", "heterps_paddle", "launch-args", gpu_first],
-                             capture_output=True, text=True, timeout=120)
+    gpu_first = _write(
+        tmp_path,
+        {"format": 1, "feasible": True, "stages": [{**STAGES3[1], "layers": ["a"]}, {**STAGES3[0], "layers": ["b"]}]},
+    )
+    refused = subprocess.run(
+        [sys.executable, "-m", "heterps_paddle", "launch-args", gpu_first], capture_output=True, text=True, timeout=120
+    )
     assert refused.returncode == 2 and "must be a cpu stage" in refused.stderr
 
 
@@ -74,7 +91,9 @@ def test_tags_survive_backward_and_paddle_cuts_2n_minus_1_runs(tmp_path, stages)
 
 def test_plan_must_name_the_programs_layers(tmp_path):
     bad = [STAGES3[0], {**STAGES3[1], "layers": ["fc_0", "fc_9"]}]
-    with pytest.raises(PlanningInputError, match=r"not placed by the plan: \['fc_1', 'fc_2'\].*not in the program: \['fc_9'\]"):
+    with pytest.raises(
+        PlanningInputError, match=r"not placed by the plan: \['fc_1', 'fc_2'\].*not in the program: \['fc_9'\]"
+    ):
         _ctr_program(bad, tmp_path)
 
 
@@ -105,8 +124,11 @@ def test_paddle_remove_var_pair_bug_is_still_there_and_fixed():
 
     def attrs():
         pairs = [[(Merged("w"), Merged("w@GRAD")), (Merged("b"), Merged("b@GRAD"))]]
-        return {"merged_variables_pairs": [list(p) for p in pairs], "merged_dense_pairs": [list(p) for p in pairs],
-                "merged_sparse_pairs": [[]]}
+        return {
+            "merged_variables_pairs": [list(p) for p in pairs],
+            "merged_dense_pairs": [list(p) for p in pairs],
+            "merged_sparse_pairs": [[]],
+        }
 
     with pytest.raises(AttributeError):
         SplitTrainerOpsPass()._remove_var_pair_by_grad("w@GRAD", attrs())
@@ -116,11 +138,13 @@ def test_paddle_remove_var_pair_bug_is_still_there_and_fixed():
 
 
 def test_seam_installs_the_fixed_builder_after_checking_paddle():
-    code = ("import paddle.distributed.fleet; from heterps_paddle.runtime import seam, heter_builder; "
-            "from paddle.distributed.ps.utils import ps_factory; assert seam.paddle_shape_problems() == []; "
-            "seam.install(); assert ps_factory.HeterAsyncPsProgramBuilder is heter_builder.FixedHeterProgramBuilder; "
-            "import inspect; src = inspect.getsource(ps_factory); "
-            "assert \"globals()['HeterAsyncPsProgramBuilder'](pass_ctx)\" in src; print('ok')")
+    code = (
+        "import paddle.distributed.fleet; from heterps_paddle.runtime import seam, heter_builder; "
+        "from paddle.distributed.ps.utils import ps_factory; assert seam.paddle_shape_problems() == []; "
+        "seam.install(); assert ps_factory.HeterAsyncPsProgramBuilder is heter_builder.FixedHeterProgramBuilder; "
+        "import inspect; src = inspect.getsource(ps_factory); "
+        "assert \"globals()['HeterAsyncPsProgramBuilder'](pass_ctx)\" in src; print('ok')"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
 
@@ -146,8 +170,13 @@ def test_watchdog_names_a_dead_and_a_missing_peer():
     closed.bind(("127.0.0.1", 0))
     ep_missing = f"127.0.0.1:{closed.getsockname()[1]}"
     closed.close()
-    dog = Watchdog([("stage 2 heterogeneous trainer 0", ep_live), ("stage 3 heterogeneous trainer 0", ep_missing)],
-                   me="stage 1 CPU trainer 0", startup_timeout=0.0, misses=2, on_fatal=lambda m: None)
+    dog = Watchdog(
+        [("stage 2 heterogeneous trainer 0", ep_live), ("stage 3 heterogeneous trainer 0", ep_missing)],
+        me="stage 1 CPU trainer 0",
+        startup_timeout=0.0,
+        misses=2,
+        on_fatal=lambda m: None,
+    )
     msg = dog.check_once()
     assert FATAL_TAG in msg and "stage 3 heterogeneous trainer 0 never started" in msg
     dog.startup_timeout = 1e9
@@ -194,7 +223,9 @@ def test_supervisor_tells_a_clean_end_from_a_failure():
     # a heterogeneous trainer that leaves by itself (unused, or done serving) is fine; so is everything that
     # Paddle's launcher stops after the trainers finished
     assert _supervisor({"worker": [_Proc(None)], "heter_worker": [_Proc(0)]}).check_once() is None
-    assert _supervisor({"worker": [_Proc(0)], "server": [_Proc(-15)], "heter_worker": [_Proc(-15)]}).check_once() is None
+    assert (
+        _supervisor({"worker": [_Proc(0)], "server": [_Proc(-15)], "heter_worker": [_Proc(-15)]}).check_once() is None
+    )
 
 
 def test_launch_options_split_from_paddles():
@@ -202,8 +233,13 @@ def test_launch_options_split_from_paddles():
 
     own, rest = split_own_options(["--timeout", "30", "--quiet", "--server_num=1", "--worker_num=2", "t.py", "--quiet"])
     assert own.timeout == 30 and own.quiet and rest == ["--server_num=1", "--worker_num=2", "t.py", "--quiet"]
-    args = paddle_arguments(["--server_num=1", "--worker_num=2", "--heter_worker_num=1;2", "--heter_devices=gpu;cpu",
-                             "t.py", "-x"])
+    args = paddle_arguments(
+        ["--server_num=1", "--worker_num=2", "--heter_worker_num=1;2", "--heter_devices=gpu;cpu", "t.py", "-x"]
+    )
     assert args.training_script == "t.py" and args.training_script_args == ["-x"]
-    assert launch_description(args) == {"worker_num": 2, "server_num": 1, "heter_worker_num": [1, 2],
-                                        "heter_devices": ["gpu", "cpu"]}
+    assert launch_description(args) == {
+        "worker_num": 2,
+        "server_num": 1,
+        "heter_worker_num": [1, 2],
+        "heter_devices": ["gpu", "cpu"],
+    }

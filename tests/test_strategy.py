@@ -1,27 +1,32 @@
-
 import pytest
-
 from conftest import run_python
+
 from heterps_paddle.fleet.strategy import CONFIG_KEYS, HeterPSConfigError, validate_heterps_configs
 
 
 def test_importing_the_package_does_not_import_paddle():
-    result = run_python("import sys, heterps_paddle, heterps_paddle.tools.cli; "
-                        "assert 'paddle' not in sys.modules, sorted(m for m in sys.modules if 'paddle' in m)")
+    result = run_python(
+        "import sys, heterps_paddle, heterps_paddle.tools.cli; "
+        "assert 'paddle' not in sys.modules, sorted(m for m in sys.modules if 'paddle' in m)"
+    )
     assert result.returncode == 0, result.stderr
 
 
 def test_fields_appear_on_fleet_strategy_whichever_is_imported_first():
-    for order in ("import heterps_paddle; import paddle.distributed.fleet as fleet",
-                  "import paddle.distributed.fleet as fleet; import heterps_paddle"):
-        result = run_python(order + "\ns = fleet.DistributedStrategy()\n"
-                            "assert s.heterps is False and s.heterps_configs['scheduler'] == 'rl'\n"
-                            "s.heterps = True; s.heterps_configs = {'throughput': 1000}\n"
-                            "import copy; c = copy.deepcopy(s)\n"
-                            "assert c.heterps is True and c.heterps_configs['throughput'] == 1000\n"
-                            "from paddle.distributed.fleet.base import meta_optimizer_factory as f\n"
-                            "assert 'HeterPSOptimizer' in f.meta_optimizer_names\n"
-                            "try:\n    s.heterps_typo = 1\nexcept TypeError as e:\n    print('REJECTED', e)\n")
+    for order in (
+        "import heterps_paddle; import paddle.distributed.fleet as fleet",
+        "import paddle.distributed.fleet as fleet; import heterps_paddle",
+    ):
+        result = run_python(
+            order + "\ns = fleet.DistributedStrategy()\n"
+            "assert s.heterps is False and s.heterps_configs['scheduler'] == 'rl'\n"
+            "s.heterps = True; s.heterps_configs = {'throughput': 1000}\n"
+            "import copy; c = copy.deepcopy(s)\n"
+            "assert c.heterps is True and c.heterps_configs['throughput'] == 1000\n"
+            "from paddle.distributed.fleet.base import meta_optimizer_factory as f\n"
+            "assert 'HeterPSOptimizer' in f.meta_optimizer_names\n"
+            "try:\n    s.heterps_typo = 1\nexcept TypeError as e:\n    print('REJECTED', e)\n"
+        )
         assert result.returncode == 0, result.stderr
         assert "REJECTED heterps_typo is not a attribute" in result.stdout
 
@@ -35,17 +40,20 @@ def test_unknown_key_names_key_value_and_allowed():
         assert key in msg
 
 
-@pytest.mark.parametrize("configs, words", [
-    ({"throughput": "fast"}, ["'throughput'", "int or float", "str 'fast'"]),
-    ({"throughput": True}, ["'throughput'", "bool True"]),
-    ({"throughput": -3}, ["'throughput'", "positive"]),
-    ({"throughput": float("nan")}, ["'throughput'", "positive"]),
-    ({"seed": 1.5}, ["'seed'", "int", "float 1.5"]),
-    ({"scheduler": "magic"}, ["'scheduler'", "rl, exact, brute, greedy, genetic", "'magic'"]),
-    ({"cluster": "/nonexistent/cluster.yaml"}, ["'cluster'", "/nonexistent/cluster.yaml", "does not exist"]),
-    ({"plan": 42}, ["'plan'", "str", "int 42"]),
-    ([("cluster", "x")], ["must be a dict", "list"]),
-])
+@pytest.mark.parametrize(
+    "configs, words",
+    [
+        ({"throughput": "fast"}, ["'throughput'", "int or float", "str 'fast'"]),
+        ({"throughput": True}, ["'throughput'", "bool True"]),
+        ({"throughput": -3}, ["'throughput'", "positive"]),
+        ({"throughput": float("nan")}, ["'throughput'", "positive"]),
+        ({"seed": 1.5}, ["'seed'", "int", "float 1.5"]),
+        ({"scheduler": "magic"}, ["'scheduler'", "rl, exact, brute, greedy, genetic", "'magic'"]),
+        ({"cluster": "/nonexistent/cluster.yaml"}, ["'cluster'", "/nonexistent/cluster.yaml", "does not exist"]),
+        ({"plan": 42}, ["'plan'", "str", "int 42"]),
+        ([("cluster", "x")], ["must be a dict", "list"]),
+    ],
+)
 def test_bad_values_name_key_given_and_allowed(configs, words):
     with pytest.raises(HeterPSConfigError) as err:
         validate_heterps_configs(configs)
@@ -70,7 +78,8 @@ def test_strategy_setters_validate():
         "s = fleet.DistributedStrategy()\n"
         "for bad in ('yes', 1):\n"
         "    try:\n        s.heterps = bad\n    except ValueError as e:\n        print('FLAG', e)\n"
-        "try:\n    s.heterps_configs = {'bogus': 1}\nexcept ValueError as e:\n    print('CONF', e)\n")
+        "try:\n    s.heterps_configs = {'bogus': 1}\nexcept ValueError as e:\n    print('CONF', e)\n"
+    )
     assert result.returncode == 0, result.stderr
     assert "FLAG strategy.heterps must be a bool (True or False), got str 'yes'" in result.stdout
     assert "FLAG strategy.heterps must be a bool (True or False), got int 1" in result.stdout
@@ -87,7 +96,8 @@ def test_heterps_on_a_collective_job_is_an_error():
         "loss = paddle.mean(paddle.static.nn.fc(x, 1))\n"
         "s = fleet.DistributedStrategy(); s.heterps = True\n"
         "opt = fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), s)\n"
-        "try:\n    opt.minimize(loss)\nexcept ValueError as e:\n    print('REFUSED', e)\n")
+        "try:\n    opt.minimize(loss)\nexcept ValueError as e:\n    print('REFUSED', e)\n"
+    )
     assert result.returncode == 0, result.stderr
     assert "REFUSED strategy.heterps = True needs a parameter-server job" in result.stdout
     assert "collective" in result.stdout

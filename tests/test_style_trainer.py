@@ -24,11 +24,15 @@ from heterps_paddle.tools.jobs import launch
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "paddlerec_style_trainer.py")
 AUC_LINE = re.compile(r"Epoch (\d+) Var auc\[1\]:\[([0-9.]+)\]|auc\[1\]:\[([0-9.]+)\]")
 PLANS = {
-    "two": [{"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 1},
-            {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1}],
-    "three": [{"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 1},
-              {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0"], "units": 1},
-              {"resource": "local_cpu", "kind": "cpu", "layers": ["fc_1", "fc_2"], "units": 1}],
+    "two": [
+        {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 1},
+        {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
+    ],
+    "three": [
+        {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 1},
+        {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0"], "units": 1},
+        {"resource": "local_cpu", "kind": "cpu", "layers": ["fc_1", "fc_2"], "units": 1},
+    ],
 }
 
 

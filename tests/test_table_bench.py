@@ -8,13 +8,36 @@ import native_ops  # noqa: E402  (builds the native libraries in a source checko
 
 
 def test_bench_table_json(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "heterps_paddle", "bench", "table", "--json", "--dims", "8,16",
-                          "--rows", "20000", "--batch", "4096", "--batches", "3", "--ssd-dir", str(tmp_path / "ssd")],
-                         cwd=tmp_path, env=native_ops.package_env(), capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "heterps_paddle",
+            "bench",
+            "table",
+            "--json",
+            "--dims",
+            "8,16",
+            "--rows",
+            "20000",
+            "--batch",
+            "4096",
+            "--batches",
+            "3",
+            "--ssd-dir",
+            str(tmp_path / "ssd"),
+        ],
+        cwd=tmp_path,
+        env=native_ops.package_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
     assert {(r["dim"], r["dist"], r["mode"]) for r in report["results"]} == {
-        (d, dist, mode) for d in (8, 16) for dist in ("zipf", "uniform") for mode in ("memory", "ssd")}
+        (d, dist, mode) for d in (8, 16) for dist in ("zipf", "uniform") for mode in ("memory", "ssd")
+    }
     for r in report["results"]:
         assert r["pull_rows_per_s"] > 0 and r["push_rows_per_s"] > 0 and r["spill_errors"] == 0
         if r["mode"] == "ssd":  # the SSD tier really was in use

@@ -10,13 +10,12 @@ import threading
 import zlib
 from pathlib import Path
 
+import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
 import numpy as np
 import pytest
 
-import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
-
-from heterps_paddle.table import sparse_table as st  # noqa: E402
 from heterps_paddle.errors import HeterPSError  # noqa: E402
+from heterps_paddle.table import sparse_table as st  # noqa: E402
 from heterps_paddle.table.sparse_table import SparseTable, SparseTableError  # noqa: E402
 
 M64 = (1 << 64) - 1
@@ -51,7 +50,7 @@ class Model:
         state = {"sgd": 0, "adagrad": d, "adam": 2 * d + 2}[self.opt]
         row = np.concatenate([w, np.zeros(state, np.float32)])
         if self.opt == "adam":
-            row[3 * d:] = 1.0
+            row[3 * d :] = 1.0
         return row
 
     def row(self, key):
@@ -73,11 +72,11 @@ class Model:
             if self.opt == "sgd":
                 w -= self.lr * g
             elif self.opt == "adagrad":
-                acc = row[d:2 * d]
+                acc = row[d : 2 * d]
                 acc += g * g
                 w -= self.lr * g / (np.sqrt(acc) + self.eps)
             else:
-                m, v, pw = row[d:2 * d], row[2 * d:3 * d], row[3 * d:]
+                m, v, pw = row[d : 2 * d], row[2 * d : 3 * d], row[3 * d :]
                 pw[0] *= self.b1
                 pw[1] *= self.b2
                 c1, c2 = np.float32(1) - pw[0], np.float32(1) - pw[1]
@@ -100,8 +99,17 @@ def test_differential_against_python_model(tmp_path, optimizer, eviction):
     dim, seed, keyspace = 5, 1234, 3000
     stride = dim + {"sgd": 0, "adagrad": dim, "adam": 2 * dim + 2}[optimizer]
     budget = 300 * (stride * 4 + 32)  # ~300 resident rows out of up to 3000: the SSD tier is busy
-    kwargs = dict(dim=dim, optimizer=optimizer, lr=0.05, seed=seed, eviction=eviction, shards=4,
-                  memory_budget_bytes=budget, ssd_dir=str(tmp_path / "ssd"), init_range=0.1)
+    kwargs = dict(
+        dim=dim,
+        optimizer=optimizer,
+        lr=0.05,
+        seed=seed,
+        eviction=eviction,
+        shards=4,
+        memory_budget_bytes=budget,
+        ssd_dir=str(tmp_path / "ssd"),
+        init_range=0.1,
+    )
     table = SparseTable(name=_name("diff"), **kwargs)
     model = Model(dim, optimizer, 0.05, seed, init_range=0.1)
     for step in range(50):
@@ -137,10 +145,18 @@ def test_init_is_the_same_in_another_process(tmp_path):
     ids = [0, 1, -7, 2**62, 123456789]
     t = SparseTable(dim=6, seed=99, name=_name("xproc"))
     here = t.pull(ids)
-    code = ("import json,numpy as np\nfrom heterps_paddle.table.sparse_table import SparseTable\n"
-            f"t=SparseTable(dim=6, seed=99, name='other')\nprint(json.dumps(t.pull({ids!r}).tolist()))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=native_ops.package_env(), capture_output=True,
-                         text=True, check=True)
+    code = (
+        "import json,numpy as np\nfrom heterps_paddle.table.sparse_table import SparseTable\n"
+        f"t=SparseTable(dim=6, seed=99, name='other')\nprint(json.dumps(t.pull({ids!r}).tolist()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=native_ops.package_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     np.testing.assert_array_equal(np.array(json.loads(out.stdout), np.float32), here)
     other = SparseTable(dim=6, seed=100, name=_name("xproc"))
     assert not np.array_equal(other.pull(ids), here)
@@ -184,8 +200,14 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
 
 # ---- checkpoints --------------------------------------------------------------------------------------------
 def _filled(tmp_path, tag):
-    t = SparseTable(dim=4, optimizer="adagrad", name=_name(tag), memory_budget_bytes=100 * 64,
-                    ssd_dir=str(tmp_path / "ssd"), shards=2)
+    t = SparseTable(
+        dim=4,
+        optimizer="adagrad",
+        name=_name(tag),
+        memory_budget_bytes=100 * 64,
+        ssd_dir=str(tmp_path / "ssd"),
+        shards=2,
+    )
     ids = np.arange(500)
     t.push(ids, np.random.default_rng(0).normal(size=(500, 4)).astype(np.float32))
     return t, ids
@@ -200,7 +222,7 @@ def test_checkpoint_is_checksummed_and_versioned(tmp_path):
     assert int.from_bytes(data[-8:-4], "little") == zlib.crc32(data[:-16])  # standard CRC-32
     good = t.peek(ids)[0]
     cases = {
-        "flipped": data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 1]) + data[len(data) // 2 + 1:],
+        "flipped": data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 1]) + data[len(data) // 2 + 1 :],
         "truncated": data[:-100],
         "empty": b"",
         "zeros": bytes(len(data)),
@@ -258,23 +280,37 @@ print(json.dumps(res))
 
 
 def test_full_disk_via_rlimit_fsize(tmp_path):
-    out = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, str(tmp_path)], cwd=tmp_path, env=native_ops.package_env(),
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _FSIZE_CHILD, str(tmp_path)],
+        cwd=tmp_path,
+        env=native_ops.package_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    assert res["stats"]["spill_errors"] > 0           # spills hit the limit ...
-    assert res["stats"]["rows_on_ssd"] > 0            # ... after some succeeded
-    assert res["all_minus_one"]                       # and no update was lost
+    assert res["stats"]["spill_errors"] > 0  # spills hit the limit ...
+    assert res["stats"]["rows_on_ssd"] > 0  # ... after some succeeded
+    assert res["all_minus_one"]  # and no update was lost
     assert "File too large" in res["save"] and ".tmp." in res["save"]
     assert "spilling rows to" in out.stderr and "File too large" in out.stderr  # the failed spill was reported
-    assert not list((tmp_path / "ckpt").glob("*"))    # nothing half-written remains
+    assert not list((tmp_path / "ckpt").glob("*"))  # nothing half-written remains
 
 
 # ---- concurrency ---------------------------------------------------------------------------------------------
 def test_concurrent_pushes_from_threads(tmp_path):
     # ctypes releases the GIL, so these really run in parallel in the core.
-    t = SparseTable(dim=2, optimizer="sgd", lr=1.0, init_range=0.0, name=_name("threads"), shards=4,
-                    memory_budget_bytes=200 * 40, ssd_dir=str(tmp_path / "ssd"))
+    t = SparseTable(
+        dim=2,
+        optimizer="sgd",
+        lr=1.0,
+        init_range=0.0,
+        name=_name("threads"),
+        shards=4,
+        memory_budget_bytes=200 * 40,
+        ssd_dir=str(tmp_path / "ssd"),
+    )
     counts = np.zeros(1000, np.int64)
     lock = threading.Lock()
 
@@ -297,8 +333,14 @@ def test_concurrent_pushes_from_threads(tmp_path):
 
 
 def test_stats_and_budget(tmp_path):
-    t = SparseTable(dim=8, optimizer="sgd", name=_name("stats"), memory_budget_bytes=1000 * (8 * 4 + 32),
-                    ssd_dir=str(tmp_path / "ssd"), shards=4)
+    t = SparseTable(
+        dim=8,
+        optimizer="sgd",
+        name=_name("stats"),
+        memory_budget_bytes=1000 * (8 * 4 + 32),
+        ssd_dir=str(tmp_path / "ssd"),
+        shards=4,
+    )
     t.pull(np.arange(4000))
     s = t.stats()
     assert 800 <= s["capacity_rows"] <= 1000

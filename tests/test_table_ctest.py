@@ -13,16 +13,20 @@ JOBS = os.environ.get("HETERPS_BUILD_JOBS", "2")
 
 def _cmake(build, *extra):
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), *gen, *extra], check=True, capture_output=True,
-                   text=True)
+    subprocess.run(
+        ["cmake", "-S", str(ROOT), "-B", str(build), *gen, *extra], check=True, capture_output=True, text=True
+    )
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
 def test_core_ctest():
     build = ROOT / "build" / "ctest"
     _cmake(build, "-DHETERPS_CUDA=OFF", "-DCMAKE_BUILD_TYPE=Release")
-    b = subprocess.run(["cmake", "--build", str(build), "-j", JOBS, "--target", "test_table", "test_concurrency"],
-                       capture_output=True, text=True)
+    b = subprocess.run(
+        ["cmake", "--build", str(build), "-j", JOBS, "--target", "test_table", "test_concurrency"],
+        capture_output=True,
+        text=True,
+    )
     assert b.returncode == 0, b.stdout[-4000:] + b.stderr[-4000:]
     r = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-4000:]
@@ -36,10 +40,19 @@ def _nvcc():
 @pytest.mark.skipif(shutil.which("cmake") is None or _nvcc() is None, reason="no nvcc: CUDA table not compiled")
 def test_cuda_table_compiles_for_sm80_sm90():
     build = ROOT / "build" / "cuda-check"
-    _cmake(build, "-DHETERPS_CUDA=ON", f"-DCMAKE_CUDA_COMPILER={_nvcc()}", "-DCMAKE_CUDA_ARCHITECTURES=80;90",
-           "-DBUILD_TESTING=OFF")
-    b = subprocess.run(["cmake", "--build", str(build), "-j", JOBS, "--target", "table_bench"], capture_output=True,
-                       text=True, timeout=600)
+    _cmake(
+        build,
+        "-DHETERPS_CUDA=ON",
+        f"-DCMAKE_CUDA_COMPILER={_nvcc()}",
+        "-DCMAKE_CUDA_ARCHITECTURES=80;90",
+        "-DBUILD_TESTING=OFF",
+    )
+    b = subprocess.run(
+        ["cmake", "--build", str(build), "-j", JOBS, "--target", "table_bench"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert b.returncode == 0, b.stdout[-6000:] + b.stderr[-4000:]
     bench = build / "bench" / "table_bench"
     assert bench.exists()
@@ -49,6 +62,7 @@ def test_cuda_table_compiles_for_sm80_sm90():
         text = subprocess.run([str(cuobjdump), "--list-elf", str(bench)], capture_output=True, text=True).stdout
         assert "sm_80" in text and "sm_90" in text
     elif shutil.which("ninja"):
-        text = subprocess.run(["ninja", "-C", str(build), "-t", "commands", "table_bench"], capture_output=True,
-                              text=True).stdout
+        text = subprocess.run(
+            ["ninja", "-C", str(build), "-t", "commands", "table_bench"], capture_output=True, text=True
+        ).stdout
         assert "sm_80" in text and "sm_90" in text, text[-2000:]

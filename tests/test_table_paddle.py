@@ -4,13 +4,11 @@ threads), error reporting, and a program run in a second process that only knows
 import subprocess
 import sys
 import textwrap
-
-import numpy as np
-import pytest
+import zlib  # noqa: E402,F401  (before paddle, as setup.py does)
 
 import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
-
-import zlib  # noqa: E402,F401  (before paddle, as setup.py does)
+import numpy as np
+import pytest
 
 paddle = pytest.importorskip("paddle")
 
@@ -144,8 +142,14 @@ def test_program_runs_in_a_process_that_only_loaded_the_ops(static, tmp_path):
                                                        found.ctypes.data) == 0
         np.save(r"{tmp_path / 'rows.npy'}", rows); np.save(r"{tmp_path / 'found.npy'}", found)
     """)
-    out = subprocess.run([sys.executable, "-c", child], cwd=tmp_path, env=native_ops.package_env(), capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", child],
+        cwd=tmp_path,
+        env=native_ops.package_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rows, found = np.load(tmp_path / "rows.npy"), np.load(tmp_path / "found.npy")
     assert (found == 1).all()

@@ -9,10 +9,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
 import numpy as np
 import pytest
-
-import native_ops  # noqa: E402  (builds the native libraries in a source checkout)
 
 pytest.importorskip("paddle")
 
@@ -71,12 +70,26 @@ def test_launched_ps_job_trains_the_table(tmp_path):
     env = native_ops.package_env()
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         env.pop(var, None)
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--server_num=1", "--worker_num=1",
-           f"--log_dir={tmp_path / 'log'}", str(tmp_path / "job.py"), str(tmp_path), str(tmp_path / "train.txt")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "paddle.distributed.launch",
+        "--server_num=1",
+        "--worker_num=1",
+        f"--log_dir={tmp_path / 'log'}",
+        str(tmp_path / "job.py"),
+        str(tmp_path),
+        str(tmp_path / "train.txt"),
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
-    logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted((tmp_path / "log").glob("*"))
-                   if p.is_file()) if (tmp_path / "log").exists() else ""
-    assert proc.returncode == 0 and (tmp_path / "worker.json").exists(), proc.stdout[-2000:] + proc.stderr[-2000:] + logs
+    logs = (
+        "".join(p.read_text(errors="replace")[-3000:] for p in sorted((tmp_path / "log").glob("*")) if p.is_file())
+        if (tmp_path / "log").exists()
+        else ""
+    )
+    assert proc.returncode == 0 and (tmp_path / "worker.json").exists(), (
+        proc.stdout[-2000:] + proc.stderr[-2000:] + logs
+    )
     res = json.loads((tmp_path / "worker.json").read_text())
     assert "heterps_pull" in res["ops"] and "heterps_pull_grad" in res["ops"]
     assert res["stats"]["rows_in_memory"] == 100 and all(w == 1 for w in res["found"])

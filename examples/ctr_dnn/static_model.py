@@ -12,8 +12,12 @@ def net(config: ModelConfig):
     pooled = [embedding_sum(ids, config, config.sparse_feature_dim, "SparseFeatFactors") for ids in sparse]
     x = paddle.concat(pooled + [dense], axis=1)
     x = mlp(x, config.fc_sizes, "dnn")
-    predict = paddle.static.nn.fc(x, size=2, activation="softmax", name="dnn_out",
-                                  weight_attr=paddle.ParamAttr(initializer=paddle.nn.initializer.Normal(
-                                      std=1.0 / x.shape[-1] ** 0.5)))
+    predict = paddle.static.nn.fc(
+        x,
+        size=2,
+        activation="softmax",
+        name="dnn_out",
+        weight_attr=paddle.ParamAttr(initializer=paddle.nn.initializer.Normal(std=1.0 / x.shape[-1] ** 0.5)),
+    )
     loss = paddle.mean(paddle.nn.functional.cross_entropy(predict, label, use_softmax=False))
     return binary_metrics([dense] + sparse + [label], predict, loss)

@@ -19,9 +19,11 @@ def net(config: ModelConfig):
     first = first_sparse + first_dense
 
     sparse_fields = paddle.stack(
-        [embedding_sum(ids, config, dim, "FieldEmbeddings") for ids in sparse], axis=1)  # [B, 26, dim]
+        [embedding_sum(ids, config, dim, "FieldEmbeddings") for ids in sparse], axis=1
+    )  # [B, 26, dim]
     dense_table = paddle.static.create_parameter(
-        [NUM_DENSE, dim], "float32", name="DenseFieldEmbeddings", default_initializer=init)
+        [NUM_DENSE, dim], "float32", name="DenseFieldEmbeddings", default_initializer=init
+    )
     dense_fields = paddle.unsqueeze(dense, 2) * paddle.unsqueeze(dense_table, 0)  # [B, 13, dim]
     fields = paddle.concat([sparse_fields, dense_fields], axis=1)  # [B, 39, dim]
 

@@ -123,15 +123,14 @@ class ReadReport:
         if len(self.first_errors) < 5:
             self.first_errors.append(f"{where}: {reason}")
 
-    def merge(self, other: "ReadReport") -> None:
+    def merge(self, other: ReadReport) -> None:
         self.rows += other.rows
         self.skipped += other.skipped
         self.reasons.update(other.reasons)
         self.first_errors.extend(other.first_errors[: 5 - len(self.first_errors)])
 
 
-def read_samples(path: str, skip_malformed: bool = False,
-                 report: ReadReport | None = None) -> Iterator[Sample]:
+def read_samples(path: str, skip_malformed: bool = False, report: ReadReport | None = None) -> Iterator[Sample]:
     """Yield the samples of one slot-format file.
 
     A malformed line raises DataFormatError("path:line: reason"), or with ``skip_malformed`` is

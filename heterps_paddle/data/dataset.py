@@ -16,10 +16,11 @@ import sys
 from typing import Sequence
 
 from heterps_paddle import settings
-from heterps_paddle.errors import HeterPSError
-from heterps_paddle.files import locked, write_atomic
 from heterps_paddle.data.criteo import ReadReport, convert_file
 from heterps_paddle.data.generator import GeneratedDataset, generate, load_meta
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.files import locked, write_atomic
+
 
 def cache_dir() -> str:
     return str(settings.get("HETERPS_CACHE"))
@@ -43,8 +44,9 @@ def _conversion_key(path: str, skip_malformed: bool) -> str:
     return hashlib.sha1(ident.encode()).hexdigest()[:16]
 
 
-def prepare_multislot(files: Sequence[str], skip_malformed: bool = False,
-                      root: str | None = None) -> tuple[list[str], ReadReport]:
+def prepare_multislot(
+    files: Sequence[str], skip_malformed: bool = False, root: str | None = None
+) -> tuple[list[str], ReadReport]:
     """Converted MultiSlot files for ``files`` (converting those not yet in the cache) and a report of
     rows read and malformed lines skipped.  A malformed line raises DataFormatError unless
     ``skip_malformed``."""
@@ -59,21 +61,27 @@ def prepare_multislot(files: Sequence[str], skip_malformed: bool = False,
             if os.path.isfile(dst) and os.path.isfile(report_path):
                 with open(report_path, encoding="utf-8") as f:
                     cached = json.load(f)
-                part = ReadReport(rows=cached["rows"], skipped=cached["skipped"],
-                                  first_errors=cached["first_errors"])
+                part = ReadReport(rows=cached["rows"], skipped=cached["skipped"], first_errors=cached["first_errors"])
                 part.reasons.update(cached["reasons"])
             else:
                 part = convert_file(src, dst, skip_malformed)
-                write_atomic(report_path, json.dumps({"rows": part.rows, "skipped": part.skipped,
-                                                      "reasons": dict(part.reasons),
-                                                      "first_errors": part.first_errors}))
+                write_atomic(
+                    report_path,
+                    json.dumps(
+                        {
+                            "rows": part.rows,
+                            "skipped": part.skipped,
+                            "reasons": dict(part.reasons),
+                            "first_errors": part.first_errors,
+                        }
+                    ),
+                )
             report.merge(part)
             converted.append(dst)
     return converted, report
 
 
-def make_dataset(feed_vars, files: Sequence[str], batch_size: int, thread_num: int = 1,
-                 in_memory: bool = False):
+def make_dataset(feed_vars, files: Sequence[str], batch_size: int, thread_num: int = 1, in_memory: bool = False):
     """A Paddle dataset over converted MultiSlot files (``prepare_multislot``)."""
     import paddle
 
@@ -97,6 +105,8 @@ def shard(files: Sequence[str], index: int, count: int) -> list[str]:
     if count <= 0 or not 0 <= index < count:
         raise ValueError(f"bad shard {index} of {count}")
     if len(files) < count:
-        raise NotEnoughFiles(f"{len(files)} data file(s) for {count} workers: every worker needs at least one "
-                             f"file; split the data into more files (first: {files[0] if files else 'none'})")
+        raise NotEnoughFiles(
+            f"{len(files)} data file(s) for {count} workers: every worker needs at least one "
+            f"file; split the data into more files (first: {files[0] if files else 'none'})"
+        )
     return list(files)[index::count]

@@ -19,13 +19,37 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from heterps_paddle.data.metrics import auc_score
 from heterps_paddle.data.criteo import NUM_DENSE, NUM_SPARSE
+from heterps_paddle.data.metrics import auc_score
 
 # Per-slot cardinalities of the Criteo Kaggle display-advertising set (slots 1..26).
 CRITEO_CARDINALITIES = (
-    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
 )
 # Ids are hashed into this space, as PaddleRec's Criteo preprocessing does (sparse_feature_number).
 ID_SPACE = 1_000_001
@@ -87,9 +111,11 @@ class _Signal:
         centered = dense - 0.5
         linear = centered @ self.dense_w
         # a little non-linearity, so an MLP has something to find that a linear model does not
-        pairs = (self.pair_w[0] * centered[:, 0] * centered[:, 1]
-                 + self.pair_w[1] * np.abs(centered[:, 2])
-                 + self.pair_w[2] * np.tanh(3.0 * centered[:, 3]))
+        pairs = (
+            self.pair_w[0] * centered[:, 0] * centered[:, 1]
+            + self.pair_w[1] * np.abs(centered[:, 2])
+            + self.pair_w[2] * np.tanh(3.0 * centered[:, 3])
+        )
         return linear + pairs
 
     def sparse_logit(self, ranks: np.ndarray) -> np.ndarray:
@@ -156,9 +182,15 @@ def generate(out_dir: str, rows: int, seed: int = 0, test_fraction: float = 0.1)
     train_files, train_labels, _ = _write_split(out_dir, "train", rng, signal, rows)
     test_files, test_labels, test_probs = _write_split(out_dir, "test", rng, signal, test_rows)
     result = GeneratedDataset(
-        out_dir=out_dir, train_files=train_files, test_files=test_files, train_rows=rows,
-        test_rows=test_rows, seed=seed, click_rate=float(train_labels.mean()),
-        bayes_test_auc=auc_score(test_labels, test_probs) if 0 < test_labels.sum() < test_rows else float("nan"))
+        out_dir=out_dir,
+        train_files=train_files,
+        test_files=test_files,
+        train_rows=rows,
+        test_rows=test_rows,
+        seed=seed,
+        click_rate=float(train_labels.mean()),
+        bayes_test_auc=auc_score(test_labels, test_probs) if 0 < test_labels.sum() < test_rows else float("nan"),
+    )
     tmp = os.path.join(out_dir, "meta.json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump({"format": 1, **asdict(result)}, f, indent=1)

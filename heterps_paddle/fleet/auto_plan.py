@@ -38,8 +38,17 @@ from heterps_paddle.measure.local_cluster import LOCAL_CPU, LOCAL_GPU, detect_lo
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.launch import SPLIT_FIRST_STAGE_KINDS, LaunchShape, launch_from_env
 from heterps_paddle.planning.launch_fit import fit_to_launch
-from heterps_paddle.planning.model import (Cluster, Plan, PlanningInputError, cluster_from_dict, cluster_to_dict,
-                                           load_cluster, load_plan, model_profile_to_dict, save_yaml)
+from heterps_paddle.planning.model import (
+    Cluster,
+    Plan,
+    PlanningInputError,
+    cluster_from_dict,
+    cluster_to_dict,
+    load_cluster,
+    load_plan,
+    model_profile_to_dict,
+    save_yaml,
+)
 from heterps_paddle.planning.report import JobReportInputs, job_report
 from heterps_paddle.planning.schedulers import make_scheduler
 from heterps_paddle.program.job_profile import PROFILE_METHOD, JobProfile, measure_job, program_digest
@@ -107,8 +116,9 @@ def _wait_for_launch_plan(out_dir: str, this_launch: str | None) -> JobPlan:
     if this_launch is None:
         raise PlanningFailed("a parameter server outside a paddle.distributed.launch job cannot wait for a plan")
     wait = float(settings.get("HETERPS_PLAN_WAIT_S"))  # type: ignore[arg-type]
-    logger.info("parameter server: waiting (up to %.0f s) for the plan a trainer of this launch makes in %s",
-                wait, out_dir)
+    logger.info(
+        "parameter server: waiting (up to %.0f s) for the plan a trainer of this launch makes in %s", wait, out_dir
+    )
     deadline = time.monotonic() + wait
     while True:
         with locked(out_dir, LOCK_FILE):
@@ -116,8 +126,10 @@ def _wait_for_launch_plan(out_dir: str, this_launch: str | None) -> JobPlan:
         if found is not None:
             return found
         if time.monotonic() > deadline:
-            raise PlanningFailed(f"no trainer of this launch wrote a plan to {out_dir} within {wait:.0f} s "
-                                 "(HETERPS_PLAN_WAIT_S); see the trainers' logs")
+            raise PlanningFailed(
+                f"no trainer of this launch wrote a plan to {out_dir} within {wait:.0f} s "
+                "(HETERPS_PLAN_WAIT_S); see the trainers' logs"
+            )
         time.sleep(0.5)
 
 
@@ -129,8 +141,11 @@ def _cluster(configs: dict[str, Any], out_dir: str) -> tuple[Cluster, str, int |
     cluster = cluster_from_dict(measurement.value, measurement.path)
     save_yaml(cluster_to_dict(cluster), os.path.join(out_dir, LOCAL_CLUSTER_FILE))  # for review
     how = "reused" if measurement.reused else "measured"
-    return (cluster, f"local (this machine, {how} {measurement.measured_at}; {os.path.join(out_dir, LOCAL_CLUSTER_FILE)})",
-            os.cpu_count())
+    return (
+        cluster,
+        f"local (this machine, {how} {measurement.measured_at}; {os.path.join(out_dir, LOCAL_CLUSTER_FILE)})",
+        os.cpu_count(),
+    )
 
 
 def plan_for_job(loss: Any, startup_program: Any, optimizer: Any, configs: dict[str, Any]) -> JobPlan:
@@ -143,11 +158,16 @@ def plan_for_job(loss: Any, startup_program: Any, optimizer: Any, configs: dict[
             f"this launch spans hosts {sorted(_launch_hosts())}: each would plan on its own and could choose "
             "different plans. Make the plan once (`heterps plan` on a profile, or one run) and pass it as "
             f"heterps_configs['plan'], or set HETERPS_SHARED_OUTPUT_DIR=1 if output_dir ({out_dir}) is storage "
-            "every host shares.")
+            "every host shares."
+        )
     if os.environ.get("TRAINING_ROLE") == "PSERVER":
         job = _wait_for_launch_plan(out_dir, this_launch)
-        logger.info("parameter server: runs plan %s (%d stage%s)", job.plan_path, job.plan.num_stages,
-                    "s" * (job.plan.num_stages != 1))
+        logger.info(
+            "parameter server: runs plan %s (%d stage%s)",
+            job.plan_path,
+            job.plan.num_stages,
+            "s" * (job.plan.num_stages != 1),
+        )
         return job
     launch = launch_from_env() or LaunchShape(1)
     with locked(out_dir, LOCK_FILE):
@@ -162,19 +182,35 @@ def plan_for_job(loss: Any, startup_program: Any, optimizer: Any, configs: dict[
     return job
 
 
-def _plan_locked(loss: Any, startup_program: Any, optimizer: Any, configs: dict[str, Any], out_dir: str,
-                 launch: LaunchShape) -> JobPlan:
+def _plan_locked(
+    loss: Any, startup_program: Any, optimizer: Any, configs: dict[str, Any], out_dir: str, launch: LaunchShape
+) -> JobPlan:
     cluster, cluster_source, host_cores = _cluster(configs, out_dir)
     target = configs["throughput"] if configs["throughput"] is not None else cluster.throughput
     time_keys = [name for name in cluster.type_names() if name in LOCAL_TYPES]
     cuda = _cuda()
-    depends_on = {"program": program_digest(loss.block.program), "optimizer": type(optimizer).__name__,
-                  "learning_rate": repr(getattr(optimizer, "_learning_rate", None)),
-                  "batch_size": configs["profile_batch_size"], "seed": configs["seed"], "time_keys": time_keys,
-                  "method": PROFILE_METHOD}
-    inputs_digest = digest({"profile": depends_on, "cluster": cluster_to_dict(cluster), "target": target,
-                            "launch": launch.to_dict(), "scheduler": configs["scheduler"], "seed": configs["seed"],
-                            "host_cores": host_cores, "cuda": cuda, "heterps": __version__})
+    depends_on = {
+        "program": program_digest(loss.block.program),
+        "optimizer": type(optimizer).__name__,
+        "learning_rate": repr(getattr(optimizer, "_learning_rate", None)),
+        "batch_size": configs["profile_batch_size"],
+        "seed": configs["seed"],
+        "time_keys": time_keys,
+        "method": PROFILE_METHOD,
+    }
+    inputs_digest = digest(
+        {
+            "profile": depends_on,
+            "cluster": cluster_to_dict(cluster),
+            "target": target,
+            "launch": launch.to_dict(),
+            "scheduler": configs["scheduler"],
+            "seed": configs["seed"],
+            "host_cores": host_cores,
+            "cuda": cuda,
+            "heterps": __version__,
+        }
+    )
     plan_path = os.path.join(out_dir, PLAN_FILE)
     report_path = os.path.join(out_dir, REPORT_FILE)
     if not configs["replan"] and os.path.isfile(plan_path):
@@ -186,36 +222,57 @@ def _plan_locked(loss: Any, startup_program: Any, optimizer: Any, configs: dict[
         if earlier is not None and earlier.inputs_digest == inputs_digest and report is not None:
             return JobPlan(earlier, plan_path, report, "reused")
 
-    logger.info("planning inside minimize for this launch (%s): profiling the program on this machine%s",
-                launch.describe(), " (measured once, then cached)" if time_keys else "")
-    measurement = cached("profile", depends_on,
-                         lambda: measure_job(loss, startup_program, optimizer, configs["profile_batch_size"],
-                                             configs["seed"], time_keys).to_dict(),
-                         refresh=configs["replan"], keep=lambda value: value["ps_probe_error"] is None)
+    logger.info(
+        "planning inside minimize for this launch (%s): profiling the program on this machine%s",
+        launch.describe(),
+        " (measured once, then cached)" if time_keys else "",
+    )
+    measurement = cached(
+        "profile",
+        depends_on,
+        lambda: measure_job(
+            loss, startup_program, optimizer, configs["profile_batch_size"], configs["seed"], time_keys
+        ).to_dict(),
+        refresh=configs["replan"],
+        keep=lambda value: value["ps_probe_error"] is None,
+    )
     measured = JobProfile.from_dict(measurement.value)
     profile = measured.profile
     stand_in = not cuda
-    fit = fit_to_launch(profile, cluster, launch, target, stand_in_gpu=stand_in, trainers_on_gpu=cuda,
-                        host_cores=host_cores)
+    fit = fit_to_launch(
+        profile, cluster, launch, target, stand_in_gpu=stand_in, trainers_on_gpu=cuda, host_cores=host_cores
+    )
     plan = replace(fit.chosen.plan, inputs_digest=inputs_digest)
     # Advice: the best plan on any launch, at the target (or at this plan's throughput without one).
     at = target if target is not None else plan.throughput
     # The same rules as the fit: a split's first stage is a cpu type; without CUDA the CPU trainers of a one-stage
     # plan are cpu types too.
-    advice_model = CostModel(profile, cluster, at, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS,
-                             one_stage_kinds=None if cuda else ("cpu",))
+    advice_model = CostModel(
+        profile, cluster, at, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS, one_stage_kinds=None if cuda else ("cpu",)
+    )
     rng_state = paddle.get_rng_state()  # the rl scheduler seeds Paddle's generator: the job's init must not move
     try:
         advice = make_scheduler(configs["scheduler"], seed=configs["seed"]).plan(advice_model)
     finally:
         paddle.set_rng_state(rng_state)
     inputs = _input_lines(measured, measurement, time_keys)
-    report = job_report(JobReportInputs(
-        fit=fit, cluster=cluster, cluster_source=cluster_source, advice=advice, advice_scheduler=configs["scheduler"],
-        alternatives=CostModel(profile, cluster, at),
-        stand_ins=tuple(t.name for t in cluster.resource_types if t.kind == "gpu" and t.name in LOCAL_TYPES
-                        and stand_in),
-        inputs=tuple(inputs), digest=inputs_digest, reused_from=None, cuda=cuda))
+    report = job_report(
+        JobReportInputs(
+            fit=fit,
+            cluster=cluster,
+            cluster_source=cluster_source,
+            advice=advice,
+            advice_scheduler=configs["scheduler"],
+            alternatives=CostModel(profile, cluster, at),
+            stand_ins=tuple(
+                t.name for t in cluster.resource_types if t.kind == "gpu" and t.name in LOCAL_TYPES and stand_in
+            ),
+            inputs=tuple(inputs),
+            digest=inputs_digest,
+            reused_from=None,
+            cuda=cuda,
+        )
+    )
     save_yaml(model_profile_to_dict(profile), os.path.join(out_dir, PROFILE_FILE))
     write_atomic(plan_path, json.dumps(plan.to_dict(), indent=1) + "\n")
     write_atomic(report_path, report)
@@ -225,21 +282,30 @@ def _plan_locked(loss: Any, startup_program: Any, optimizer: Any, configs: dict[
 def _input_lines(measured: JobProfile, measurement: Any, time_keys: list[str]) -> list[str]:
     profile = measured.profile
     when = f"reused from {measurement.path}" if measurement.reused else f"measured now, cached in {measurement.path}"
-    lines = [f"profile: {len(profile.layers)} layers at batch {profile.batch_size}, {when} "
-             f"(taken {measurement.measured_at})"]
+    lines = [
+        f"profile: {len(profile.layers)} layers at batch {profile.batch_size}, {when} (taken {measurement.measured_at})"
+    ]
     if time_keys:
-        lines.append(f"times measured on this CPU stand for {', '.join(time_keys)}; profiler check: predicted step "
-                     f"{measured.predicted_step_seconds:.4f} s vs measured {measured.measured_step_seconds:.4f} s")
+        lines.append(
+            f"times measured on this CPU stand for {', '.join(time_keys)}; profiler check: predicted step "
+            f"{measured.predicted_step_seconds:.4f} s vs measured {measured.measured_step_seconds:.4f} s"
+        )
     else:
         lines.append("the cluster has no local type: every time is estimated from FLOPs and bandwidths")
     if measured.calibration:
-        lines.append(f"layer times scaled by {measured.calibration:.3f} to the train_from_dataset loop's "
-                     f"{(measured.trainer_seconds or 0) * 1e6:.1f} us/sample")
+        lines.append(
+            f"layer times scaled by {measured.calibration:.3f} to the train_from_dataset loop's "
+            f"{(measured.trainer_seconds or 0) * 1e6:.1f} us/sample"
+        )
     if measured.ps_row_seconds is not None:
-        lines.append(f"{LOCAL_CPU} sparse layers include the parameter servers' work, "
-                     f"{measured.ps_row_seconds * 1e6:.2f} us CPU per row (heterps_paddle.measure.ps_service probe)")
+        lines.append(
+            f"{LOCAL_CPU} sparse layers include the parameter servers' work, "
+            f"{measured.ps_row_seconds * 1e6:.2f} us CPU per row (heterps_paddle.measure.ps_service probe)"
+        )
     if measured.ps_probe_error:
-        lines.append(f"WARNING: the servers' per-row cost was not measured ({measured.ps_probe_error}), so "
-                     f"{LOCAL_CPU} predictions leave it out and overestimate samples/s; the next launch measures "
-                     "again")
+        lines.append(
+            f"WARNING: the servers' per-row cost was not measured ({measured.ps_probe_error}), so "
+            f"{LOCAL_CPU} predictions leave it out and overestimate samples/s; the next launch measures "
+            "again"
+        )
     return lines

@@ -24,8 +24,18 @@ from heterps_paddle.runtime import seam
 from heterps_paddle.runtime.heldout import train_auc_is_elsewhere, whole_forward_program
 
 # Ops that write to the parameter servers (or wait on them after a write).
-PS_WRITE_OPS = frozenset({"distributed_push_sparse", "push_sparse", "push_sparse_v2", "push_dense", "send",
-                          "send_barrier", "fetch_barrier", "send_and_recv"})
+PS_WRITE_OPS = frozenset(
+    {
+        "distributed_push_sparse",
+        "push_sparse",
+        "push_sparse_v2",
+        "push_dense",
+        "send",
+        "send_barrier",
+        "fetch_barrier",
+        "send_and_recv",
+    }
+)
 
 
 def forward_only_program(program: Any) -> Any:
@@ -73,4 +83,3 @@ def accumulated_auc(scope: Any, auc_states: list[Any]) -> float:
         return float("nan")
     stat_pos, stat_neg = (np.array(scope.find_var(s.name).get_tensor()) for s in auc_states[-2:])
     return auc_from_histograms(stat_pos, stat_neg)
-

@@ -44,11 +44,13 @@ class HeterPSOptimizer(MetaOptimizerBase):
             raise HeterPSConfigError(
                 "strategy.heterps = True needs a parameter-server job, but this fleet job is collective "
                 "(fleet.init(is_collective=True) or a collective launch). Launch with --server_num/--worker_num "
-                "and fleet.init() (PaddleCloudRoleMaker, is_collective=False), or set strategy.heterps = False.")
+                "and fleet.init() (PaddleCloudRoleMaker, is_collective=False), or set strategy.heterps = False."
+            )
         if strategy.a_sync_configs["k_steps"] < 0:
             raise HeterPSConfigError(
                 "strategy.heterps = True needs Paddle's parameter-server optimizer, which is disabled by "
-                f"a_sync_configs['k_steps'] = {strategy.a_sync_configs['k_steps']}; use k_steps >= 0.")
+                f"a_sync_configs['k_steps'] = {strategy.a_sync_configs['k_steps']}; use k_steps >= 0."
+            )
         return True
 
     def _disable_strategy(self, dist_strategy: Any) -> None:
@@ -58,8 +60,9 @@ class HeterPSOptimizer(MetaOptimizerBase):
     def _enable_strategy(self, dist_strategy: Any, context: Any = None) -> None:
         set_heterps_flag(dist_strategy, True)
 
-    def minimize_impl(self, loss: Any, startup_program: Any = None, parameter_list: Any = None,
-                      no_grad_set: Any = None) -> Any:
+    def minimize_impl(
+        self, loss: Any, startup_program: Any = None, parameter_list: Any = None, no_grad_set: Any = None
+    ) -> Any:
         configure_logging()
         # Re-validate: the configs dict may have been mutated in place after assignment.
         configs = validate_heterps_configs(dict(self.user_defined_strategy.heterps_configs))
@@ -71,12 +74,14 @@ class HeterPSOptimizer(MetaOptimizerBase):
             sections.apply_plan(loss, plan, startup_program)
             # Sparse layers on a GPU stage live in the project's table, synced with the servers per pass: the
             # servers' rule is set before the PS optimizer, the trainer program is rewritten after it.
-            gpu_tables = gpu_embedding.prepare(loss.block.program, plan, self.user_defined_optimizer,
-                                               self.user_defined_strategy)
+            gpu_tables = gpu_embedding.prepare(
+                loss.block.program, plan, self.user_defined_optimizer, self.user_defined_strategy
+            )
         result = self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
         if gpu_tables:
-            gpu_embedding.apply(loss.block.program, [paddle.static.default_startup_program(), startup_program],
-                                gpu_tables)
+            gpu_embedding.apply(
+                loss.block.program, [paddle.static.default_startup_program(), startup_program], gpu_tables
+            )
         return result
 
     def _plan(self, loss: Any, startup_program: Any, configs: dict[str, Any]) -> Plan | None:
@@ -94,7 +99,8 @@ class HeterPSOptimizer(MetaOptimizerBase):
         if configs["cluster"] is not None:
             from heterps_paddle.fleet.auto_plan import plan_for_job
 
-            job = plan_for_job(loss, startup_program or paddle.static.default_startup_program(),
-                               self.user_defined_optimizer, configs)
+            job = plan_for_job(
+                loss, startup_program or paddle.static.default_startup_program(), self.user_defined_optimizer, configs
+            )
             return job.plan
         return None

@@ -94,17 +94,44 @@ def _non_negative_int(value: int) -> str | None:
 CONFIG_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in (
-        ConfigKey("cluster", (str,), None, "cluster description file (YAML/JSON, docs/plan-formats.md), or 'local' "
-                  "for this machine as measured by heterps local-cluster; with 'plan' it says which resource types "
-                  "are CPUs and which GPUs", _cluster_file),
-        ConfigKey("throughput", (int, float), None, "required samples/s (overrides the cluster file's); without "
-                  "one the job plans for the most samples/s its launch can give", _positive),
-        ConfigKey("scheduler", (str,), "rl", "scheduler of the plan the report advises when another launch would "
-                  "do better: " + "|".join(SCHEDULERS), _scheduler),
-        ConfigKey("plan", (str,), None, "a saved plan JSON to run instead of planning (checked against the "
-                  "launch)", _plan_file),
-        ConfigKey("replan", (bool,), False, "measure the program again and make a new plan even if output_dir "
-                  "holds one made from the same inputs", None),
+        ConfigKey(
+            "cluster",
+            (str,),
+            None,
+            "cluster description file (YAML/JSON, docs/plan-formats.md), or 'local' "
+            "for this machine as measured by heterps local-cluster; with 'plan' it says which resource types "
+            "are CPUs and which GPUs",
+            _cluster_file,
+        ),
+        ConfigKey(
+            "throughput",
+            (int, float),
+            None,
+            "required samples/s (overrides the cluster file's); without "
+            "one the job plans for the most samples/s its launch can give",
+            _positive,
+        ),
+        ConfigKey(
+            "scheduler",
+            (str,),
+            "rl",
+            "scheduler of the plan the report advises when another launch would do better: " + "|".join(SCHEDULERS),
+            _scheduler,
+        ),
+        ConfigKey(
+            "plan",
+            (str,),
+            None,
+            "a saved plan JSON to run instead of planning (checked against the launch)",
+            _plan_file,
+        ),
+        ConfigKey(
+            "replan",
+            (bool,),
+            False,
+            "measure the program again and make a new plan even if output_dir holds one made from the same inputs",
+            None,
+        ),
         ConfigKey("seed", (int,), 0, "seed for the scheduler and profiling", _non_negative_int),
         ConfigKey("output_dir", (str,), ".", "where plan.json, plan_report.txt and profile.yaml are written", None),
         ConfigKey("profile_batch_size", (int,), 512, "batch size the program is profiled with", _positive),
@@ -115,22 +142,23 @@ CONFIG_KEYS: dict[str, ConfigKey] = {
 def validate_heterps_flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise HeterPSConfigError(
-            f"strategy.heterps must be a bool (True or False), got {type(value).__name__} {value!r}")
+            f"strategy.heterps must be a bool (True or False), got {type(value).__name__} {value!r}"
+        )
     return value
 
 
 def validate_heterps_configs(configs: Any) -> dict[str, Any]:
     """Return the full config (defaults filled in) or raise naming the key, the value and what is allowed."""
     if not isinstance(configs, dict):
-        raise HeterPSConfigError(
-            f"strategy.heterps_configs must be a dict, got {type(configs).__name__} {configs!r}")
+        raise HeterPSConfigError(f"strategy.heterps_configs must be a dict, got {type(configs).__name__} {configs!r}")
     full = {name: key.default for name, key in CONFIG_KEYS.items()}
     for name, value in configs.items():
         key = CONFIG_KEYS.get(name)
         if key is None:
             raise HeterPSConfigError(
                 f"strategy.heterps_configs: unknown key {name!r} (given {value!r}); "
-                f"allowed keys: {', '.join(sorted(CONFIG_KEYS))}")
+                f"allowed keys: {', '.join(sorted(CONFIG_KEYS))}"
+            )
         if value is None:
             full[name] = key.default
             continue
@@ -138,7 +166,8 @@ def validate_heterps_configs(configs: Any) -> dict[str, Any]:
         if (isinstance(value, bool) and bool not in key.types) or not isinstance(value, key.types):
             raise HeterPSConfigError(
                 f"strategy.heterps_configs[{name!r}] must be {key.type_names()} ({key.help}), "
-                f"got {type(value).__name__} {value!r}")
+                f"got {type(value).__name__} {value!r}"
+            )
         if key.check is not None:
             reason = key.check(value)
             if reason:

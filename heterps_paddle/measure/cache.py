@@ -58,9 +58,14 @@ def machine() -> dict[str, Any]:
 
     from heterps_paddle import __version__
 
-    return {"host": platform.node(), "cpu": _cpu_model(), "cores": os.cpu_count(),
-            "memory_gib": round(psutil.virtual_memory().total / 2**30), "paddle": paddle_version(),
-            "heterps": __version__}
+    return {
+        "host": platform.node(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30),
+        "paddle": paddle_version(),
+        "heterps": __version__,
+    }
 
 
 def digest(value: Any) -> str:
@@ -76,8 +81,13 @@ class Measurement:
     reused: bool  # read from the cache rather than measured now
 
 
-def cached(kind: str, depends_on: Mapping[str, Any], measure: Callable[[], dict[str, Any]],
-           refresh: bool = False, keep: Callable[[dict[str, Any]], bool] = lambda value: True) -> Measurement:
+def cached(
+    kind: str,
+    depends_on: Mapping[str, Any],
+    measure: Callable[[], dict[str, Any]],
+    refresh: bool = False,
+    keep: Callable[[dict[str, Any]], bool] = lambda value: True,
+) -> Measurement:
     """``measure()`` once per (kind, what it depends on, machine); later calls read the stored value.
 
     ``refresh``: measure again and replace it.  ``keep``: whether a fresh value may be stored (a measurement
@@ -97,6 +107,12 @@ def cached(kind: str, depends_on: Mapping[str, Any], measure: Callable[[], dict[
         value = measure()
         measured_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         if keep(value):
-            write_atomic(path, json.dumps({"format": CACHE_FORMAT, "key": key, "measured_at": measured_at,
-                                           "value": value}, indent=1, default=str))
+            write_atomic(
+                path,
+                json.dumps(
+                    {"format": CACHE_FORMAT, "key": key, "measured_at": measured_at, "value": value},
+                    indent=1,
+                    default=str,
+                ),
+            )
         return Measurement(value, path, measured_at, False)

@@ -113,9 +113,19 @@ def detect_local_cluster(ssd_dir: str | None = None, price_per_hour: float = 1.0
     ssd_bw = measure_disk_bandwidth(ssd_dir) if disk.free > (1 << 30) else 0.0
     flops, mem_bw, net_bw = measure_flops(), measure_gather_bandwidth(), measure_loopback_bandwidth()
     types = tuple(
-        ResourceType(name=name, kind=kind, price_per_hour=price_per_hour, max_units=cores, flops=flops,
-                     mem_bw=mem_bw, memory=memory_per_unit, net_bw=net_bw, ssd_bw=ssd_bw)
-        for name, kind in LOCAL_KINDS.items())
+        ResourceType(
+            name=name,
+            kind=kind,
+            price_per_hour=price_per_hour,
+            max_units=cores,
+            flops=flops,
+            mem_bw=mem_bw,
+            memory=memory_per_unit,
+            net_bw=net_bw,
+            ssd_bw=ssd_bw,
+        )
+        for name, kind in LOCAL_KINDS.items()
+    )
     return Cluster(resource_types=types)
 
 
@@ -130,6 +140,8 @@ def run(args) -> int:
     if args.throughput is not None:
         cluster = cluster.with_throughput(args.throughput)
     save_yaml(cluster_to_dict(cluster), args.out)
-    print(f"wrote {args.out}: {', '.join(t.name for t in cluster.resource_types)} "
-          f"({cluster.resource_types[0].max_units} units each)")
+    print(
+        f"wrote {args.out}: {', '.join(t.name for t in cluster.resource_types)} "
+        f"({cluster.resource_types[0].max_units} units each)"
+    )
     return 0

@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-
 from typing import Any
 
 # Absolute imports: the launched probe runs this file as a script.
@@ -37,8 +36,16 @@ from heterps_paddle.measure.cache import cached, paddle_version
 
 PROBE_VERSION = 1  # bump when the probe measures differently: cached figures are then measured again
 # Launcher and fleet variables of an enclosing launch: the probe's own launch must not inherit them.
-_LAUNCH_ENV_PREFIXES = ("PADDLE_", "TRAINING_ROLE", "POD_IP", "STAGE_", "HETER_", "FLAGS_selected_",
-                        "TRAINER_", "CUDA_VISIBLE_DEVICES")
+_LAUNCH_ENV_PREFIXES = (
+    "PADDLE_",
+    "TRAINING_ROLE",
+    "POD_IP",
+    "STAGE_",
+    "HETER_",
+    "FLAGS_selected_",
+    "TRAINER_",
+    "CUDA_VISIBLE_DEVICES",
+)
 
 
 class ProbeFailed(HeterPSError):
@@ -58,8 +65,12 @@ class PsServiceCost:
 
 def ps_row_cost(refresh: bool = False, **probe_options: Any) -> PsServiceCost:
     """The figure for this machine and Paddle version: measured on first use, then read from the cache."""
-    measurement = cached("ps_service", {"probe": PROBE_VERSION, **probe_options},
-                         lambda: asdict(measure(**probe_options)), refresh=refresh)
+    measurement = cached(
+        "ps_service",
+        {"probe": PROBE_VERSION, **probe_options},
+        lambda: asdict(measure(**probe_options)),
+        refresh=refresh,
+    )
     return PsServiceCost(**measurement.value)
 
 
@@ -115,33 +126,61 @@ def _cpu_seconds(processes) -> float:
     return total
 
 
-def measure(samples: int = 60_000, ids_per_sample: int = 26, dim: int = 9, batch_size: int = 512,
-            timeout: float = 180.0) -> PsServiceCost:
+def measure(
+    samples: int = 60_000, ids_per_sample: int = 26, dim: int = 9, batch_size: int = 512, timeout: float = 180.0
+) -> PsServiceCost:
     """Run the probe job locally and launched (1 server + 1 trainer); see the module docstring."""
     work = tempfile.mkdtemp(prefix="heterps-ps-probe-")
     try:
         data = os.path.join(work, "rows.txt")
         _write_rows(data, samples, ids_per_sample, vocab=1_000_000, seed=0)
-        job = [os.path.abspath(__file__), "job", "--data", data, "--ids", str(ids_per_sample), "--dim", str(dim),
-               "--batch", str(batch_size)]
+        job = [
+            os.path.abspath(__file__),
+            "job",
+            "--data",
+            data,
+            "--ids",
+            str(ids_per_sample),
+            "--dim",
+            str(dim),
+            "--batch",
+            str(batch_size),
+        ]
         env = _clean_env()
         deadline = time.monotonic() + timeout
 
         local_out = os.path.join(work, "local")
         os.makedirs(local_out)
         try:
-            subprocess.run([sys.executable, *job, "--out", local_out], env=env, check=False, timeout=timeout,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, *job, "--out", local_out],
+                env=env,
+                check=False,
+                timeout=timeout,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             raise ProbeFailed(f"parameter-server probe: the local run took more than {timeout:.0f} s") from None
         local = _read_result(local_out)
 
         ps_out = os.path.join(work, "ps")
         os.makedirs(ps_out)
-        launch = [sys.executable, "-m", "paddle.distributed.launch", "--server_num=1", "--worker_num=1",
-                  "--log_dir", os.path.join(work, "log"), *job, "--out", ps_out]
-        proc = subprocess.Popen(launch, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        launch = [
+            sys.executable,
+            "-m",
+            "paddle.distributed.launch",
+            "--server_num=1",
+            "--worker_num=1",
+            "--log_dir",
+            os.path.join(work, "log"),
+            *job,
+            "--out",
+            ps_out,
+        ]
+        proc = subprocess.Popen(
+            launch, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         try:
             _wait_for(os.path.join(ps_out, "start"), proc, deadline)
             servers = _server_processes(proc.pid)
@@ -164,10 +203,15 @@ def measure(samples: int = 60_000, ids_per_sample: int = 26, dim: int = 9, batch
         rows = launched["samples"] * ids_per_sample
         ps_seconds = launched["cpu_seconds"] + server_cpu
         local_seconds = local["cpu_seconds"] * launched["samples"] / local["samples"]
-        return PsServiceCost(row_seconds=max(0.0, (ps_seconds - local_seconds) / rows),
-                             local_sample_seconds=local["cpu_seconds"] / local["samples"],
-                             ps_sample_seconds=ps_seconds / launched["samples"], ids_per_sample=ids_per_sample,
-                             dim=dim, samples=samples, paddle_version=paddle_version())
+        return PsServiceCost(
+            row_seconds=max(0.0, (ps_seconds - local_seconds) / rows),
+            local_sample_seconds=local["cpu_seconds"] / local["samples"],
+            ps_sample_seconds=ps_seconds / launched["samples"],
+            ids_per_sample=ids_per_sample,
+            dim=dim,
+            samples=samples,
+            paddle_version=paddle_version(),
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -209,8 +253,7 @@ def _job(args) -> None:
         emb = paddle.static.nn.embedding(input=ids, size=size, is_sparse=True, param_attr=init)
     pooled = paddle.static.nn.sequence_lod.sequence_pool(emb, pool_type="sum")
     logit = paddle.static.nn.fc(pooled, 1)
-    loss = paddle.mean(paddle.nn.functional.binary_cross_entropy_with_logits(
-        logit, paddle.cast(label, "float32")))
+    loss = paddle.mean(paddle.nn.functional.binary_cross_entropy_with_logits(logit, paddle.cast(label, "float32")))
     optimizer = paddle.optimizer.Adam(learning_rate=0.001, lazy_mode=not distributed)
     if distributed:
         import paddle.distributed.fleet as fleet
@@ -250,7 +293,9 @@ def _job(args) -> None:
 def main(argv=None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m heterps_paddle.measure.ps_service", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m heterps_paddle.measure.ps_service", description=__doc__.split("\n\n")[0]
+    )
     sub = parser.add_subparsers(dest="command")
     job = sub.add_parser("job")
     job.add_argument("--data", required=True)

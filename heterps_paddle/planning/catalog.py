@@ -17,7 +17,7 @@ import numpy as np
 from heterps_paddle.planning.model import Cluster, LayerProfile, ModelProfile, ResourceType
 
 GB = 1e9
-GIB = 2.0 ** 30
+GIB = 2.0**30
 _SUSTAINED = 0.4
 
 
@@ -28,39 +28,58 @@ def _gbps(gigabits: float) -> float:
 def _cpu(name, price, vcpus, memory_gib, net_gbit, ssd_bw=0.0, max_units=64):
     # Ice Lake Xeon (c6i/r6i/i4i): 2 AVX-512 FMA units -> 32 FP32 FLOP/cycle/core at ~3.0 GHz; a vCPU is half a
     # core. Memory bandwidth ~ 2.5 GB/s per vCPU is what STREAM shows on these instances for a share of a socket.
-    return ResourceType(name=name, kind="cpu", price_per_hour=price, max_units=max_units,
-                        flops=vcpus / 2 * 32 * 3.0e9 * _SUSTAINED, mem_bw=vcpus * 2.5 * GB,
-                        memory=memory_gib * GIB, net_bw=_gbps(net_gbit), ssd_bw=ssd_bw)
+    return ResourceType(
+        name=name,
+        kind="cpu",
+        price_per_hour=price,
+        max_units=max_units,
+        flops=vcpus / 2 * 32 * 3.0e9 * _SUSTAINED,
+        mem_bw=vcpus * 2.5 * GB,
+        memory=memory_gib * GIB,
+        net_bw=_gbps(net_gbit),
+        ssd_bw=ssd_bw,
+    )
 
 
 def _gpu(name, price, peak_tflops, mem_bw_gbs, memory_gb, net_gbit, ssd_bw=0.0, max_units=16):
-    return ResourceType(name=name, kind="gpu", price_per_hour=price, max_units=max_units,
-                        flops=peak_tflops * 1e12 * _SUSTAINED, mem_bw=mem_bw_gbs * GB, memory=memory_gb * GB,
-                        net_bw=_gbps(net_gbit), ssd_bw=ssd_bw)
+    return ResourceType(
+        name=name,
+        kind="gpu",
+        price_per_hour=price,
+        max_units=max_units,
+        flops=peak_tflops * 1e12 * _SUSTAINED,
+        mem_bw=mem_bw_gbs * GB,
+        memory=memory_gb * GB,
+        net_bw=_gbps(net_gbit),
+        ssd_bw=ssd_bw,
+    )
 
 
 # name -> resource type. Sources: AWS EC2 instance-type pages and on-demand pricing; NVIDIA datasheets
 # (T4: 8.1 TFLOPS FP32, 320 GB/s, 16 GB; V100 SXM2: 15.7 TFLOPS, 900 GB/s, 16 GB; A10: 31.2 TFLOPS, 600 GB/s,
 # 24 GB; L4: 30.3 TFLOPS, 300 GB/s, 24 GB; A100 SXM: 156 TF32, 1555 GB/s (40 GB) / 2039 GB/s (80 GB);
 # H100 SXM: 495 TF32 dense, 3350 GB/s, 80 GB). Multi-GPU instances are priced per GPU, network share per GPU.
-CATALOG: dict[str, ResourceType] = {t.name: t for t in (
-    _cpu("cpu_c6i_2xl", 0.34, 8, 16, 12.5),
-    _cpu("cpu_c6i_4xl", 0.68, 16, 32, 12.5),
-    _cpu("cpu_c6i_8xl", 1.36, 32, 64, 12.5),
-    _cpu("cpu_c6i_16xl", 2.72, 64, 128, 25),
-    _cpu("cpu_r6i_4xl", 1.008, 16, 128, 12.5),
-    _cpu("cpu_r6i_16xl", 4.032, 64, 512, 25),
-    _cpu("cpu_i4i_4xl", 1.373, 16, 128, 25, ssd_bw=2.8 * GB),  # 1 x 3750 GB NVMe, ~2.8 GB/s read
-    _cpu("cpu_i4i_16xl", 5.491, 64, 512, 37.5, ssd_bw=11.2 * GB),  # 4 NVMe drives
-    _gpu("gpu_t4", 0.526, 8.1, 320, 16, 25, ssd_bw=1.0 * GB),  # g4dn.xlarge, 125 GB NVMe
-    _gpu("gpu_v100", 3.06, 15.7, 900, 16, 10),  # p3.2xlarge, EBS only
-    _gpu("gpu_a10", 1.006, 31.2, 600, 24, 10, ssd_bw=1.5 * GB),  # g5.xlarge, 250 GB NVMe
-    _gpu("gpu_l4", 0.805, 30.3, 300, 24, 10, ssd_bw=1.5 * GB),  # g6.xlarge
-    _gpu("gpu_a100_40g", 32.77 / 8, 156, 1555, 40, 400 / 8, ssd_bw=2.0 * GB),  # p4d.24xlarge / 8
-    _gpu("gpu_a100_80g", 40.97 / 8, 156, 2039, 80, 400 / 8, ssd_bw=2.0 * GB),  # p4de.24xlarge / 8
-    _gpu("gpu_h100", 98.32 / 8, 495, 3350, 80, 3200 / 8, ssd_bw=3.0 * GB),  # p5.48xlarge / 8
-    _gpu("gpu_v100_x4", 12.24 / 4, 15.7, 900, 16, 10 / 4),  # p3.8xlarge / 4: less network per GPU
-)}
+CATALOG: dict[str, ResourceType] = {
+    t.name: t
+    for t in (
+        _cpu("cpu_c6i_2xl", 0.34, 8, 16, 12.5),
+        _cpu("cpu_c6i_4xl", 0.68, 16, 32, 12.5),
+        _cpu("cpu_c6i_8xl", 1.36, 32, 64, 12.5),
+        _cpu("cpu_c6i_16xl", 2.72, 64, 128, 25),
+        _cpu("cpu_r6i_4xl", 1.008, 16, 128, 12.5),
+        _cpu("cpu_r6i_16xl", 4.032, 64, 512, 25),
+        _cpu("cpu_i4i_4xl", 1.373, 16, 128, 25, ssd_bw=2.8 * GB),  # 1 x 3750 GB NVMe, ~2.8 GB/s read
+        _cpu("cpu_i4i_16xl", 5.491, 64, 512, 37.5, ssd_bw=11.2 * GB),  # 4 NVMe drives
+        _gpu("gpu_t4", 0.526, 8.1, 320, 16, 25, ssd_bw=1.0 * GB),  # g4dn.xlarge, 125 GB NVMe
+        _gpu("gpu_v100", 3.06, 15.7, 900, 16, 10),  # p3.2xlarge, EBS only
+        _gpu("gpu_a10", 1.006, 31.2, 600, 24, 10, ssd_bw=1.5 * GB),  # g5.xlarge, 250 GB NVMe
+        _gpu("gpu_l4", 0.805, 30.3, 300, 24, 10, ssd_bw=1.5 * GB),  # g6.xlarge
+        _gpu("gpu_a100_40g", 32.77 / 8, 156, 1555, 40, 400 / 8, ssd_bw=2.0 * GB),  # p4d.24xlarge / 8
+        _gpu("gpu_a100_80g", 40.97 / 8, 156, 2039, 80, 400 / 8, ssd_bw=2.0 * GB),  # p4de.24xlarge / 8
+        _gpu("gpu_h100", 98.32 / 8, 495, 3350, 80, 3200 / 8, ssd_bw=3.0 * GB),  # p5.48xlarge / 8
+        _gpu("gpu_v100_x4", 12.24 / 4, 15.7, 900, 16, 10 / 4),  # p3.8xlarge / 4: less network per GPU
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -81,22 +100,36 @@ def _ctr_like_layers(rng: np.random.Generator, num_layers: int) -> list[LayerPro
         dim = int(rng.choice([8, 9, 16, 32, 64]))
         slots = int(rng.integers(1, 27))
         width += slots * dim
-        layers.append(LayerProfile(
-            name=f"emb_{i}", kind="sparse", flops=float(slots * dim * 4), param_bytes=rows * dim * 4 * 3,
-            io_bytes=float(slots * dim * 4 * 2), out_bytes=float(width * 4 * 2)))
+        layers.append(
+            LayerProfile(
+                name=f"emb_{i}",
+                kind="sparse",
+                flops=float(slots * dim * 4),
+                param_bytes=rows * dim * 4 * 3,
+                io_bytes=float(slots * dim * 4 * 2),
+                out_bytes=float(width * 4 * 2),
+            )
+        )
     in_width = width
     for i in range(num_layers - num_sparse):
         out_width = float(rng.choice([64, 128, 256, 400, 512, 1024, 2048]))
         flops = 6.0 * in_width * out_width  # forward 2*in*out, backward twice that
-        layers.append(LayerProfile(
-            name=f"fc_{i}", kind="dense", flops=flops, param_bytes=(in_width * out_width + out_width) * 4 * 3,
-            out_bytes=out_width * 4 * 2))
+        layers.append(
+            LayerProfile(
+                name=f"fc_{i}",
+                kind="dense",
+                flops=flops,
+                param_bytes=(in_width * out_width + out_width) * 4 * 3,
+                out_bytes=out_width * 4 * 2,
+            )
+        )
         in_width = out_width
     return layers
 
 
-def generate_workload(seed: int, num_layers: int | None = None, num_types: int | None = None,
-                      binding: bool | None = None) -> Workload:
+def generate_workload(
+    seed: int, num_layers: int | None = None, num_types: int | None = None, binding: bool | None = None
+) -> Workload:
     """A random but realistic planning problem; ``binding`` lowers one type's max_units below what the
     unlimited optimum would use, so the shared limit decides the answer."""
     rng = np.random.default_rng(seed)
@@ -115,8 +148,9 @@ def generate_workload(seed: int, num_layers: int | None = None, num_types: int |
     return Workload(profile.name, profile, cluster, binding)
 
 
-def interesting_throughput(profile: ModelProfile, cluster: Cluster, seed: int = 0,
-                           rng: np.random.Generator | None = None) -> float:
+def interesting_throughput(
+    profile: ModelProfile, cluster: Cluster, seed: int = 0, rng: np.random.Generator | None = None
+) -> float:
     """A target that needs several units even of the fastest type running the whole model (at low targets every
     plan is one unit of the cheapest type, which tells the schedulers apart by nothing)."""
     from heterps_paddle.planning.cost_model import CostModel

@@ -62,8 +62,14 @@ class BatchEvaluation:
 
 
 class CostModel:
-    def __init__(self, profile: ModelProfile, cluster: Cluster, throughput: float | None = None,
-                 first_stage_kinds: tuple[str, ...] | None = None, one_stage_kinds: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        profile: ModelProfile,
+        cluster: Cluster,
+        throughput: float | None = None,
+        first_stage_kinds: tuple[str, ...] | None = None,
+        one_stage_kinds: tuple[str, ...] | None = None,
+    ):
         """``first_stage_kinds``: resource kinds allowed to run the first stage of a split plan (None: any).  Not
         part of the reference reading; the runtime's rule ("cpu",): Paddle's heterogeneous pipeline reads the
         data on CPU trainers, which therefore run the first stage of a split.  A one-stage plan may be any kind
@@ -96,11 +102,11 @@ class CostModel:
         def prefix(values: np.ndarray) -> np.ndarray:
             return np.concatenate([np.zeros(values.shape[:-1] + (1,)), np.cumsum(values, axis=-1)], axis=-1)
 
-        flops = np.array([l.flops for l in layers], dtype=float)
-        self.param = np.array([l.param_bytes for l in layers], dtype=float)
-        self.io = np.array([l.io_bytes for l in layers], dtype=float)
-        self.out = np.array([l.out_bytes for l in layers], dtype=float)
-        dense = np.array([l.kind == "dense" for l in layers])
+        flops = np.array([layer.flops for layer in layers], dtype=float)
+        self.param = np.array([layer.param_bytes for layer in layers], dtype=float)
+        self.io = np.array([layer.io_bytes for layer in layers], dtype=float)
+        self.out = np.array([layer.out_bytes for layer in layers], dtype=float)
+        dense = np.array([layer.kind == "dense" for layer in layers])
         self.param_prefix = prefix(self.param)
         self.dense_param_prefix = prefix(np.where(dense, self.param, 0.0))
 
@@ -218,8 +224,15 @@ class CostModel:
         return kinds if kinds is not None else ("cpu", "gpu")
 
     def _option(self, start: int, end: int, type_index: int, units: int, time: float) -> StageOption:
-        return StageOption(start, end, type_index, units, time, units <= self.types[type_index].max_units,
-                           float(self.price[type_index]))
+        return StageOption(
+            start,
+            end,
+            type_index,
+            units,
+            time,
+            units <= self.types[type_index].max_units,
+            float(self.price[type_index]),
+        )
 
     # --------------------------------------------------------------------------------------- a plan
 
@@ -246,23 +259,27 @@ class CostModel:
             t = self.types[impossible.type_index]
             allowed = self._first_stage_kinds(impossible.end)
             whole = impossible.end == self.num_layers
-            reason = (f"{t.name} cannot run layers {impossible.start}..{impossible.end - 1}: "
-                      + (f"the {'only stage' if whole else 'first stage of a split plan'} must run on a "
-                         + "/".join(allowed) + " type" if impossible.start == 0 and t.kind not in allowed
-                         else "no parameter memory and no SSD tier"))
+            reason = f"{t.name} cannot run layers {impossible.start}..{impossible.end - 1}: " + (
+                f"the {'only stage' if whole else 'first stage of a split plan'} must run on a "
+                + "/".join(allowed)
+                + " type"
+                if impossible.start == 0 and t.kind not in allowed
+                else "no parameter memory and no SSD tier"
+            )
         elif excess.any():
             worst = int(np.argmax(excess))
-            reason = (f"{self.types[worst].name} needs {int(used[worst])} units, max_units is "
-                      f"{int(self.max_units[worst])}")
+            reason = (
+                f"{self.types[worst].name} needs {int(used[worst])} units, max_units is {int(self.max_units[worst])}"
+            )
         return Evaluation(assignment, tuple(stages), not excess.any(), cost, int(excess.sum()), reason)
 
-    def stage_tables(self) -> "StageTables":
+    def stage_tables(self) -> StageTables:
         """Every candidate stage provisioned once (what exact and the batch evaluation index into)."""
         if self._tables is None:
             self._tables = StageTables(self)
         return self._tables
 
-    def evaluate_batch(self, assignments: np.ndarray) -> "BatchEvaluation":
+    def evaluate_batch(self, assignments: np.ndarray) -> BatchEvaluation:
         """``evaluate`` for many assignments at once ([batch, layers] type indices), from the stage tables:
         same stages, same units, same costs, without a Python loop per plan."""
         tables = self.stage_tables()
@@ -278,16 +295,18 @@ class CostModel:
         types = a[rows, first]
         units = tables.units[types, first, last]
         cost = np.bincount(rows, weights=units * self.price[types], minlength=batch)
-        used = np.bincount(rows * self.num_types + types, weights=units,
-                           minlength=batch * self.num_types).reshape(batch, self.num_types)
+        used = np.bincount(rows * self.num_types + types, weights=units, minlength=batch * self.num_types).reshape(
+            batch, self.num_types
+        )
         excess = np.maximum(0.0, used - self.max_units[None, :]).sum(axis=1)
         total_units = used.sum(axis=1)
         return BatchEvaluation(cost, excess == 0, excess, total_units)
 
-    def penalised_costs(self, batch: "BatchEvaluation", reference: float) -> np.ndarray:
+    def penalised_costs(self, batch: BatchEvaluation, reference: float) -> np.ndarray:
         """``penalised_cost`` for a batch."""
-        penalised = np.maximum(batch.cost_per_hour, reference) * (1.0 + batch.excess_units / np.maximum(
-            batch.total_units, 1.0))
+        penalised = np.maximum(batch.cost_per_hour, reference) * (
+            1.0 + batch.excess_units / np.maximum(batch.total_units, 1.0)
+        )
         return np.where(batch.feasible, batch.cost_per_hour, penalised)
 
     def penalised_cost(self, evaluation: Evaluation, reference: float) -> float:
@@ -303,13 +322,23 @@ class CostModel:
 
     # ---------------------------------------------------------------------------------- plan record
 
-    def to_plan(self, assignment: Sequence[int] | None, scheduler: str, search_seconds: float = 0.0,
-                evaluations: int | None = None, reason: str | None = None,
-                refined_from_cost: float | None = None) -> Plan:
+    def to_plan(
+        self,
+        assignment: Sequence[int] | None,
+        scheduler: str,
+        search_seconds: float = 0.0,
+        evaluations: int | None = None,
+        reason: str | None = None,
+        refined_from_cost: float | None = None,
+    ) -> Plan:
         names = self.profile.layer_names()
-        common = dict(scheduler=scheduler, model=self.profile.name, search_seconds=search_seconds,
-                      evaluations=self.evaluations if evaluations is None else evaluations,
-                      required_throughput=self.throughput)
+        common = dict(
+            scheduler=scheduler,
+            model=self.profile.name,
+            search_seconds=search_seconds,
+            evaluations=self.evaluations if evaluations is None else evaluations,
+            required_throughput=self.throughput,
+        )
         if assignment is None:
             return Plan(feasible=False, assignment={}, reason=reason or "no feasible plan found", **common)
         evaluation = self.evaluate(assignment)
@@ -317,14 +346,29 @@ class CostModel:
         mapping = {names[i]: type_names[a] for i, a in enumerate(evaluation.assignment)}
         if not evaluation.feasible:
             return Plan(feasible=False, assignment=mapping, reason=reason or evaluation.reason, **common)
-        stages = tuple(Stage(resource=type_names[s.type_index], kind=self.types[s.type_index].kind, layers=tuple(names[s.start:s.end]), units=s.units,
-                             time_per_sample=s.time_per_sample, throughput=s.units / s.time_per_sample
-                             if s.time_per_sample > 0 else math.inf) for s in evaluation.stages)
+        stages = tuple(
+            Stage(
+                resource=type_names[s.type_index],
+                kind=self.types[s.type_index].kind,
+                layers=tuple(names[s.start : s.end]),
+                units=s.units,
+                time_per_sample=s.time_per_sample,
+                throughput=s.units / s.time_per_sample if s.time_per_sample > 0 else math.inf,
+            )
+            for s in evaluation.stages
+        )
         throughput = min(s.throughput for s in stages)
         cost = evaluation.cost_per_hour
-        return Plan(feasible=True, assignment=mapping, stages=stages, throughput=throughput,
-                    cost_per_hour=cost, cost_per_million_samples=cost / (3600.0 * self.throughput) * 1e6,
-                    refined_from_cost=refined_from_cost, **common)
+        return Plan(
+            feasible=True,
+            assignment=mapping,
+            stages=stages,
+            throughput=throughput,
+            cost_per_hour=cost,
+            cost_per_million_samples=cost / (3600.0 * self.throughput) * 1e6,
+            refined_from_cost=refined_from_cost,
+            **common,
+        )
 
     def assignment_of(self, plan: Plan) -> list[int]:
         """Type indices of a plan's assignment (e.g. one read back from JSON)."""

@@ -78,23 +78,28 @@ class LaunchShape:
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"worker_num": self.cpu_trainers,
-                               "heter_worker_num": [g.units for g in self.heter],
-                               "heter_devices": [g.device for g in self.heter]}
+        out: dict[str, Any] = {
+            "worker_num": self.cpu_trainers,
+            "heter_worker_num": [g.units for g in self.heter],
+            "heter_devices": [g.device for g in self.heter],
+        }
         if self.servers is not None:
             out["server_num"] = self.servers
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "LaunchShape":
+    def from_dict(cls, data: Mapping[str, Any]) -> LaunchShape:
         try:
             units = [int(u) for u in data.get("heter_worker_num", [])]
             devices = list(data.get("heter_devices") or [None] * len(units))
             if len(devices) != len(units):
                 raise ValueError("heter_devices and heter_worker_num differ in length")
             servers = data.get("server_num")
-            return cls(int(data["worker_num"]), tuple(HeterGroup(u, _device(d)) for u, d in zip(units, devices)),
-                       None if servers is None else int(servers))
+            return cls(
+                int(data["worker_num"]),
+                tuple(HeterGroup(u, _device(d)) for u, d in zip(units, devices)),
+                None if servers is None else int(servers),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanningInputError(f"launch description {dict(data)!r}: {exc}") from None
 
@@ -130,8 +135,10 @@ def launch_from_env(env: Mapping[str, str] | None = None) -> LaunchShape | None:
     counts = [int(x) for x in re.findall(r"\d+", env.get("PADDLE_STAGE_TRAINERS_NUM", ""))]
     heter_counts = counts[1:stage_num] if stage_num > 1 else []
     if stage_num > 1 and len(heter_counts) != stage_num - 1:
-        raise LaunchMismatchError(f"the launcher says STAGE_NUM={stage_num} but PADDLE_STAGE_TRAINERS_NUM="
-                                  f"{env.get('PADDLE_STAGE_TRAINERS_NUM')!r}")
+        raise LaunchMismatchError(
+            f"the launcher says STAGE_NUM={stage_num} but PADDLE_STAGE_TRAINERS_NUM="
+            f"{env.get('PADDLE_STAGE_TRAINERS_NUM')!r}"
+        )
     devices: list[str | None] = [None] * len(heter_counts)
     told = env.get(LAUNCH_ENV)
     if told:
@@ -153,9 +160,11 @@ def heter_device_for(stage: Stage, gpu_available: bool) -> str:
 def shape_of(plan: Plan, gpu_available: bool, server_num: int | None = None) -> LaunchShape:
     """The launch a plan needs."""
     check_runnable(plan)
-    return LaunchShape(plan.stages[0].units,
-                       tuple(HeterGroup(s.units, heter_device_for(s, gpu_available)) for s in plan.heter_stages()),
-                       server_num)
+    return LaunchShape(
+        plan.stages[0].units,
+        tuple(HeterGroup(s.units, heter_device_for(s, gpu_available)) for s in plan.heter_stages()),
+        server_num,
+    )
 
 
 def launch_arguments(plan: Plan, server_num: int, gpu_available: bool) -> list[str]:
@@ -176,7 +185,8 @@ def check_runnable(plan: Plan) -> None:
         # Paddle's heter pipeline reads data only on stage 1, which runs as ordinary CPU trainers.
         raise PlanningInputError(
             f"stage 1 runs on {first.resource!r} ({first.kind}); in a split plan the first stage reads the data on "
-            "Paddle's CPU trainers and must be a cpu stage (put at least the first layer on a cpu type)")
+            "Paddle's CPU trainers and must be a cpu stage (put at least the first layer on a cpu type)"
+        )
 
 
 def check_launch_matches(plan: Plan, launch: LaunchShape | None, source: str = "the plan") -> None:
@@ -194,11 +204,13 @@ def check_launch_matches(plan: Plan, launch: LaunchShape | None, source: str = "
         if launch.cpu_trainers < stage.units:
             raise LaunchMismatchError(
                 f"{source} needs {stage.units} trainers ({stage.resource}, {stage.kind}) to meet its throughput, "
-                f"but the job was launched with {launch.cpu_trainers}; launch with {expected}")
+                f"but the job was launched with {launch.cpu_trainers}; launch with {expected}"
+            )
         return
     want = [s.units for s in plan.stages]
     if launch.stage_units() != want:
         raise LaunchMismatchError(
             f"{source} expects {plan.num_stages} stages with {want} processes per stage (stage 1 = CPU trainers), "
             f"but the launch has {launch.num_stages} stage{'s' * (launch.num_stages != 1)} with "
-            f"{launch.stage_units()}; launch with {expected}")
+            f"{launch.stage_units()}; launch with {expected}"
+        )

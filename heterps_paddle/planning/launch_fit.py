@@ -101,9 +101,16 @@ class _Times:
         return self._memo[key]
 
 
-def fit_to_launch(profile: ModelProfile, cluster: Cluster, launch: LaunchShape, target: float | None = None, *,
-                  stand_in_gpu: bool = False, trainers_on_gpu: bool = False,
-                  host_cores: int | None = None) -> LaunchFit:
+def fit_to_launch(
+    profile: ModelProfile,
+    cluster: Cluster,
+    launch: LaunchShape,
+    target: float | None = None,
+    *,
+    stand_in_gpu: bool = False,
+    trainers_on_gpu: bool = False,
+    host_cores: int | None = None,
+) -> LaunchFit:
     """The plan this launch runs best (module doc), with the best one-stage and split options beside it.
 
     ``trainers_on_gpu``: Paddle has CUDA, so the CPU trainers may be gpu-type units of a one-stage plan
@@ -121,10 +128,11 @@ def fit_to_launch(profile: ModelProfile, cluster: Cluster, launch: LaunchShape, 
     first_types = [i for i, t in enumerate(types) if t.kind in SPLIT_FIRST_STAGE_KINDS]
     one_stage_types = [i for i, t in enumerate(types) if t.kind == "cpu" or (trainers_on_gpu and t.kind == "gpu")]
     if not one_stage_types:
-        raise PlanningInputError("the cluster has no cpu type: the CPU trainers (stage 1, they read the data) "
-                                 "need one to be priced and timed")
-    notes = [_group_note("the CPU trainers", [types[i] for i in one_stage_types],
-                         "gpu" if trainers_on_gpu else "cpu")]
+        raise PlanningInputError(
+            "the cluster has no cpu type: the CPU trainers (stage 1, they read the data) "
+            "need one to be priced and timed"
+        )
+    notes = [_group_note("the CPU trainers", [types[i] for i in one_stage_types], "gpu" if trainers_on_gpu else "cpu")]
     options: list[FitOption] = []
 
     def add(stage_types: Sequence[int], cuts: Sequence[int], units: Sequence[int]) -> None:
@@ -138,35 +146,46 @@ def fit_to_launch(profile: ModelProfile, cluster: Cluster, launch: LaunchShape, 
     if launch.heter:
         heter_types = [group_types(cluster, g.device, stand_in_gpu) for g in launch.heter]
         for stage, (group, candidates) in enumerate(zip(launch.heter, heter_types), 2):
-            notes.append(_group_note(f"stage {stage}'s heterogeneous trainers", [types[i] for i in candidates],
-                                     group.device, stand_in_gpu))
+            notes.append(
+                _group_note(
+                    f"stage {stage}'s heterogeneous trainers",
+                    [types[i] for i in candidates],
+                    group.device,
+                    stand_in_gpu,
+                )
+            )
         stages = launch.num_stages
         if n < stages:
             notes.append(f"the launch has {stages} stages but the program has only {n} layers: no split fits it")
         elif first_types and all(heter_types):
             cut_count = math.comb(n - 1, stages - 1)
             if cut_count > _MAX_CUTS:
-                raise PlanningInputError(f"{n} layers over {stages} stages is {cut_count:,} cuts to try; launch "
-                                         "fewer heterogeneous stages or give a saved plan")
+                raise PlanningInputError(
+                    f"{n} layers over {stages} stages is {cut_count:,} cuts to try; launch "
+                    "fewer heterogeneous stages or give a saved plan"
+                )
             units = launch.stage_units()
             for combo in itertools.product(first_types, *heter_types):
                 for inner in itertools.combinations(range(1, n), stages - 1):
                     add(combo, [0, *inner, n], units)
     if not options:
         raise PlanningInputError(
-            "no plan fits this launch: the cluster's types cannot hold the program's parameters "
-            f"({launch.describe()})")
+            f"no plan fits this launch: the cluster's types cannot hold the program's parameters ({launch.describe()})"
+        )
     chosen = _best(options, target)
     one = _best(options[:one_stage_count], target) if one_stage_count else None
     split = _best(options[one_stage_count:], target) if len(options) > one_stage_count else None
     if host_cores is not None:
-        notes.append(f"every process runs on this machine's {host_cores} cores: a plan gives at most "
-                     f"{host_cores} / (sum of its stages' seconds per sample) samples/s")
+        notes.append(
+            f"every process runs on this machine's {host_cores} cores: a plan gives at most "
+            f"{host_cores} / (sum of its stages' seconds per sample) samples/s"
+        )
     return LaunchFit(chosen, one, split, launch, target, host_cores, tuple(notes))
 
 
-def _group_note(who: str, candidates: list[ResourceType], device: str | None = "cpu",
-                stand_in_gpu: bool = False) -> str:
+def _group_note(
+    who: str, candidates: list[ResourceType], device: str | None = "cpu", stand_in_gpu: bool = False
+) -> str:
     names = ", ".join(t.name for t in candidates) or "none"
     if device is None:
         how = "their device is not known to this process (start the job with `heterps launch` to tell it)"
@@ -179,9 +198,18 @@ def _group_note(who: str, candidates: list[ResourceType], device: str | None = "
     return f"{who}: {how}; types they can be: {names}"
 
 
-def _option(profile: ModelProfile, types: tuple[ResourceType, ...], times: _Times, stage_types: Sequence[int],
-            cuts: Sequence[int], units: Sequence[int], target: float | None, host_cores: int | None,
-            launch: LaunchShape, order: int) -> FitOption | None:
+def _option(
+    profile: ModelProfile,
+    types: tuple[ResourceType, ...],
+    times: _Times,
+    stage_types: Sequence[int],
+    cuts: Sequence[int],
+    units: Sequence[int],
+    target: float | None,
+    host_cores: int | None,
+    launch: LaunchShape,
+    order: int,
+) -> FitOption | None:
     names = profile.layer_names()
     stages = []
     total_time = 0.0
@@ -192,18 +220,34 @@ def _option(profile: ModelProfile, types: tuple[ResourceType, ...], times: _Time
             return None  # its parameters do not fit this type's memory and it has no SSD tier
         total_time += time
         rtype = types[t]
-        stages.append(Stage(resource=rtype.name, kind=rtype.kind, layers=tuple(names[start:end]), units=k,
-                            time_per_sample=time, throughput=k / time if time > 0 else math.inf))
+        stages.append(
+            Stage(
+                resource=rtype.name,
+                kind=rtype.kind,
+                layers=tuple(names[start:end]),
+                units=k,
+                time_per_sample=time,
+                throughput=k / time if time > 0 else math.inf,
+            )
+        )
     throughput = min(s.throughput for s in stages)
     if host_cores is not None and total_time > 0:
         throughput = min(throughput, host_cores / total_time)
     cost = sum(s.units * types[t].price_per_hour for s, t in zip(stages, stage_types))
     meets = None if target is None else throughput >= target * (1 - 1e-9)
     assignment = {layer: s.resource for s in stages for layer in s.layers}
-    plan = Plan(scheduler=SCHEDULER_NAME, model=profile.name, feasible=True, assignment=assignment,
-                stages=tuple(stages), throughput=throughput, cost_per_hour=cost,
-                cost_per_million_samples=cost / (3600.0 * throughput) * 1e6 if throughput > 0 else math.inf,
-                required_throughput=target, launch=launch.to_dict())
+    plan = Plan(
+        scheduler=SCHEDULER_NAME,
+        model=profile.name,
+        feasible=True,
+        assignment=assignment,
+        stages=tuple(stages),
+        throughput=throughput,
+        cost_per_hour=cost,
+        cost_per_million_samples=cost / (3600.0 * throughput) * 1e6 if throughput > 0 else math.inf,
+        required_throughput=target,
+        launch=launch.to_dict(),
+    )
     return FitOption(plan, uses_heter=len(stages) > 1, meets_target=meets, order=order)
 
 

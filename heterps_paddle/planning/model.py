@@ -73,7 +73,7 @@ class Cluster:
     def type_names(self) -> list[str]:
         return [t.name for t in self.resource_types]
 
-    def with_throughput(self, throughput: float | None) -> "Cluster":
+    def with_throughput(self, throughput: float | None) -> Cluster:
         return Cluster(self.resource_types, throughput)
 
 
@@ -89,8 +89,14 @@ class Stage:
     throughput: float = 0.0  # units / time_per_sample
 
     def to_dict(self) -> dict[str, Any]:
-        return {"resource": self.resource, "kind": self.kind, "layers": list(self.layers), "units": self.units,
-                "time_per_sample": self.time_per_sample, "throughput": self.throughput}
+        return {
+            "resource": self.resource,
+            "kind": self.kind,
+            "layers": list(self.layers),
+            "units": self.units,
+            "time_per_sample": self.time_per_sample,
+            "throughput": self.throughput,
+        }
 
 
 @dataclass(frozen=True)
@@ -129,15 +135,25 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "format": FORMAT_VERSION, "scheduler": self.scheduler, "model": self.model,
-            "feasible": self.feasible, "assignment": dict(self.assignment),
-            "stages": [s.to_dict() for s in self.stages], "throughput": self.throughput,
-            "cost_per_hour": self.cost_per_hour, "cost_per_million_samples": self.cost_per_million_samples,
-            "search_seconds": self.search_seconds, "evaluations": self.evaluations,
+            "format": FORMAT_VERSION,
+            "scheduler": self.scheduler,
+            "model": self.model,
+            "feasible": self.feasible,
+            "assignment": dict(self.assignment),
+            "stages": [s.to_dict() for s in self.stages],
+            "throughput": self.throughput,
+            "cost_per_hour": self.cost_per_hour,
+            "cost_per_million_samples": self.cost_per_million_samples,
+            "search_seconds": self.search_seconds,
+            "evaluations": self.evaluations,
         }
-        optional = {"required_throughput": self.required_throughput, "reason": self.reason,
-                    "refined_from_cost": self.refined_from_cost, "inputs_digest": self.inputs_digest,
-                    "launch": None if self.launch is None else dict(self.launch)}
+        optional = {
+            "required_throughput": self.required_throughput,
+            "reason": self.reason,
+            "refined_from_cost": self.refined_from_cost,
+            "inputs_digest": self.inputs_digest,
+            "launch": None if self.launch is None else dict(self.launch),
+        }
         out.update({key: value for key, value in optional.items() if value is not None})
         return out
 
@@ -163,8 +179,7 @@ class _Reader:
             raise self.fail(key, f"must be a mapping, got {type(value).__name__}")
         for name in value:
             if name not in allowed:
-                raise self.fail(_join(key, str(name)),
-                                f"unknown key (allowed: {', '.join(sorted(allowed))})")
+                raise self.fail(_join(key, str(name)), f"unknown key (allowed: {', '.join(sorted(allowed))})")
         for name in sorted(required):
             if name not in value:
                 raise self.fail(_join(key, name), "missing required key")
@@ -218,7 +233,9 @@ class _Reader:
 
     def format_version(self, document: Mapping[str, Any]) -> None:
         if document["format"] != FORMAT_VERSION or isinstance(document["format"], bool):
-            raise self.fail("format", f"unsupported format {document['format']!r} (this version reads {FORMAT_VERSION})")
+            raise self.fail(
+                "format", f"unsupported format {document['format']!r} (this version reads {FORMAT_VERSION})"
+            )
 
     def unique(self, names: list[str], key: str) -> None:
         seen: set[str] = set()
@@ -255,8 +272,9 @@ _LAYER_REQUIRED = {"name", "kind", "flops", "param_bytes", "out_bytes"}
 
 def model_profile_from_dict(document: Any, source: str = "<model>") -> ModelProfile:
     r = _Reader(source)
-    doc = r.mapping(document, "", {"format", "name", "batch_size", "layers"},
-                    {"format", "name", "batch_size", "layers"})
+    doc = r.mapping(
+        document, "", {"format", "name", "batch_size", "layers"}, {"format", "name", "batch_size", "layers"}
+    )
     r.format_version(doc)
     layers = []
     for index, raw in enumerate(r.sequence(doc["layers"], "layers")):
@@ -267,26 +285,36 @@ def model_profile_from_dict(document: Any, source: str = "<model>") -> ModelProf
             time_map = r.mapping(item["time"], f"{key}.time", set(map(str, item["time"] or {})), set())
             for type_name, seconds in time_map.items():
                 times[str(type_name)] = r.number(seconds, f"{key}.time.{type_name}")
-        layers.append(LayerProfile(
-            name=r.string(item["name"], f"{key}.name"),
-            kind=r.string(item["kind"], f"{key}.kind", LAYER_KINDS),
-            flops=r.number(item["flops"], f"{key}.flops"),
-            param_bytes=r.number(item["param_bytes"], f"{key}.param_bytes"),
-            io_bytes=r.number(item.get("io_bytes", 0), f"{key}.io_bytes"),
-            out_bytes=r.number(item["out_bytes"], f"{key}.out_bytes"),
-            time=times,
-        ))
+        layers.append(
+            LayerProfile(
+                name=r.string(item["name"], f"{key}.name"),
+                kind=r.string(item["kind"], f"{key}.kind", LAYER_KINDS),
+                flops=r.number(item["flops"], f"{key}.flops"),
+                param_bytes=r.number(item["param_bytes"], f"{key}.param_bytes"),
+                io_bytes=r.number(item.get("io_bytes", 0), f"{key}.io_bytes"),
+                out_bytes=r.number(item["out_bytes"], f"{key}.out_bytes"),
+                time=times,
+            )
+        )
     r.unique([layer.name for layer in layers], "layers")
-    return ModelProfile(name=r.string(doc["name"], "name"),
-                        batch_size=r.integer(doc["batch_size"], "batch_size", 1), layers=tuple(layers))
+    return ModelProfile(
+        name=r.string(doc["name"], "name"),
+        batch_size=r.integer(doc["batch_size"], "batch_size", 1),
+        layers=tuple(layers),
+    )
 
 
 def model_profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
     layers = []
     for layer in profile.layers:
-        item: dict[str, Any] = {"name": layer.name, "kind": layer.kind, "flops": layer.flops,
-                                "param_bytes": layer.param_bytes, "io_bytes": layer.io_bytes,
-                                "out_bytes": layer.out_bytes}
+        item: dict[str, Any] = {
+            "name": layer.name,
+            "kind": layer.kind,
+            "flops": layer.flops,
+            "param_bytes": layer.param_bytes,
+            "io_bytes": layer.io_bytes,
+            "out_bytes": layer.out_bytes,
+        }
         if layer.time:
             item["time"] = dict(layer.time)
         layers.append(item)
@@ -311,18 +339,20 @@ def cluster_from_dict(document: Any, source: str = "<cluster>") -> Cluster:
     for index, raw in enumerate(r.sequence(doc["resource_types"], "resource_types")):
         key = f"resource_types[{index}]"
         item = r.mapping(raw, key, _TYPE_KEYS, _TYPE_REQUIRED)
-        types.append(ResourceType(
-            name=r.string(item["name"], f"{key}.name"),
-            kind=r.string(item["kind"], f"{key}.kind", RESOURCE_KINDS),
-            price_per_hour=r.number(item["price_per_hour"], f"{key}.price_per_hour"),
-            max_units=r.integer(item["max_units"], f"{key}.max_units", 1),
-            # Rates divide per-sample work: zero would mean "infinitely slow", which is no resource at all.
-            flops=r.number(item["flops"], f"{key}.flops", positive=True),
-            mem_bw=r.number(item["mem_bw"], f"{key}.mem_bw", positive=True),
-            memory=r.number(item["memory"], f"{key}.memory"),
-            net_bw=r.number(item["net_bw"], f"{key}.net_bw", positive=True),
-            ssd_bw=r.number(item.get("ssd_bw", 0) or 0, f"{key}.ssd_bw"),
-        ))
+        types.append(
+            ResourceType(
+                name=r.string(item["name"], f"{key}.name"),
+                kind=r.string(item["kind"], f"{key}.kind", RESOURCE_KINDS),
+                price_per_hour=r.number(item["price_per_hour"], f"{key}.price_per_hour"),
+                max_units=r.integer(item["max_units"], f"{key}.max_units", 1),
+                # Rates divide per-sample work: zero would mean "infinitely slow", which is no resource at all.
+                flops=r.number(item["flops"], f"{key}.flops", positive=True),
+                mem_bw=r.number(item["mem_bw"], f"{key}.mem_bw", positive=True),
+                memory=r.number(item["memory"], f"{key}.memory"),
+                net_bw=r.number(item["net_bw"], f"{key}.net_bw", positive=True),
+                ssd_bw=r.number(item.get("ssd_bw", 0) or 0, f"{key}.ssd_bw"),
+            )
+        )
     r.unique([t.name for t in types], "resource_types")
     throughput = None
     if doc.get("throughput") is not None:
@@ -335,9 +365,19 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
     if cluster.throughput is not None:
         out["throughput"] = cluster.throughput
     out["resource_types"] = [
-        {"name": t.name, "kind": t.kind, "price_per_hour": t.price_per_hour, "max_units": t.max_units,
-         "flops": t.flops, "mem_bw": t.mem_bw, "memory": t.memory, "net_bw": t.net_bw, "ssd_bw": t.ssd_bw}
-        for t in cluster.resource_types]
+        {
+            "name": t.name,
+            "kind": t.kind,
+            "price_per_hour": t.price_per_hour,
+            "max_units": t.max_units,
+            "flops": t.flops,
+            "mem_bw": t.mem_bw,
+            "memory": t.memory,
+            "net_bw": t.net_bw,
+            "ssd_bw": t.ssd_bw,
+        }
+        for t in cluster.resource_types
+    ]
     return out
 
 
@@ -355,9 +395,24 @@ def unknown_time_keys(profile: ModelProfile, cluster: Cluster) -> list[str]:
 
 # ----------------------------------------------------------------------------------------------- plan
 
-_PLAN_KEYS = {"format", "scheduler", "model", "feasible", "assignment", "stages", "throughput", "cost_per_hour",
-              "cost_per_million_samples", "search_seconds", "evaluations", "reason", "refined_from_cost",
-              "required_throughput", "inputs_digest", "launch"}
+_PLAN_KEYS = {
+    "format",
+    "scheduler",
+    "model",
+    "feasible",
+    "assignment",
+    "stages",
+    "throughput",
+    "cost_per_hour",
+    "cost_per_million_samples",
+    "search_seconds",
+    "evaluations",
+    "reason",
+    "refined_from_cost",
+    "required_throughput",
+    "inputs_digest",
+    "launch",
+}
 _PLAN_REQUIRED = {"format", "feasible"}
 _STAGE_KEYS = {"resource", "kind", "layers", "units", "time_per_sample", "throughput"}
 _STAGE_REQUIRED = {"resource", "layers", "units"}
@@ -385,18 +440,26 @@ def plan_from_dict(document: Any, source: str = "<plan>", kinds: Mapping[str, st
         elif resource in kinds:
             kind = kinds[resource]
         else:
-            raise r.fail(f"{key}.kind", f"missing, and no cluster file says whether {resource!r} is a cpu or a gpu "
-                                        "type: add \"kind\": \"cpu\" or \"gpu\" to the stage, or give the cluster")
+            raise r.fail(
+                f"{key}.kind",
+                f"missing, and no cluster file says whether {resource!r} is a cpu or a gpu "
+                "type: add \"kind\": \"cpu\" or \"gpu\" to the stage, or give the cluster",
+            )
         layers = tuple(r.string(n, f"{key}.layers") for n in r.sequence(item["layers"], f"{key}.layers"))
         twice = placed.intersection(layers)
         if twice:
             raise r.fail(f"{key}.layers", f"{sorted(twice)} already placed by an earlier stage")
         placed.update(layers)
-        stages.append(Stage(
-            resource=resource, kind=kind, layers=layers,
-            units=r.integer(item["units"], f"{key}.units", 1),
-            time_per_sample=r.number(item.get("time_per_sample", 0.0), f"{key}.time_per_sample"),
-            throughput=r.number(item.get("throughput", 0.0), f"{key}.throughput")))
+        stages.append(
+            Stage(
+                resource=resource,
+                kind=kind,
+                layers=layers,
+                units=r.integer(item["units"], f"{key}.units", 1),
+                time_per_sample=r.number(item.get("time_per_sample", 0.0), f"{key}.time_per_sample"),
+                throughput=r.number(item.get("throughput", 0.0), f"{key}.throughput"),
+            )
+        )
 
     def optional_number(name: str) -> float | None:
         return None if doc.get(name) is None else r.number(doc[name], name)
@@ -410,9 +473,13 @@ def plan_from_dict(document: Any, source: str = "<plan>", kinds: Mapping[str, st
     if doc.get("launch") is not None:
         launch = dict(r.mapping(doc["launch"], "launch", set(map(str, doc["launch"])), set()))
     return Plan(
-        scheduler=r.string(doc.get("scheduler", "manual"), "scheduler"), model=str(doc.get("model", "")),
-        feasible=feasible, assignment=assignment, stages=tuple(stages),
-        throughput=optional_number("throughput") or 0.0, cost_per_hour=optional_number("cost_per_hour") or 0.0,
+        scheduler=r.string(doc.get("scheduler", "manual"), "scheduler"),
+        model=str(doc.get("model", "")),
+        feasible=feasible,
+        assignment=assignment,
+        stages=tuple(stages),
+        throughput=optional_number("throughput") or 0.0,
+        cost_per_hour=optional_number("cost_per_hour") or 0.0,
         cost_per_million_samples=optional_number("cost_per_million_samples") or 0.0,
         search_seconds=optional_number("search_seconds") or 0.0,
         evaluations=r.integer(doc.get("evaluations", 0), "evaluations", 0),
@@ -420,10 +487,11 @@ def plan_from_dict(document: Any, source: str = "<plan>", kinds: Mapping[str, st
         refined_from_cost=optional_number("refined_from_cost"),
         required_throughput=optional_number("required_throughput"),
         inputs_digest=None if doc.get("inputs_digest") is None else r.string(doc["inputs_digest"], "inputs_digest"),
-        launch=launch)
+        launch=launch,
+    )
 
 
-def load_plan(path: str, cluster: "Cluster | str | None" = None, kinds: Mapping[str, str] | None = None) -> Plan:
+def load_plan(path: str, cluster: Cluster | str | None = None, kinds: Mapping[str, str] | None = None) -> Plan:
     """A plan file; ``cluster`` (a Cluster or a cluster file) or ``kinds`` names the kinds of stages that carry
     none."""
     if isinstance(cluster, str):
@@ -445,4 +513,3 @@ def save_yaml(document: Mapping[str, Any], path: str) -> None:
 
     with open(path, "w", encoding="utf-8") as handle:
         yaml.safe_dump(dict(document), handle, sort_keys=False)
-

@@ -27,8 +27,11 @@ def best_single_type(cost_model: CostModel) -> Plan | None:
 def best_single_type_of_kind(cost_model: CostModel, kind: str) -> Plan | None:
     best = None
     for evaluation, rtype in zip(cost_model.single_type_evaluations(), cost_model.types):
-        if rtype.kind == kind and evaluation.feasible and (best is None
-                                                            or evaluation.cost_per_hour < best.cost_per_hour):
+        if (
+            rtype.kind == kind
+            and evaluation.feasible
+            and (best is None or evaluation.cost_per_hour < best.cost_per_hour)
+        ):
             best = evaluation
     return None if best is None else cost_model.to_plan(best.assignment, f"all-{kind}", evaluations=0)
 
@@ -41,21 +44,27 @@ def _layers(stage: Stage) -> str:
 def stage_table(plan: Plan, unit_word: str = "units") -> list[str]:
     rows = [f"  {'stage':>5}  {'resource':<16} {'kind':<4} {unit_word:>9}  {'layers':<34} {'samples/s':>12}"]
     for index, stage in enumerate(plan.stages, 1):
-        rows.append(f"  {index:>5}  {stage.resource:<16} {stage.kind:<4} {stage.units:>9}  {_layers(stage):<34} "
-                    f"{stage.throughput:>12,.0f}")
+        rows.append(
+            f"  {index:>5}  {stage.resource:<16} {stage.kind:<4} {stage.units:>9}  {_layers(stage):<34} "
+            f"{stage.throughput:>12,.0f}"
+        )
     return rows
 
 
 def _price(plan: Plan) -> str:
-    return (f"{plan.throughput:,.0f} samples/s, {plan.cost_per_hour:.4g}/h, "
-            f"{plan.cost_per_million_samples:.4g} per million samples")
+    return (
+        f"{plan.throughput:,.0f} samples/s, {plan.cost_per_hour:.4g}/h, "
+        f"{plan.cost_per_million_samples:.4g} per million samples"
+    )
 
 
 def format_summary(cost_model: CostModel, plan: Plan) -> str:
     """``heterps plan``'s summary of one plan, with the best single-type plan beside it."""
-    lines = [f"model {plan.model}: {cost_model.num_layers} layers, {cost_model.num_types} resource types, "
-             f"target {cost_model.throughput:,.0f} samples/s, scheduler {plan.scheduler} "
-             f"({plan.search_seconds:.2f} s, {plan.evaluations} evaluations)"]
+    lines = [
+        f"model {plan.model}: {cost_model.num_layers} layers, {cost_model.num_types} resource types, "
+        f"target {cost_model.throughput:,.0f} samples/s, scheduler {plan.scheduler} "
+        f"({plan.search_seconds:.2f} s, {plan.evaluations} evaluations)"
+    ]
     if not plan.feasible:
         lines.append(f"  infeasible: {plan.reason}")
     else:
@@ -69,8 +78,9 @@ def format_summary(cost_model: CostModel, plan: Plan) -> str:
         lines.extend(stage_table(single))
         lines.append(f"  throughput {_price(single)}")
         if plan.feasible and single.cost_per_hour > 0:
-            lines.append(f"heterogeneous plan costs {plan.cost_per_hour / single.cost_per_hour:.3f}x the best "
-                         "single-type plan")
+            lines.append(
+                f"heterogeneous plan costs {plan.cost_per_hour / single.cost_per_hour:.3f}x the best single-type plan"
+            )
     return "\n".join(lines)
 
 
@@ -94,15 +104,20 @@ class JobReportInputs:
 def job_report(r: JobReportInputs) -> str:
     fit, plan = r.fit, r.fit.chosen.plan
     launch = fit.launch
-    lines = [f"heterps plan for the program being trained ({sum(len(s.layers) for s in plan.stages)} layers), "
-             f"cluster {r.cluster_source}",
-             "", "WHAT RUNS",
-             f"  launched: {launch.describe()}"]
+    lines = [
+        f"heterps plan for the program being trained ({sum(len(s.layers) for s in plan.stages)} layers), "
+        f"cluster {r.cluster_source}",
+        "",
+        "WHAT RUNS",
+        f"  launched: {launch.describe()}",
+    ]
     if plan.num_stages == 1:
         lines.append(f"  one stage, data-parallel on the {plan.stages[0].units} launched CPU trainers:")
     else:
-        lines.append(f"  {plan.num_stages} stages, pipelined (stage 1 on the CPU trainers, which read the data; "
-                     "later stages on the heterogeneous trainers):")
+        lines.append(
+            f"  {plan.num_stages} stages, pipelined (stage 1 on the CPU trainers, which read the data; "
+            "later stages on the heterogeneous trainers):"
+        )
     lines.extend(stage_table(plan, unit_word="processes"))
     lines.append(f"  predicted {_price(plan)}")
     if fit.target is None:
@@ -111,15 +126,22 @@ def job_report(r: JobReportInputs) -> str:
         met = "met" if fit.chosen.meets_target else "NOT met: this launch cannot reach it (see below)"
         lines.append(f"  target {fit.target:,.0f} samples/s: {met}")
     if fit.leaves_heter_unused:
-        lines.append(f"  the {launch.heter_units} launched heterogeneous trainer{'s' * (launch.heter_units != 1)} "
-                     "run nothing: one stage on the CPU trainers is "
-                     + ("cheaper and meets the target" if fit.target is not None and fit.chosen.meets_target
-                        else "as fast for less") + "; they leave at minimize")
+        lines.append(
+            f"  the {launch.heter_units} launched heterogeneous trainer{'s' * (launch.heter_units != 1)} "
+            "run nothing: one stage on the CPU trainers is "
+            + (
+                "cheaper and meets the target"
+                if fit.target is not None and fit.chosen.meets_target
+                else "as fast for less"
+            )
+            + "; they leave at minimize"
+        )
     for option, what in ((fit.one_stage, "one stage on the CPU trainers"), (fit.split, "every launched stage used")):
         if option is not None and option is not fit.chosen:
-            lines.append(f"  not chosen: {what}: {_price(option.plan)}"
-                         + ("" if fit.target is None else
-                            ", target " + ("met" if option.meets_target else "not met")))
+            lines.append(
+                f"  not chosen: {what}: {_price(option.plan)}"
+                + ("" if fit.target is None else ", target " + ("met" if option.meets_target else "not met"))
+            )
     for stand_in in r.stand_ins:
         lines.append(f"  {stand_in} stands in for a GPU on this machine's cores (no CUDA here)")
     lines.extend(f"  assumed: {note}" for note in fit.notes)
@@ -139,11 +161,15 @@ def job_report(r: JobReportInputs) -> str:
                 units = sum(s.units for s in alt.stages)
                 lines.append(f"  all-{kind.upper()} ({name}{note}): {units} unit{'s' * (units != 1)}, {_price(alt)}")
 
-    lines += ["", "INPUTS (the same inputs give the same plan; heterps_configs['replan'] = True measures and plans "
-                  "again)"]
+    lines += [
+        "",
+        "INPUTS (the same inputs give the same plan; heterps_configs['replan'] = True measures and plans again)",
+    ]
     lines.extend(f"  {line}" for line in r.inputs)
-    lines.append(f"  inputs digest {r.digest}"
-                 + (f"; plan reused from {r.reused_from}, made from the same inputs" if r.reused_from else ""))
+    lines.append(
+        f"  inputs digest {r.digest}"
+        + (f"; plan reused from {r.reused_from}, made from the same inputs" if r.reused_from else "")
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -158,13 +184,18 @@ def _advice_lines(r: JobReportInputs) -> list[str]:
     target_missed = fit.target is not None and not fit.chosen.meets_target
     saving = plan.cost_per_hour - advice.cost_per_hour
     if target_missed:
-        return [f"  to meet the target: {summary}, predicted {_price(advice)}",
-                f"    launch with: {args}  (scheduler {r.advice_scheduler})"]
+        return [
+            f"  to meet the target: {summary}, predicted {_price(advice)}",
+            f"    launch with: {args}  (scheduler {r.advice_scheduler})",
+        ]
     if saving > 1e-9 * max(1.0, plan.cost_per_hour):
         share = saving / plan.cost_per_hour if plan.cost_per_hour > 0 else 0.0
         at = f"{fit.target:,.0f}" if fit.target is not None else f"{plan.throughput:,.0f} (this plan's)"
-        return [f"  cheaper at {at} samples/s: {summary}, {advice.cost_per_hour:.4g}/h, saves "
-                f"{saving:.4g}/h ({share:.0%})",
-                f"    launch with: {args}  (scheduler {r.advice_scheduler})"]
-    return [f"  none cheaper at this throughput: the best plan on any launch costs {advice.cost_per_hour:.4g}/h "
-            f"(scheduler {r.advice_scheduler})"]
+        return [
+            f"  cheaper at {at} samples/s: {summary}, {advice.cost_per_hour:.4g}/h, saves {saving:.4g}/h ({share:.0%})",
+            f"    launch with: {args}  (scheduler {r.advice_scheduler})",
+        ]
+    return [
+        f"  none cheaper at this throughput: the best plan on any launch costs {advice.cost_per_hour:.4g}/h "
+        f"(scheduler {r.advice_scheduler})"
+    ]

@@ -70,7 +70,7 @@ class JobProfile:
         return {**asdict(self), "profile": model_profile_to_dict(self.profile)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobProfile":
+    def from_dict(cls, data: dict[str, Any]) -> JobProfile:
         return cls(**{**data, "profile": model_profile_from_dict(data["profile"], "<cached profile>")})
 
 
@@ -103,8 +103,9 @@ def random_feed_for(program: Any, batch_size: int, seed: int = 0) -> dict[str, A
     return feed
 
 
-def measure_job(loss: Any, startup_program: Any, optimizer: Any, batch_size: int, seed: int,
-                time_keys: list[str]) -> JobProfile:
+def measure_job(
+    loss: Any, startup_program: Any, optimizer: Any, batch_size: int, seed: int, time_keys: list[str]
+) -> JobProfile:
     """Profile the program being minimised, on this machine's CPU, as training will run it.
 
     Works on copies: the user's program is untouched.  Tables that live on the parameter servers
@@ -132,8 +133,9 @@ def _local_tables(program: Any) -> None:
             var.desc.set_dtype(dtype)
 
 
-def _measure_copy(loss: Any, startup_program: Any, optimizer: Any, batch_size: int, seed: int,
-                  time_keys: list[str]) -> JobProfile:
+def _measure_copy(
+    loss: Any, startup_program: Any, optimizer: Any, batch_size: int, seed: int, time_keys: list[str]
+) -> JobProfile:
     main = loss.block.program.clone()
     startup = startup_program.clone()
     _local_tables(main)
@@ -147,8 +149,16 @@ def _measure_copy(loss: Any, startup_program: Any, optimizer: Any, batch_size: i
     feed = random_feed_for(main, batch_size, seed)
     # Times are measured only for the cluster's local types; without one every time is an estimate, and only
     # the sizes (FLOPs, bytes) are needed.
-    report = profile_program(main, startup, feed, batch_size, fetch_list=[copy_loss], name="program",
-                             time_key=time_keys[0] if time_keys else None, measure=bool(time_keys))
+    report = profile_program(
+        main,
+        startup,
+        feed,
+        batch_size,
+        fetch_list=[copy_loss],
+        name="program",
+        time_key=time_keys[0] if time_keys else None,
+        measure=bool(time_keys),
+    )
     profile = report.profile
     calibration = trainer_seconds = None
     if time_keys:
@@ -158,9 +168,13 @@ def _measure_copy(loss: Any, startup_program: Any, optimizer: Any, batch_size: i
         trainer_seconds = trainer_seconds_per_sample(main, startup, feed, batch_size)
         profiled = sum(layer.time[time_keys[0]] for layer in profile.layers)
         calibration = trainer_seconds / profiled if profiled > 0 else 1.0
-        profile = replace(profile, layers=tuple(
-            replace(layer, time={key: layer.time[time_keys[0]] * calibration for key in time_keys})
-            for layer in profile.layers))
+        profile = replace(
+            profile,
+            layers=tuple(
+                replace(layer, time={key: layer.time[time_keys[0]] * calibration for key in time_keys})
+                for layer in profile.layers
+            ),
+        )
     ps_row_seconds = probe_error = None
     if LOCAL_CPU in time_keys:
         try:
@@ -168,8 +182,15 @@ def _measure_copy(loss: Any, startup_program: Any, optimizer: Any, batch_size: i
         except ProbeFailed as exc:
             # Training can go on: the plan is made without the servers' share and the report says so.
             probe_error = str(exc)
-    return JobProfile(profile, report.measured_step_seconds, report.predicted_step_seconds, trainer_seconds,
-                      calibration, ps_row_seconds, probe_error)
+    return JobProfile(
+        profile,
+        report.measured_step_seconds,
+        report.predicted_step_seconds,
+        trainer_seconds,
+        calibration,
+        ps_row_seconds,
+        probe_error,
+    )
 
 
 def sparse_rows_per_sample(main: Any, feed: dict[str, Any], batch_size: int) -> dict[str, float]:
@@ -178,8 +199,9 @@ def sparse_rows_per_sample(main: Any, feed: dict[str, Any], batch_size: int) -> 
     return {layer.name: layer.rows_per_sample for layer in layers if layer.kind == "sparse"}
 
 
-def add_ps_service_time(profile: ModelProfile, main: Any, feed: dict[str, Any],
-                        batch_size: int) -> tuple[ModelProfile, float]:
+def add_ps_service_time(
+    profile: ModelProfile, main: Any, feed: dict[str, Any], batch_size: int
+) -> tuple[ModelProfile, float]:
     """The local CPU type's sparse-layer times with the parameter servers' work added.
 
     The profile ran with local tables.  On a CPU stage the rows are pulled from and pushed to the servers, which
@@ -192,7 +214,9 @@ def add_ps_service_time(profile: ModelProfile, main: Any, feed: dict[str, Any],
     layers = []
     for layer in profile.layers:
         if layer.name in rows and LOCAL_CPU in layer.time:
-            layer = replace(layer, time={**layer.time, LOCAL_CPU: layer.time[LOCAL_CPU] + rows[layer.name] * row_seconds})
+            layer = replace(
+                layer, time={**layer.time, LOCAL_CPU: layer.time[LOCAL_CPU] + rows[layer.name] * row_seconds}
+            )
         layers.append(layer)
     return replace(profile, layers=tuple(layers)), row_seconds
 
@@ -206,8 +230,9 @@ def _multislot_line(values_by_var: list[np.ndarray], row: int) -> str:
     return " ".join(parts)
 
 
-def trainer_seconds_per_sample(main: Any, startup: Any, feed: dict[str, Any], batch_size: int,
-                               batches: int = 24) -> float:
+def trainer_seconds_per_sample(
+    main: Any, startup: Any, feed: dict[str, Any], batch_size: int, batches: int = 24
+) -> float:
     """Seconds per sample of ``main`` run by train_from_dataset (one thread) over ``batches`` batches made by
     repeating the profiling feed, in a scratch scope: what one trainer unit does per sample."""
     feed_vars = [var for var in main.global_block().vars.values() if getattr(var, "is_data", False)]

@@ -31,11 +31,13 @@ def check_plan_against_layers(plan: Plan, layer_names: list[str]) -> None:
         raise PlanningInputError(
             f"the plan's layers do not match the program's layers {layer_names}: "
             + (f"not placed by the plan: {missing}; " if missing else "")
-            + (f"not in the program: {unknown}" if unknown else ""))
+            + (f"not in the program: {unknown}" if unknown else "")
+        )
     if planned != layer_names:
         raise PlanningInputError(
             f"stages must be contiguous runs of the program's layers in program order "
-            f"{layer_names}; the plan orders them {planned}")
+            f"{layer_names}; the plan orders them {planned}"
+        )
 
 
 def tag_program(program: Any, plan: Plan) -> dict[str, int]:

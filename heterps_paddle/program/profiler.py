@@ -104,14 +104,14 @@ def group_layers(program, ids_per_sample: dict[str, float] | None = None) -> tup
         if op.type in LOOKUP_OPS:
             table = op.input("W")[0]
             if current is None or current.kind != "sparse" or current.table != table:
-                layers.append(LayerGroup(f"embedding_{sum(l.kind == 'sparse' for l in layers)}", "sparse", table))
+                layers.append(LayerGroup(f"embedding_{sum(g.kind == 'sparse' for g in layers)}", "sparse", table))
             rows = ids_per_sample.get(op.input("Ids")[0], 1.0)
             dim = _per_sample(block.var(table).shape[1:])
             layers[-1].rows_per_sample += rows
             # Rows read, and written back by the sparse update, per sample.
             layers[-1].io_bytes += rows * dim * _dtype_bytes(block.var(table)) * 2
         elif op.type in MATMUL_OPS and any(n in params for n in op.input_arg_names):
-            layers.append(LayerGroup(f"fc_{sum(l.kind == 'dense' for l in layers)}", "dense"))
+            layers.append(LayerGroup(f"fc_{sum(g.kind == 'dense' for g in layers)}", "dense"))
         elif current is None:
             pending.append(index)
             continue
@@ -186,8 +186,10 @@ def static_layer_sizes(program, layers: list[LayerGroup]) -> list[dict]:
                 consumed_last[name] = max(consumed_last.get(name, -1), layer_index)
     sizes = []
     for layer_index, layer in enumerate(layers):
-        param_bytes = sum(_per_sample([abs(d) for d in block.var(p).shape]) * _dtype_bytes(block.var(p))
-                          for p in layer.params) * state
+        param_bytes = (
+            sum(_per_sample([abs(d) for d in block.var(p).shape]) * _dtype_bytes(block.var(p)) for p in layer.params)
+            * state
+        )
         crossing = 0.0
         for name, producer in produced_by.items():
             var = block.var(name) if block.has_var(name) else None
@@ -197,8 +199,9 @@ def static_layer_sizes(program, layers: list[LayerGroup]) -> list[dict]:
                 # Activation forward, and its gradient backward when it is a float tensor.
                 factor = 2 if _dtype_bytes(var) in (2, 4) and "int" not in str(var.dtype).lower() else 1
                 crossing += _per_sample(var.shape) * _dtype_bytes(var) * factor
-        sizes.append({"flops": layer.flops, "param_bytes": float(param_bytes), "io_bytes": layer.io_bytes,
-                      "out_bytes": crossing})
+        sizes.append(
+            {"flops": layer.flops, "param_bytes": float(param_bytes), "io_bytes": layer.io_bytes, "out_bytes": crossing}
+        )
     return sizes
 
 
@@ -228,8 +231,11 @@ def measure_op_seconds(program, feed: dict, fetch_list, executor, steps: int = 4
 
     ops = list(program.global_block().ops)
     with tempfile.TemporaryDirectory() as trace_dir:
-        prof = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU], scheduler=(1, 1 + steps),
-                                 on_trace_ready=profiler.export_chrome_tracing(trace_dir))
+        prof = profiler.Profiler(
+            targets=[profiler.ProfilerTarget.CPU],
+            scheduler=(1, 1 + steps),
+            on_trace_ready=profiler.export_chrome_tracing(trace_dir),
+        )
         prof.start()
         for _ in range(steps + 2):
             executor.run(program, feed=feed, fetch_list=fetch_list)
@@ -264,9 +270,18 @@ def measure_op_seconds(program, feed: dict, fetch_list, executor, steps: int = 4
     return per_step
 
 
-def profile_program(main_program, startup_program, feed: dict, batch_size: int, fetch_list=None,
-                    name: str = "model", time_key: str | None = "local_cpu", steps: int = 4,
-                    timing_steps: int = 8, measure: bool = True) -> ProfileReport:
+def profile_program(
+    main_program,
+    startup_program,
+    feed: dict,
+    batch_size: int,
+    fetch_list=None,
+    name: str = "model",
+    time_key: str | None = "local_cpu",
+    steps: int = 4,
+    timing_steps: int = 8,
+    measure: bool = True,
+) -> ProfileReport:
     """Profile any static program (optimizer applied or not) on the local CPU.
 
     ``time_key``: the resource type name under which measured per-sample times are written (None: not written).
@@ -281,8 +296,13 @@ def profile_program(main_program, startup_program, feed: dict, batch_size: int, 
     layers, op_layer = group_layers(main_program, ids_per_sample(feed, batch_size))
     sizes = static_layer_sizes(main_program, layers)
     if not measure:
-        profile = ModelProfile(name=name, batch_size=batch_size, layers=tuple(
-            LayerProfile(name=layer.name, kind=layer.kind, time={}, **size) for layer, size in zip(layers, sizes)))
+        profile = ModelProfile(
+            name=name,
+            batch_size=batch_size,
+            layers=tuple(
+                LayerProfile(name=layer.name, kind=layer.kind, time={}, **size) for layer, size in zip(layers, sizes)
+            ),
+        )
         return ProfileReport(profile, math.nan, math.nan)
     serial_flag = "FLAGS_new_executor_serial_run"
     previous = paddle.get_flags([serial_flag])[serial_flag]
@@ -314,9 +334,17 @@ def profile_program(main_program, startup_program, feed: dict, batch_size: int, 
     profiles = []
     for layer, size, seconds in zip(layers, sizes, medians):
         times = {time_key: seconds / batch_size} if time_key else {}
-        profiles.append(LayerProfile(name=layer.name, kind=layer.kind, flops=size["flops"],
-                                     param_bytes=size["param_bytes"], io_bytes=size["io_bytes"],
-                                     out_bytes=size["out_bytes"], time=times))
+        profiles.append(
+            LayerProfile(
+                name=layer.name,
+                kind=layer.kind,
+                flops=size["flops"],
+                param_bytes=size["param_bytes"],
+                io_bytes=size["io_bytes"],
+                out_bytes=size["out_bytes"],
+                time=times,
+            )
+        )
     profile = ModelProfile(name=name, batch_size=batch_size, layers=tuple(profiles))
     return ProfileReport(profile, statistics.median(wall), sum(medians))
 
@@ -330,8 +358,15 @@ def _timed_steps(executor, program, feed, fetch_list, count: int) -> list[float]
     return seconds
 
 
-def profile_example(name: str, batch_size: int = 512, seed: int = 0, time_key: str | None = "local_cpu",
-                    steps: int = 4, measure: bool = True, **config) -> ProfileReport:
+def profile_example(
+    name: str,
+    batch_size: int = 512,
+    seed: int = 0,
+    time_key: str | None = "local_cpu",
+    steps: int = 4,
+    measure: bool = True,
+    **config,
+) -> ProfileReport:
     """Profile one of the example CTR models with Adam applied (what training runs)."""
     import paddle
 
@@ -341,10 +376,22 @@ def profile_example(name: str, batch_size: int = 512, seed: int = 0, time_key: s
     with paddle.static.program_guard(main, startup):
         paddle.optimizer.Adam(1e-3).minimize(model.loss)
     feed = random_feed(model, batch_size, seed)
-    return profile_program(main, startup, feed, batch_size, fetch_list=[model.loss], name=name,
-                           time_key=time_key, steps=steps, measure=measure)
+    return profile_program(
+        main,
+        startup,
+        feed,
+        batch_size,
+        fetch_list=[model.loss],
+        name=name,
+        time_key=time_key,
+        steps=steps,
+        measure=measure,
+    )
 
 
 def is_finite_profile(profile: ModelProfile) -> bool:
-    return all(math.isfinite(v) for layer in profile.layers
-               for v in (layer.flops, layer.param_bytes, layer.io_bytes, layer.out_bytes, *layer.time.values()))
+    return all(
+        math.isfinite(v)
+        for layer in profile.layers
+        for v in (layer.flops, layer.param_bytes, layer.io_bytes, layer.out_bytes, *layer.time.values())
+    )

@@ -39,15 +39,18 @@ class DenseRefresher:
         self.runtime = runtime
         self.scope = paddle.static.global_scope()
         used = {n for blk in program.blocks for n in blk.vars}
-        self.tables = {tid: names for tid, names in dense_tables(runtime).items()
-                       if names and all(n in used and self.scope.find_var(n) is not None for n in names)}
+        self.tables = {
+            tid: names
+            for tid, names in dense_tables(runtime).items()
+            if names and all(n in used and self.scope.find_var(n) is not None for n in names)
+        }
         ms = float(settings.get("HETERPS_DENSE_PULL_MS"))  # type: ignore[arg-type]
         self.interval_s = ms / 1000.0 if interval_s is None else interval_s
         self.pulls = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="heterps-dense-refresh", daemon=True)
 
-    def start(self) -> "DenseRefresher":
+    def start(self) -> DenseRefresher:
         if self.tables:
             self._thread.start()
         return self

@@ -87,9 +87,11 @@ def gpu_sparse_layers(program: Any, plan: Plan) -> list[tuple[str, str]]:
     found = [(layer.name, layer.table) for layer in layers if layer.kind == "sparse" and layer.name in gpu_layers]
     if found and plan.num_stages > 1:
         # Paddle's heter pipeline reads data on stage 1 and ships activations, not ids, to later stages.
-        raise PlanningInputError(f"sparse layers {[n for n, _ in found]} are on a GPU stage of a split plan; "
-                        "embeddings in the project's table are supported on a one-stage GPU plan (data-parallel "
-                        "units); in a split plan keep them on stage 1")
+        raise PlanningInputError(
+            f"sparse layers {[n for n, _ in found]} are on a GPU stage of a split plan; "
+            "embeddings in the project's table are supported on a one-stage GPU plan (data-parallel "
+            "units); in a split plan keep them on stage 1"
+        )
     return found
 
 
@@ -97,8 +99,10 @@ def local_table_options(optimizer) -> dict:
     """The local table's optimizer: the job's optimizer type, learning rate and constants."""
     kind = LOCAL_OPTIMIZERS.get(type(optimizer).__name__.lower())
     if kind is None:
-        raise GpuEmbeddingError(f"embeddings on a GPU stage train with the job's optimizer in the project's table, "
-                                f"which has {sorted(LOCAL_OPTIMIZERS)}; got {type(optimizer).__name__}")
+        raise GpuEmbeddingError(
+            f"embeddings on a GPU stage train with the job's optimizer in the project's table, "
+            f"which has {sorted(LOCAL_OPTIMIZERS)}; got {type(optimizer).__name__}"
+        )
     lr = getattr(optimizer, "_learning_rate", None)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)):
         raise GpuEmbeddingError(f"embeddings on a GPU stage need a constant float learning rate, got {lr!r}")
@@ -125,7 +129,8 @@ def use_naive_sgd_on_servers(strategy, params) -> None:
             if rule.HasField("name") and rule.name != NAIVE_RULE:
                 raise GpuEmbeddingError(
                     f"table {param!r} is an embedding on a GPU stage: its server table must use {NAIVE_RULE} (the "
-                    f"units push their rows' changes), but strategy.sparse_table_configs sets {rule.name!r}")
+                    f"units push their rows' changes), but strategy.sparse_table_configs sets {rule.name!r}"
+                )
             rule.name = NAIVE_RULE
             rule.naive.learning_rate = 1.0
             if len(rule.naive.weight_bounds) == 0:
@@ -141,8 +146,9 @@ def prepare(program: Any, plan: Plan, optimizer: Any, strategy: Any) -> list[Gpu
     # The PS runtime builds its table protos from fleet's context copy of the strategy, not from the one the
     # meta optimizers hold: both get the rule.
     fleet_context = getattr(fleet.fleet, "_context", None) or {}
-    strategies = [strategy] + [s for s in (fleet_context.get("user_defined_strategy"),
-                                           fleet_context.get("valid_strategy")) if s is not None]
+    strategies = [strategy] + [
+        s for s in (fleet_context.get("user_defined_strategy"), fleet_context.get("valid_strategy")) if s is not None
+    ]
     params = sorted({param for _, param in found})
     for s in strategies:
         use_naive_sgd_on_servers(s, params)
@@ -152,8 +158,11 @@ def prepare(program: Any, plan: Plan, optimizer: Any, strategy: Any) -> list[Gpu
             continue
         t = GpuTable(param=param, layer=layer, options=opts)
         tables.append(t)
-    logger.info("GPU-stage embeddings in the project's table: %s (servers authoritative, per-pass sync; local %s)",
-                {t.param: t.layer for t in tables}, opts)
+    logger.info(
+        "GPU-stage embeddings in the project's table: %s (servers authoritative, per-pass sync; local %s)",
+        {t.param: t.layer for t in tables},
+        opts,
+    )
     return tables
 
 
@@ -192,8 +201,10 @@ def apply(program, startup_programs, tables: list[GpuTable]):
             at = _insert_pull(block, at, ids, block.var(out_name), handle, t, version)
     missing = [p for p, t in by_param.items() if t.table is None]
     if missing:
-        raise GpuEmbeddingError(f"no distributed_lookup_table for {missing} in the trainer program; Paddle's PS "
-                                "optimizer did not fuse their lookups as expected")
+        raise GpuEmbeddingError(
+            f"no distributed_lookup_table for {missing} in the trainer program; Paddle's PS "
+            "optimizer did not fuse their lookups as expected"
+        )
     for idx in reversed(range(len(block.ops))):
         op = block.ops[idx]
         if op.type != "distributed_push_sparse" or int(op.attr("table_id")) not in by_table_id:
@@ -234,8 +245,9 @@ def _handle(program, startup_programs, t: GpuTable):
         sblock = startup.global_block() if startup is not None else None
         if sblock is not None and not sblock.has_var(name):
             svar = sblock.create_var(name=name, shape=[1], dtype="float32", persistable=True)
-            sblock.append_op(type="fill_constant", outputs={"Out": [svar]},
-                             attrs={"shape": [1], "dtype": svar.dtype, "value": 0.0})
+            sblock.append_op(
+                type="fill_constant", outputs={"Out": [svar]}, attrs={"shape": [1], "dtype": svar.dtype, "value": 0.0}
+            )
     block = program.global_block()
     if block.has_var(name):
         return block.var(name)
@@ -245,20 +257,31 @@ def _handle(program, startup_programs, t: GpuTable):
 def _insert_pull(block, at, ids, out, handle, t: GpuTable, version: str) -> int:
     """heterps_pull -> (reshape, for lookup_table v1's [.., 1] ids) -> (lod_reset, for LoD ids) -> out."""
     rows = block.create_var(name=f"{out.name}.heterps_rows", dtype="float32")
-    block._insert_op(at, type="heterps_pull", inputs={"Ids": [ids], "Handle": [handle]}, outputs={"Out": [rows]},
-                     attrs={"table": t.table.name, "config": t.table.config_string})
+    block._insert_op(
+        at,
+        type="heterps_pull",
+        inputs={"Ids": [ids], "Handle": [handle]},
+        outputs={"Out": [rows]},
+        attrs={"table": t.table.name, "config": t.table.config_string},
+    )
     at += 1
     cur = rows
     if version == "lookup_table":  # v1 drops the ids' trailing 1: [.., 1] -> [.., dim]
         shaped = block.create_var(name=f"{out.name}.heterps_shaped", dtype="float32")
         xshape = block.create_var(name=f"{out.name}.heterps_xshape", dtype="float32")
-        block._insert_op(at, type="reshape2", inputs={"X": [cur]}, outputs={"Out": [shaped], "XShape": [xshape]},
-                         attrs={"shape": [0] * (len(ids.shape) - 1) + [t.dim]})
+        block._insert_op(
+            at,
+            type="reshape2",
+            inputs={"X": [cur]},
+            outputs={"Out": [shaped], "XShape": [xshape]},
+            attrs={"shape": [0] * (len(ids.shape) - 1) + [t.dim]},
+        )
         at += 1
         cur = shaped
     if getattr(ids, "lod_level", 0):
-        block._insert_op(at, type="lod_reset", inputs={"X": [cur], "Y": [ids]}, outputs={"Out": [out]},
-                         attrs={"append": False})
+        block._insert_op(
+            at, type="lod_reset", inputs={"X": [cur], "Y": [ids]}, outputs={"Out": [out]}, attrs={"append": False}
+        )
     else:
         block._insert_op(at, type="assign", inputs={"X": [cur]}, outputs={"Out": [out]})
     return at + 1
@@ -273,8 +296,10 @@ def dataset_slots(dataset) -> tuple[list[str], list[str]]:
     desc = dataset.proto_desc
     pipe = desc.pipe_command.strip()
     if pipe != "cat":
-        raise GpuEmbeddingError(f"embeddings on a GPU stage read each pass's ids from the dataset's files, which "
-                                f"needs MultiSlot text read with pipe_command='cat'; this dataset uses {pipe!r}")
+        raise GpuEmbeddingError(
+            f"embeddings on a GPU stage read each pass's ids from the dataset's files, which "
+            f"needs MultiSlot text read with pipe_command='cat'; this dataset uses {pipe!r}"
+        )
     slots = [s.name for s in desc.multi_slot_desc.slots]
     return list(getattr(dataset, "filelist", []) or []), slots
 
@@ -284,8 +309,10 @@ def working_set(files, slot_order, wanted) -> np.ndarray:
     pos = [i for i, name in enumerate(slot_order) if name in set(wanted)]
     missing = set(wanted) - set(slot_order)
     if missing:
-        raise GpuEmbeddingError(f"lookup ids {sorted(missing)} are not slots the dataset reads ({slot_order}): the "
-                                "pass's working set cannot be known")
+        raise GpuEmbeddingError(
+            f"lookup ids {sorted(missing)} are not slots the dataset reads ({slot_order}): the "
+            "pass's working set cannot be known"
+        )
     parts = []
     for path in files:
         st = os.stat(path)
@@ -313,7 +340,7 @@ def _file_ids(path: str, positions: list[int], nslots: int) -> np.ndarray:
                 except (IndexError, ValueError):
                     raise GpuEmbeddingError(f"{path}:{lineno}: not MultiSlot text with {nslots} slots") from None
                 if i in want:
-                    out.extend(tok[p + 1:p + 1 + n])
+                    out.extend(tok[p + 1 : p + 1 + n])
                 p += 1 + n
     return np.unique(np.array(out, dtype=np.int64)) if out else np.empty(0, np.int64)
 
@@ -358,10 +385,18 @@ class PassSync:
             blk = pull.global_block()
             w = blk.create_var(name=t.param, shape=[1, t.dim], dtype="float32", persistable=True)
             rows = blk.create_var(name="heterps_ws_rows", shape=[-1, t.dim], dtype="float32")
-            blk.append_op(type="distributed_lookup_table", inputs={"Ids": [ids], "W": [w]},
-                          outputs={"Outputs": [rows]},
-                          attrs={"is_distributed": True, "padding_idx": -1, "table_id": t.table_id,
-                                 "lookup_table_version": "lookup_table", "is_test": False})
+            blk.append_op(
+                type="distributed_lookup_table",
+                inputs={"Ids": [ids], "W": [w]},
+                outputs={"Outputs": [rows]},
+                attrs={
+                    "is_distributed": True,
+                    "padding_idx": -1,
+                    "table_id": t.table_id,
+                    "lookup_table_version": "lookup_table",
+                    "is_test": False,
+                },
+            )
         with paddle.static.program_guard(push, paddle.static.Program()):
             ids = paddle.static.data("heterps_ws_ids", [-1, 1], "int64", lod_level=1)
             grad = paddle.static.data("heterps_ws_grad", [-1, t.dim], "float32")
@@ -369,11 +404,19 @@ class PassSync:
             w = blk.create_var(name=t.param, shape=[1, t.dim], dtype="float32", persistable=True)
             show = paddle.full([1], 1.0, "float32")
             clk = paddle.full([1], 0.0, "float32")
-            blk.append_op(type="distributed_push_sparse",
-                          inputs={"Ids": [ids], "W": [w], "Outputs": [grad], "Shows": [show], "Clicks": [clk]},
-                          outputs={"Outputs": [grad]},
-                          attrs={"is_distributed": True, "padding_idx": -1, "table_id": t.table_id, "size": t.dim,
-                                 "use_cvm_op": False, "slots": [0]})
+            blk.append_op(
+                type="distributed_push_sparse",
+                inputs={"Ids": [ids], "W": [w], "Outputs": [grad], "Shows": [show], "Clicks": [clk]},
+                outputs={"Outputs": [grad]},
+                attrs={
+                    "is_distributed": True,
+                    "padding_idx": -1,
+                    "table_id": t.table_id,
+                    "size": t.dim,
+                    "use_cvm_op": False,
+                    "slots": [0],
+                },
+            )
         return pull, push
 
     @staticmethod
@@ -386,8 +429,13 @@ class PassSync:
         if ids.size == 0:
             return np.empty((0, t.dim), np.float32)
         pull, _ = self._progs[t.param]
-        out = self.exe.run(pull, feed={"heterps_ws_ids": self._one_sequence(ids)}, fetch_list=["heterps_ws_rows"],
-                           scope=self.scope, return_numpy=False)[0]  # rows carry the ids' LoD
+        out = self.exe.run(
+            pull,
+            feed={"heterps_ws_ids": self._one_sequence(ids)},
+            fetch_list=["heterps_ws_rows"],
+            scope=self.scope,
+            return_numpy=False,
+        )[0]  # rows carry the ids' LoD
         return np.asarray(out, np.float32).reshape(ids.size, t.dim)
 
     def push_to_servers(self, t: GpuTable, ids: np.ndarray, delta: np.ndarray) -> None:
@@ -396,8 +444,14 @@ class PassSync:
         if ids.size == 0:
             return
         _, push = self._progs[t.param]
-        self.exe.run(push, feed={"heterps_ws_ids": self._one_sequence(ids),
-                                 "heterps_ws_grad": np.ascontiguousarray(-delta, np.float32)}, scope=self.scope)
+        self.exe.run(
+            push,
+            feed={
+                "heterps_ws_ids": self._one_sequence(ids),
+                "heterps_ws_grad": np.ascontiguousarray(-delta, np.float32),
+            },
+            scope=self.scope,
+        )
 
     def barrier(self, what: str) -> None:
         """Every unit reaches the same barrier: a counter row on the servers (module doc)."""
@@ -419,7 +473,8 @@ class PassSync:
             if time.monotonic() > deadline:
                 raise GpuEmbeddingError(
                     f"unit {self.unit}: {what}: {count} of {target} unit arrivals after {self.timeout:.0f} s "
-                    "(HETERPS_PASS_SYNC_TIMEOUT); every unit must run the same number of passes")
+                    "(HETERPS_PASS_SYNC_TIMEOUT); every unit must run the same number of passes"
+                )
             # Poll fast for units that arrive together, then back off: waiting units must not load the servers.
             wait = min(wait * 2, 0.2)
             time.sleep(wait)
@@ -445,7 +500,8 @@ class PassSync:
             if len(t.table) != self._known[t.param].size:
                 raise GpuEmbeddingError(
                     f"unit {self.unit}: table {t.param}: the pass trained {len(t.table)} rows but the working sets "
-                    f"held {self._known[t.param].size} ids: some lookups read ids outside the dataset's slots")
+                    f"held {self._known[t.param].size} ids: some lookups read ids outside the dataset's slots"
+                )
             trained = t.table.pull(ids)
             delta = trained - rec["start"]
             moved = np.any(delta != 0, axis=1)
@@ -459,8 +515,13 @@ class PassSync:
             t.table.assign(rec["ids"], synced)
             rec["synced"] = synced
         self.passes += 1
-        logger.info("gpu embedding pass %d unit %d/%d: %s", self.passes, self.unit, self.units,
-                    ", ".join(f"{p}: {r['ids'].size} ids, {r['pushed']} rows pushed" for p, r in self.last.items()))
+        logger.info(
+            "gpu embedding pass %d unit %d/%d: %s",
+            self.passes,
+            self.unit,
+            self.units,
+            ", ".join(f"{p}: {r['ids'].size} ids, {r['pushed']} rows pushed" for p, r in self.last.items()),
+        )
 
 
 @contextlib.contextmanager

@@ -65,9 +65,13 @@ def train_auc_is_elsewhere(held: HeldOut, scope: Any, auc_states: list[Any]) -> 
         return False
     if all(s.name in held.live for s in auc_states):
         return False
-    _log_once(held, "auc", "train AUC is not computed on a stage 1 CPU trainer of a split plan (the AUC ops are in "
-                           "the last stage's section): printed here as nan; the last stage's heterogeneous trainer "
-                           "prints the train loss and AUC in its log (heterlog.*)")
+    _log_once(
+        held,
+        "auc",
+        "train AUC is not computed on a stage 1 CPU trainer of a split plan (the AUC ops are in "
+        "the last stage's section): printed here as nan; the last stage's heterogeneous trainer "
+        "prints the train loss and AUC in its log (heterlog.*)",
+    )
     return True
 
 
@@ -86,9 +90,13 @@ def section_fetch(held: HeldOut, program: Any, fetch_list: Any, fetch_info: Any)
         else:
             dropped.append(name)
     if dropped:
-        _log_once(held, "fetch", f"fetch vars {dropped} are computed by a later stage of the split plan, not by this "
-                                 "section; not fetched here (the last stage's heterogeneous trainer prints the loss "
-                                 "and AUC)")
+        _log_once(
+            held,
+            "fetch",
+            f"fetch vars {dropped} are computed by a later stage of the split plan, not by this "
+            "section; not fetched here (the last stage's heterogeneous trainer prints the loss "
+            "and AUC)",
+        )
     return (keep or None), (info or None)
 
 
@@ -111,12 +119,21 @@ def distributed_eval_program(test_program: Any, runtime: Any) -> Any:
         if op.type not in ("lookup_table", "lookup_table_v2") or not op.attr("remote_prefetch"):
             continue
         w = op.input("W")[0]
-        attrs = {"is_distributed": op.attr("is_distributed"), "padding_idx": op.attr("padding_idx"),
-                 "table_id": table_ids[w], "lookup_table_version": op.type}
+        attrs = {
+            "is_distributed": op.attr("is_distributed"),
+            "padding_idx": op.attr("padding_idx"),
+            "table_id": table_ids[w],
+            "lookup_table_version": op.type,
+        }
         ids, out = op.input("Ids")[0], op.output("Out")[0]
         block._remove_op(idx)
-        block._insert_op(idx, type="distributed_lookup_table", inputs={"Ids": [block.var(ids)], "W": [block.var(w)]},
-                         outputs={"Outputs": [block.var(out)]}, attrs=attrs)
+        block._insert_op(
+            idx,
+            type="distributed_lookup_table",
+            inputs={"Ids": [block.var(ids)], "W": [block.var(w)]},
+            outputs={"Outputs": [block.var(out)]},
+            attrs=attrs,
+        )
     return program
 
 
@@ -178,8 +195,11 @@ def redirect_hook(call: seam.DatasetCall) -> Iterator[None]:
     pulled = pull_dense_into(scope, runtime)
     for op in (op for blk in program.blocks for op in blk.ops if op.type == "auc"):
         held.live.update(op.output("StatPosOut") + op.output("StatNegOut"))
-    logger.info("held-out evaluation of the whole model (forward program from before the split): %d vars created "
-                "here, %d dense vars pulled from the servers, sparse rows read from the servers' tables",
-                len(made), len(pulled))
+    logger.info(
+        "held-out evaluation of the whole model (forward program from before the split): %d vars created "
+        "here, %d dense vars pulled from the servers, sparse rows read from the servers' tables",
+        len(made),
+        len(pulled),
+    )
     call.program, call.scope = program, scope
     yield

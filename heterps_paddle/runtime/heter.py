@@ -77,18 +77,30 @@ def take_over(fleet_obj: Any) -> None:
     runtime = seam.fleet_runtime()
     fetch, info = _loss_and_auc(program, ctx.heldout.loss if ctx.heldout else None)
     period = int(settings.get("HETERPS_HETER_PRINT_PERIOD"))  # type: ignore[call-overload]
-    logger.info("%s (stage %d): serving the pipeline in one train_from_dataset until every CPU trainer calls "
-                "stop_worker; the script's own code after minimize does not run here (prints %s every %d batches)",
-                TAKEOVER_TAG, ctx.stage, info, period)
+    logger.info(
+        "%s (stage %d): serving the pipeline in one train_from_dataset until every CPU trainer calls "
+        "stop_worker; the script's own code after minimize does not run here (prints %s every %d batches)",
+        TAKEOVER_TAG,
+        ctx.stage,
+        info,
+        period,
+    )
     # In Paddle 2.6.2 a heterogeneous trainer's train_from_dataset does not return: after the heter server
     # stops (a stop from each of its fan_in previous-stage trainers, HeterClient::Stop in their stop_worker) its
     # section workers still block in their task queue.  So the end is seen from outside: the listen port closes
     # when the server stops, and a thread ends the process then.
-    ender = threading.Thread(target=_end_when_served, args=(fleet_obj, runtime, time.time()),
-                             name="heterps-takeover-end", daemon=True)
+    ender = threading.Thread(
+        target=_end_when_served, args=(fleet_obj, runtime, time.time()), name="heterps-takeover-end", daemon=True
+    )
     ender.start()
-    executor.train_from_dataset(program, worker_dataset(program), fetch_list=fetch or None,
-                                fetch_info=info or None, print_period=period, debug=False)
+    executor.train_from_dataset(
+        program,
+        worker_dataset(program),
+        fetch_list=fetch or None,
+        fetch_info=info or None,
+        print_period=period,
+        debug=False,
+    )
     ender.join()  # (if Paddle returns after all, the ender still does the ending)
 
 
@@ -106,8 +118,12 @@ def _end_when_served(fleet_obj: Any, runtime: Any, started: float, poll_s: float
         ctx.watchdog.armed = False  # the job is ending: servers and CPU trainers go away now, not by failure
     if ctx.dense_refresh is not None:
         ctx.dense_refresh.stop()  # no dense pull racing with the client's shutdown
-    logger.info("%s: served %.1f s, until every previous-stage trainer sent its stop (heter server %s closed); "
-                "stopping", TAKEOVER_END_TAG, time.time() - started, me)
+    logger.info(
+        "%s: served %.1f s, until every previous-stage trainer sent its stop (heter server %s closed); stopping",
+        TAKEOVER_END_TAG,
+        time.time() - started,
+        me,
+    )
     if ctx.stage < ctx.stage_num:
         fleet_obj.stop_worker()  # a middle stage's stop is what its next stage waits for (its fan_in)
     else:
@@ -137,6 +153,10 @@ def wait_for_heter(timeout: float | None = None) -> bool:
             time.sleep(float(settings.get("HETERPS_STOP_GRACE_S")))  # type: ignore[arg-type]
             return True
         time.sleep(0.2)
-    logger.warning("heterogeneous trainers %s still serving %.0f s after this trainer's stop_worker (another CPU "
-                   "trainer has not stopped?); not waiting longer", still_open, wait)
+    logger.warning(
+        "heterogeneous trainers %s still serving %.0f s after this trainer's stop_worker (another CPU "
+        "trainer has not stopped?); not waiting longer",
+        still_open,
+        wait,
+    )
     return False

@@ -50,6 +50,7 @@ from paddle.distributed.ps.utils.public import (
 from heterps_paddle import settings
 from heterps_paddle.log import logger
 from heterps_paddle.runtime.seam import PaddleBehaviourChanged, context
+
 SECTION_PROGRAM_KEY = "heterps_section_program"
 PUSH_SLOTS_KEY = "heterps_push_sparse_slots"
 
@@ -82,23 +83,27 @@ class _FixedDistributedOpsPass(DistributedOpsPass):
             if has_grads:
                 raise PaddleBehaviourChanged(
                     "heterps: sparse grad ops exist but none matches a pull op under Paddle 2.6.2's heter key "
-                    f"(param + Ids[0][0]); pull keys were {sorted(pull)}. Paddle's distributed_ops_pass changed.")
+                    f"(param + Ids[0][0]); pull keys were {sorted(pull)}. Paddle's distributed_ops_pass changed."
+                )
         return pull, (push or fixed), use_cvm
 
     def _apply_single_impl(self, main_program, startup_program, pass_ctx):
         pull, push, _ = self._get_pull_sparse_ops(main_program, pass_ctx._attrs)
         # Remember each push's slots: create_backward_block drops the attribute (follow-up of fix 4).
         slots = {}
-        for key, ops in push.items():
-            slots[tuple(op.input("Ids")[0] for op in ops)] = [op.attr("slot") if op.has_attr("slot") else 0
-                                                              for op in ops]
+        for ops in push.values():
+            slots[tuple(op.input("Ids")[0] for op in ops)] = [
+                op.attr("slot") if op.has_attr("slot") else 0 for op in ops
+            ]
         pass_ctx._attrs[PUSH_SLOTS_KEY] = slots
         super()._apply_single_impl(main_program, startup_program, pass_ctx)
         if pass_ctx._attrs["is_heter_ps_mode"]:
             n_push = sum(op.type == "distributed_push_sparse" for op in main_program.global_block().ops)
             if push and n_push == 0:
-                raise PaddleBehaviourChanged("heterps: sparse push ops were found but no distributed_push_sparse "
-                                             "was generated; Paddle's _push_sparse_fuse changed.")
+                raise PaddleBehaviourChanged(
+                    "heterps: sparse push ops were found but no distributed_push_sparse "
+                    "was generated; Paddle's _push_sparse_fuse changed."
+                )
             _remove_dangling_sums(main_program.global_block())
 
 
@@ -150,8 +155,7 @@ class _FixedSplitHeterWorkerOpsPass(SplitHeterWorkerOpsPass):
         program_block_ops = union_forward_gradient_op(program_block_ops)
         block_vars_detail = find_block_joints(program, program_block_ops, heter_ops)
         heter_program = paddle.framework.Program()
-        self._create_heter_program(program, attrs, heter_program, program_block_ops, heter_ops,
-                                   block_vars_detail)
+        self._create_heter_program(program, attrs, heter_program, program_block_ops, heter_ops, block_vars_detail)
         attrs[SECTION_PROGRAM_KEY] = heter_program  # fix 2
 
 
@@ -189,8 +193,9 @@ def _route_dense_sends(program) -> int:
     n = 0
     for block in program.blocks:
         for op in block.ops:
-            if op.type == "send" and op.has_attr("is_sparse") and op.attr("is_sparse") == 0 \
-                    and op.input_arg_names:  # the step counter's send has no inputs; leave it
+            if (
+                op.type == "send" and op.has_attr("is_sparse") and op.attr("is_sparse") == 0 and op.input_arg_names
+            ):  # the step counter's send has no inputs; leave it
                 op._set_attr("is_sparse", 1)
                 n += 1
     return n
@@ -215,12 +220,15 @@ def section_summary(program) -> str:
     """What a section does with the servers and its neighbours (logged; the tests read it)."""
     types = Counter(op.type for blk in program.blocks for op in blk.ops)
     push = [op for blk in program.blocks for op in blk.ops if op.type == "distributed_push_sparse"]
-    sends = sorted(name for blk in program.blocks for op in blk.ops if op.type == "send"
-                   for name in op.attr("send_varnames"))
-    return (f"{sum(types.values())} ops; lookups={types['distributed_lookup_table']} "
-            f"sparse_pushes={len(push)} (slots {[list(op.attr('slots')) for op in push]}) "
-            f"dense_sends={sends} send_and_recv={types['send_and_recv']} "
-            f"listen={types['heter_listen_and_serv']}")
+    sends = sorted(
+        name for blk in program.blocks for op in blk.ops if op.type == "send" for name in op.attr("send_varnames")
+    )
+    return (
+        f"{sum(types.values())} ops; lookups={types['distributed_lookup_table']} "
+        f"sparse_pushes={len(push)} (slots {[list(op.attr('slots')) for op in push]}) "
+        f"dense_sends={sends} send_and_recv={types['send_and_recv']} "
+        f"listen={types['heter_listen_and_serv']}"
+    )
 
 
 class FixedHeterProgramBuilder(HeterAsyncPsProgramBuilder):
@@ -241,7 +249,8 @@ class FixedHeterProgramBuilder(HeterAsyncPsProgramBuilder):
             raise PaddleBehaviourChanged(
                 f"heterps: Paddle's splitter cuts the program into {len(runs)} runs of ops, but a plan of {want} "
                 f"stages needs {2 * want - 1} (forward 1..N, then backward N-1..1); runs: "
-                + "; ".join(f"{d} x{n}: {t[:3]}..{t[-3:]}" for d, n, t in runs))
+                + "; ".join(f"{d} x{n}: {t[:3]}..{t[-3:]}" for d, n, t in runs)
+            )
 
         split_cls = _FixedSplitHeterWorkerOpsPass if self.is_heter_worker else _FixedSplitTrainerOpsPass
         a.pop(SECTION_PROGRAM_KEY, None)

@@ -82,8 +82,9 @@ class ProcessContext:
 def _context_from_env(env: Any = None) -> ProcessContext:
     env = os.environ if env is None else env
     role = ROLES.get(env.get("TRAINING_ROLE", ""), "local")
-    return ProcessContext(role=role, stage=int(env.get("STAGE_ID", "1") or 1),
-                          stage_num=int(env.get("STAGE_NUM", "1") or 1))
+    return ProcessContext(
+        role=role, stage=int(env.get("STAGE_ID", "1") or 1), stage_num=int(env.get("STAGE_NUM", "1") or 1)
+    )
 
 
 _context: ProcessContext | None = None
@@ -137,19 +138,28 @@ def paddle_shape_problems() -> list[str]:
     from paddle.distributed.ps.utils import ps_factory
 
     problems: list[str] = []
-    _require(paddle.__version__.startswith(SUPPORTED_PADDLE),
-             f"paddle {paddle.__version__} (heterps-paddle supports {', '.join(v + 'x' for v in SUPPORTED_PADDLE)})",
-             problems)
-    _require(hasattr(ps_factory, "HeterAsyncPsProgramBuilder"),
-             "paddle.distributed.ps.utils.ps_factory has no HeterAsyncPsProgramBuilder", problems)
-    _require(_params(paddle.static.Executor.train_from_dataset) == ["self", "program", "dataset", "scope",
-                                                                   *DATASET_OPTIONS],
-             f"Executor.train_from_dataset{_params(paddle.static.Executor.train_from_dataset)}", problems)
-    _require(_params(Fleet._minimize_impl)[:2] == ["self", "loss"], "Fleet._minimize_impl(self, loss, ...)",
-             problems)
+    _require(
+        paddle.__version__.startswith(SUPPORTED_PADDLE),
+        f"paddle {paddle.__version__} (heterps-paddle supports {', '.join(v + 'x' for v in SUPPORTED_PADDLE)})",
+        problems,
+    )
+    _require(
+        hasattr(ps_factory, "HeterAsyncPsProgramBuilder"),
+        "paddle.distributed.ps.utils.ps_factory has no HeterAsyncPsProgramBuilder",
+        problems,
+    )
+    _require(
+        _params(paddle.static.Executor.train_from_dataset) == ["self", "program", "dataset", "scope", *DATASET_OPTIONS],
+        f"Executor.train_from_dataset{_params(paddle.static.Executor.train_from_dataset)}",
+        problems,
+    )
+    _require(_params(Fleet._minimize_impl)[:2] == ["self", "loss"], "Fleet._minimize_impl(self, loss, ...)", problems)
     runtime = getattr(the_one_ps, "TheOnePSRuntime", None)
-    _require(runtime is not None and _params(runtime._stop_worker) == ["self"],
-             "paddle.distributed.ps.the_one_ps.TheOnePSRuntime._stop_worker(self)", problems)
+    _require(
+        runtime is not None and _params(runtime._stop_worker) == ["self"],
+        "paddle.distributed.ps.the_one_ps.TheOnePSRuntime._stop_worker(self)",
+        problems,
+    )
     return problems
 
 
@@ -162,8 +172,9 @@ def check_paddle() -> None:
 # --------------------------------------------------------------------------------------------- fleet surface
 
 
-def install_fleet_surface(meta_optimizer_cls: type, validate_flag: Callable[[Any], bool],
-                          validate_configs: Callable[[Any], dict]) -> None:
+def install_fleet_surface(
+    meta_optimizer_cls: type, validate_flag: Callable[[Any], bool], validate_configs: Callable[[Any], dict]
+) -> None:
     """``strategy.heterps`` / ``strategy.heterps_configs`` and the meta optimizer's registration (idempotent).
 
     Only modules fleet has loaded by the time its import finishes are touched here."""
@@ -171,13 +182,14 @@ def install_fleet_surface(meta_optimizer_cls: type, validate_flag: Callable[[Any
 
     from paddle.distributed.fleet.base import meta_optimizer_factory
     from paddle.distributed.fleet.base.distributed_strategy import DistributedStrategy
-
     from paddle.distributed.fleet.fleet import Fleet
 
     name = meta_optimizer_cls.__name__
     if not hasattr(meta_optimizer_factory, "meta_optimizer_names"):
-        raise PaddleBehaviourChanged("paddle.distributed.fleet.base.meta_optimizer_factory has no "
-                                     "meta_optimizer_names: heterps cannot register its meta optimizer")
+        raise PaddleBehaviourChanged(
+            "paddle.distributed.fleet.base.meta_optimizer_factory has no "
+            "meta_optimizer_names: heterps cannot register its meta optimizer"
+        )
     # fleet instantiates meta optimizers with globals()[name] of the factory module
     setattr(meta_optimizer_factory, name, meta_optimizer_cls)
     if name not in meta_optimizer_factory.meta_optimizer_names:
@@ -186,8 +198,10 @@ def install_fleet_surface(meta_optimizer_cls: type, validate_flag: Callable[[Any
         return
 
     if _params(Fleet.distributed_optimizer)[:3] != ["self", "optimizer", "strategy"]:
-        raise PaddleBehaviourChanged(f"Fleet.distributed_optimizer{_params(Fleet.distributed_optimizer)}: heterps "
-                                     "expects (self, optimizer, strategy=None)")
+        raise PaddleBehaviourChanged(
+            f"Fleet.distributed_optimizer{_params(Fleet.distributed_optimizer)}: heterps "
+            "expects (self, optimizer, strategy=None)"
+        )
     original_distributed_optimizer = Fleet.distributed_optimizer
 
     def distributed_optimizer(self: Any, optimizer: Any, strategy: Any = None) -> Any:
@@ -217,9 +231,11 @@ def install_fleet_surface(meta_optimizer_cls: type, validate_flag: Callable[[Any
 
     # Stored in the instance dict, which survives fleet's deepcopy of the strategy.
     DistributedStrategy.heterps = property(
-        get_flag, set_flag, doc="Let heterps-paddle plan and split this parameter-server job (bool).")
+        get_flag, set_flag, doc="Let heterps-paddle plan and split this parameter-server job (bool)."
+    )
     DistributedStrategy.heterps_configs = property(
-        get_configs, set_configs, doc="Options of strategy.heterps; see heterps_paddle.fleet.strategy.CONFIG_KEYS.")
+        get_configs, set_configs, doc="Options of strategy.heterps; see heterps_paddle.fleet.strategy.CONFIG_KEYS."
+    )
 
 
 def set_heterps_flag(strategy: Any, value: bool) -> None:
@@ -251,8 +267,9 @@ def install() -> ProcessContext:
 
     original_tfd = paddle.static.Executor.train_from_dataset
 
-    def train_from_dataset(self: Any, program: Any = None, dataset: Any = None, scope: Any = None, *args: Any,
-                           **kwargs: Any) -> Any:
+    def train_from_dataset(
+        self: Any, program: Any = None, dataset: Any = None, scope: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
         hooks = list(context().dataset_hooks.values())
         if not hooks:
             return original_tfd(self, program, dataset, scope, *args, **kwargs)

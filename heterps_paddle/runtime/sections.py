@@ -47,8 +47,9 @@ def apply_plan(loss: Any, plan: Plan, startup_program: Any = None) -> dict[str, 
     if plan.num_stages == 1:
         if heter_launched():
             if ctx.role == "heter":
-                heter.leave_unused(f"the plan runs in one stage on the {plan.stages[0].units} CPU trainers "
-                                   f"({plan.stages[0].resource})")
+                heter.leave_unused(
+                    f"the plan runs in one stage on the {plan.stages[0].units} CPU trainers ({plan.stages[0].resource})"
+                )
             seam.leave_heter_mode(seam.role_maker())
         logger.info("plan has one stage: the program goes to Paddle's PS optimizer unsplit")
         return None
@@ -59,8 +60,9 @@ def apply_plan(loss: Any, plan: Plan, startup_program: Any = None) -> dict[str, 
         os.environ.setdefault(key, value)  # read by TrainerRuntimeConfig inside the PS optimizer's minimize
     if ctx.role in ("trainer", "heter") and settings.get("HETERPS_WATCHDOG"):
         peers = peer_endpoints()
-        ctx.watchdog = Watchdog(peers, seam.identity(ctx),
-                                startup_timeout=float(settings.get("HETERPS_STARTUP_TIMEOUT"))).start()  # type: ignore[arg-type]
+        ctx.watchdog = Watchdog(
+            peers, seam.identity(ctx), startup_timeout=float(settings.get("HETERPS_STARTUP_TIMEOUT"))
+        ).start()  # type: ignore[arg-type]
         logger.info("watchdog: %s watches %d peers", seam.identity(ctx), len(peers))
     ctx.dataset_hooks["heldout"] = heldout.redirect_hook
     ctx.dataset_hooks["section"] = section_hook
@@ -97,7 +99,8 @@ def section_hook(call: seam.DatasetCall) -> Iterator[None]:
     ctx = seam.context()
     if ctx.role == "trainer" and ctx.heldout is not None:
         call.options["fetch_list"], call.options["fetch_info"] = heldout.section_fetch(
-            ctx.heldout, program, call.options.get("fetch_list"), call.options.get("fetch_info"))
+            ctx.heldout, program, call.options.get("fetch_list"), call.options.get("fetch_info")
+        )
     if ctx.watchdog is not None:
         ctx.watchdog.armed = True
     refresher = None

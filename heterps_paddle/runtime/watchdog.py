@@ -31,8 +31,10 @@ def split_endpoints(value: str | None) -> list[str]:
 def peer_endpoints(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """(description, endpoint) of the processes this process cannot work without."""
     env = os.environ if env is None else env
-    peers = [(f"parameter server {i} ({ep})", ep)
-             for i, ep in enumerate(split_endpoints(env.get("PADDLE_PSERVERS_IP_PORT_LIST")))]
+    peers = [
+        (f"parameter server {i} ({ep})", ep)
+        for i, ep in enumerate(split_endpoints(env.get("PADDLE_PSERVERS_IP_PORT_LIST")))
+    ]
     heter = split_endpoints(env.get("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST"))
     counts = [int(x) for x in re.findall(r"\d+", env.get("PADDLE_STAGE_TRAINERS_NUM", ""))][1:]
     my_stage = int(env.get("STAGE_ID", "1"))
@@ -61,8 +63,15 @@ class Watchdog:
     answering for ``misses`` probes in a row after it was up.  ``armed`` is cleared while the job ends normally
     (peers then go away on purpose)."""
 
-    def __init__(self, peers: list[tuple[str, str]], me: str, startup_timeout: float, interval: float = 1.0,
-                 misses: int = 3, on_fatal: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        peers: list[tuple[str, str]],
+        me: str,
+        startup_timeout: float,
+        interval: float = 1.0,
+        misses: int = 3,
+        on_fatal: Callable[[str], None] | None = None,
+    ):
         self.peers = list(peers)
         self.me = me
         self.startup_timeout = startup_timeout
@@ -75,7 +84,7 @@ class Watchdog:
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="heterps-watchdog", daemon=True)
 
-    def start(self) -> "Watchdog":
+    def start(self) -> Watchdog:
         self._thread.start()
         return self
 
@@ -95,11 +104,15 @@ class Watchdog:
             else:
                 missing.append(description)
         if dead:
-            return (f"{FATAL_TAG}: {self.me}: {'; '.join(dead)} stopped answering (process died or was killed); "
-                    "stopping this job instead of waiting forever")
+            return (
+                f"{FATAL_TAG}: {self.me}: {'; '.join(dead)} stopped answering (process died or was killed); "
+                "stopping this job instead of waiting forever"
+            )
         if missing and time.monotonic() - self._t0 > self.startup_timeout:
-            return (f"{FATAL_TAG}: {self.me}: {'; '.join(missing)} never started within "
-                    f"{self.startup_timeout:.0f} s (HETERPS_STARTUP_TIMEOUT); stopping this job")
+            return (
+                f"{FATAL_TAG}: {self.me}: {'; '.join(missing)} never started within "
+                f"{self.startup_timeout:.0f} s (HETERPS_STARTUP_TIMEOUT); stopping this job"
+            )
         return None
 
     def _loop(self) -> None:

@@ -27,14 +27,25 @@ import numpy as np
 
 from heterps_paddle.errors import HeterPSError
 
-__all__ = ["SparseTable", "SparseTableError", "sparse_embedding", "load_ops", "ops_library_path",
-           "core_library_path"]
+__all__ = ["SparseTable", "SparseTableError", "sparse_embedding", "load_ops", "ops_library_path", "core_library_path"]
 
 OPTIMIZERS = ("sgd", "adagrad", "adam")
 EVICTION_POLICIES = ("lru", "lfu")
-STATS_FIELDS = ("rows_in_memory", "rows_on_ssd", "hits", "misses", "ssd_promotions", "evictions",
-                "bytes_in_memory", "bytes_on_ssd", "spill_errors", "memory_budget_bytes", "capacity_rows",
-                "compactions", "bytes_ssd_index")
+STATS_FIELDS = (
+    "rows_in_memory",
+    "rows_on_ssd",
+    "hits",
+    "misses",
+    "ssd_promotions",
+    "evictions",
+    "bytes_in_memory",
+    "bytes_on_ssd",
+    "spill_errors",
+    "memory_budget_bytes",
+    "capacity_rows",
+    "compactions",
+    "bytes_ssd_index",
+)
 CHECKPOINT_SUFFIX = ".htbl"
 
 
@@ -65,7 +76,8 @@ def _not_built(path: Path) -> SparseTableError:
     return SparseTableError(
         f"{path} is missing: the sparse table libraries are built at install time. Install with "
         "`pip install --no-build-isolation .` (Paddle installed first), or in a source checkout run "
-        "`python setup.py build_ext --inplace`.")
+        "`python setup.py build_ext --inplace`."
+    )
 
 
 def _core() -> ctypes.CDLL:
@@ -183,10 +195,23 @@ class SparseTable:
     The table is registered under ``name`` in this process; two objects with the same name share rows.
     """
 
-    def __init__(self, dim: int, optimizer: str = "adagrad", lr: float = 0.01, *,
-                 memory_budget_bytes: int = 0, ssd_dir: Optional[str] = None, seed: int = 0,
-                 name: Optional[str] = None, eviction: str = "lru", init_range: float = 0.01,
-                 beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, shards: int = 16):
+    def __init__(
+        self,
+        dim: int,
+        optimizer: str = "adagrad",
+        lr: float = 0.01,
+        *,
+        memory_budget_bytes: int = 0,
+        ssd_dir: Optional[str] = None,
+        seed: int = 0,
+        name: Optional[str] = None,
+        eviction: str = "lru",
+        init_range: float = 0.01,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        shards: int = 16,
+    ):
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= 4096:
             raise SparseTableError(f"dim must be an integer in [1, 4096], got {dim!r}")
         if optimizer not in OPTIMIZERS:
@@ -215,10 +240,19 @@ class SparseTable:
         self.ssd_dir = os.path.abspath(ssd_dir) if ssd_dir else None
         self.seed = int(seed)
         self.eviction = eviction
-        parts = [f"dim={self.dim}", f"optimizer={optimizer}", f"lr={float(lr)!r}", f"beta1={float(beta1)!r}",
-                 f"beta2={float(beta2)!r}", f"epsilon={float(epsilon)!r}", f"init_range={float(init_range)!r}",
-                 f"seed={self.seed}", f"memory_budget_bytes={self.memory_budget_bytes}",
-                 f"eviction={eviction}", f"shards={int(shards)}"]
+        parts = [
+            f"dim={self.dim}",
+            f"optimizer={optimizer}",
+            f"lr={float(lr)!r}",
+            f"beta1={float(beta1)!r}",
+            f"beta2={float(beta2)!r}",
+            f"epsilon={float(epsilon)!r}",
+            f"init_range={float(init_range)!r}",
+            f"seed={self.seed}",
+            f"memory_budget_bytes={self.memory_budget_bytes}",
+            f"eviction={eviction}",
+            f"shards={int(shards)}",
+        ]
         if self.ssd_dir:
             parts.append(f"ssd_dir={self.ssd_dir}")
         self.config_string = ";".join(parts)
@@ -282,8 +316,9 @@ class SparseTable:
         keys = _as_ids(ids).reshape(-1)
         rows = np.empty((keys.size, self.stride), dtype=np.float32)
         found = np.empty(keys.size, dtype=np.uint8)
-        _check(_core().heterps_table_peek(self._bname, keys.ctypes.data, keys.size, rows.ctypes.data,
-                                          found.ctypes.data))
+        _check(
+            _core().heterps_table_peek(self._bname, keys.ctypes.data, keys.size, rows.ctypes.data, found.ctypes.data)
+        )
         return rows, found
 
     # ---- persistence ----------------------------------------------------------------------------------
@@ -346,8 +381,8 @@ class SparseTable:
         if block.has_var(pname):
             return block.var(pname)
         return paddle.static.create_parameter(
-            shape=[1], dtype="float32", name=pname,
-            default_initializer=paddle.nn.initializer.Constant(0.0))
+            shape=[1], dtype="float32", name=pname, default_initializer=paddle.nn.initializer.Constant(0.0)
+        )
 
 
 def sparse_embedding(input, table: SparseTable):
@@ -371,15 +406,20 @@ def sparse_embedding(input, table: SparseTable):
         return outs[0]
     helper = LayerHelper("heterps_pull", **locals())
     out = helper.create_variable_for_type_inference(dtype="float32")
-    helper.append_op(type="heterps_pull", inputs={"Ids": [input], "Handle": [handle]},
-                     outputs={"Out": [out]}, attrs={"table": table.name, "config": table.config_string})
+    helper.append_op(
+        type="heterps_pull",
+        inputs={"Ids": [input], "Handle": [handle]},
+        outputs={"Out": [out]},
+        attrs={"table": table.name, "config": table.config_string},
+    )
     if getattr(input, "lod_level", 0):
         # Sequence (LoD) ids give sequence rows, as paddle.static.nn.embedding does, so sequence_pool works:
         # custom ops do not carry LoD, so a lod_reset op copies the ids' LoD onto the rows.
         seq = helper.create_variable_for_type_inference(dtype="float32")
         seq.desc.set_lod_level(input.lod_level)
-        helper.append_op(type="lod_reset", inputs={"X": [out], "Y": [input]}, outputs={"Out": [seq]},
-                         attrs={"append": False})
+        helper.append_op(
+            type="lod_reset", inputs={"X": [out], "Y": [input]}, outputs={"Out": [seq]}, attrs={"append": False}
+        )
         return seq
     return out
 

@@ -18,7 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gen-data": ("heterps_paddle.data.commands", "write synthetic Criteo-format CTR data with a planted signal"),
     "plan": ("heterps_paddle.tools.plan_command", "plan layer placement and unit counts from a profile and a cluster"),
     "profile": ("heterps_paddle.tools.profile_command", "profile a static program into a model profile file"),
-    "local-cluster": ("heterps_paddle.measure.local_cluster", "write a cluster file describing this machine (measured)"),
+    "local-cluster": (
+        "heterps_paddle.measure.local_cluster",
+        "write a cluster file describing this machine (measured)",
+    ),
     "launch-args": ("heterps_paddle.tools.launch_args", "print the paddle.distributed.launch arguments for a plan"),
     "settings": ("heterps_paddle.tools.settings_command", "list the HETERPS_* environment variables"),
     "bench": ("heterps_paddle.tools.bench", "benchmarks that print numbers (JSON with --json)"),
@@ -44,7 +47,8 @@ def add_command_table(parser, table: dict, dest: str, run_key: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="heterps",
-        description="heterps-paddle: HeterPS scheduling and heterogeneous training for PaddlePaddle fleet.")
+        description="heterps-paddle: HeterPS scheduling and heterogeneous training for PaddlePaddle fleet.",
+    )
     from heterps_paddle import __version__
 
     parser.add_argument("--version", action="version", version=f"heterps-paddle {__version__}")
@@ -54,8 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Takes paddle.distributed.launch's own arguments, which argparse here would not know: dispatched before parsing.
-LAUNCH_COMMAND = ("launch", "run a parameter-server job like python -m paddle.distributed.launch, failing when it "
-                            "fails (heterps_paddle.tools.launch)")
+LAUNCH_COMMAND = (
+    "launch",
+    "run a parameter-server job like python -m paddle.distributed.launch, failing when it "
+    "fails (heterps_paddle.tools.launch)",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,17 +48,31 @@ class Launched:
         return out
 
 
-def launch(launch_args: list[str], script_argv: list[str], log_dir: str, timeout: float,
-           env: dict[str, str] | None = None, cwd: str | None = None) -> Launched:
+def launch(
+    launch_args: list[str],
+    script_argv: list[str],
+    log_dir: str,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> Launched:
     """``heterps launch --timeout T LAUNCH_ARGS --log_dir LOG SCRIPT...``; never leaves a process behind."""
     os.makedirs(log_dir, exist_ok=True)
-    cmd = [sys.executable, "-m", "heterps_paddle.tools.launch", "--timeout", str(timeout), *launch_args,
-           "--log_dir", log_dir, *script_argv]
+    cmd = [
+        sys.executable,
+        "-m",
+        "heterps_paddle.tools.launch",
+        "--timeout",
+        str(timeout),
+        *launch_args,
+        "--log_dir",
+        log_dir,
+        *script_argv,
+    ]
     started = time.time()
     out_path = os.path.join(log_dir, "launcher.out")
     with open(out_path, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
         try:
             code = proc.wait(timeout=timeout + OUTER_GRACE_S)
         except subprocess.TimeoutExpired:
@@ -115,10 +129,15 @@ class JobResult:
     worker_results: list[dict[str, Any]]
 
     def summary(self) -> dict[str, Any]:
-        return {"model": self.spec.model, "heterps": self.spec.heterps, "workers": self.spec.workers,
-                "servers": self.spec.servers if self.spec.workers else 0,
-                "samples_per_second": round(self.samples_per_second, 1), "test_auc": round(self.test_auc, 4),
-                "wall_seconds": round(self.wall_seconds, 1)}
+        return {
+            "model": self.spec.model,
+            "heterps": self.spec.heterps,
+            "workers": self.spec.workers,
+            "servers": self.spec.servers if self.spec.workers else 0,
+            "samples_per_second": round(self.samples_per_second, 1),
+            "test_auc": round(self.test_auc, 4),
+            "wall_seconds": round(self.wall_seconds, 1),
+        }
 
 
 def log_tails(log_dir: str, lines: int = 15) -> str:
@@ -157,14 +176,24 @@ def run_job(spec: JobSpec, work_dir: str) -> JobResult:
         started = time.time()
         with open(os.path.join(log_dir, "single.log"), "w") as out:
             try:
-                code = subprocess.run([sys.executable, "-u", *script], cwd=work_dir, stdout=out,
-                                      stderr=subprocess.STDOUT, timeout=spec.timeout).returncode
+                code = subprocess.run(
+                    [sys.executable, "-u", *script],
+                    cwd=work_dir,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=spec.timeout,
+                ).returncode
             except subprocess.TimeoutExpired:
                 code = -9
         launched = Launched(code, time.time() - started, "", log_dir)
     else:
-        launched = launch([f"--server_num={spec.servers}", f"--worker_num={spec.workers}", *spec.launch_args],
-                          script, log_dir, spec.timeout, cwd=work_dir)
+        launched = launch(
+            [f"--server_num={spec.servers}", f"--worker_num={spec.workers}", *spec.launch_args],
+            script,
+            log_dir,
+            spec.timeout,
+            cwd=work_dir,
+        )
     expected = max(spec.workers, 1)
     results = []
     for i in range(expected):
@@ -173,8 +202,15 @@ def run_job(spec: JobSpec, work_dir: str) -> JobResult:
             with open(path) as f:
                 results.append(json.load(f))
     if launched.returncode != 0 or len(results) != expected or "test_auc" not in results[0]:
-        raise JobFailed(f"job failed (exit status {launched.returncode}, results from {len(results)} of {expected} "
-                        f"workers): {' '.join(script)}\n{launched.output[-3000:]}\n{log_tails(log_dir)}")
-    return JobResult(spec=spec, samples_per_second=sum(r["samples_per_second"] for r in results),
-                     test_auc=results[0]["test_auc"], wall_seconds=launched.seconds, log_dir=log_dir,
-                     worker_results=results)
+        raise JobFailed(
+            f"job failed (exit status {launched.returncode}, results from {len(results)} of {expected} "
+            f"workers): {' '.join(script)}\n{launched.output[-3000:]}\n{log_tails(log_dir)}"
+        )
+    return JobResult(
+        spec=spec,
+        samples_per_second=sum(r["samples_per_second"] for r in results),
+        test_auc=results[0]["test_auc"],
+        wall_seconds=launched.seconds,
+        log_dir=log_dir,
+        worker_results=results,
+    )

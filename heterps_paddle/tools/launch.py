@@ -50,7 +50,9 @@ STOP_GRACE_S = 5.0
 FAILED_EXIT = 1
 # Progress and failures (Paddle's "C++ Traceback" / "FatalError: Termination signal" of processes its launcher stops
 # at the end of a good job are neither).
-ECHO = re.compile(r"^heterps: |HETERPS-FATAL|\bepoch \d+|^RESULT |^Traceback \(most recent call last\)|^(?!Fatal)\w+Error: ")
+ECHO = re.compile(
+    r"^heterps: |HETERPS-FATAL|\bepoch \d+|^RESULT |^Traceback \(most recent call last\)|^(?!Fatal)\w+Error: "
+)
 BATCH_LINE = re.compile(r"batch: \[\d+\]")
 BATCH_ECHO_EVERY_S = 10.0
 
@@ -108,8 +110,12 @@ def launch_description(args: Any) -> dict[str, Any]:
         devices = devices * len(units)  # Paddle's launcher reads one device for every stage the same way
     if len(devices) != len(units):
         devices = [None] * len(units)
-    return {"worker_num": args.worker_num, "server_num": args.server_num, "heter_worker_num": units,
-            "heter_devices": devices}
+    return {
+        "worker_num": args.worker_num,
+        "server_num": args.server_num,
+        "heter_worker_num": units,
+        "heter_devices": devices,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ the parent
@@ -122,9 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     own, launch_argv = split_own_options(argv)
     args = paddle_arguments(launch_argv) if launch_argv else None
     if args is None or not getattr(args, "training_script", None):
-        print("usage: heterps launch [--timeout S] [--quiet] PADDLE_LAUNCH_ARGS... train.py [ARGS...]\n"
-              "(the arguments of python -m paddle.distributed.launch; see `python -m paddle.distributed.launch -h`)",
-              file=sys.stderr)
+        print(
+            "usage: heterps launch [--timeout S] [--quiet] PADDLE_LAUNCH_ARGS... train.py [ARGS...]\n"
+            "(the arguments of python -m paddle.distributed.launch; see `python -m paddle.distributed.launch -h`)",
+            file=sys.stderr,
+        )
         return 2
     env = dict(os.environ)
     if args.worker_num is not None:
@@ -136,13 +144,19 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     # Paddle's launcher prints its arguments and every process's environment: that goes to launcher.log; the
     # console gets heterps launch's own lines and the job's progress.
-    child = subprocess.Popen([sys.executable, "-m", "heterps_paddle.tools.launch", CHILD_FLAG, *launch_argv],
-                             env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    own_lines = threading.Thread(target=_relay, args=(child.stdout, os.path.join(log_dir, LAUNCHER_LOG)),
-                                 daemon=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "heterps_paddle.tools.launch", CHILD_FLAG, *launch_argv],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    own_lines = threading.Thread(target=_relay, args=(child.stdout, os.path.join(log_dir, LAUNCHER_LOG)), daemon=True)
     own_lines.start()
-    print(f"heterps launch: {' '.join(launch_argv)} (Paddle's launcher output: {os.path.join(log_dir, LAUNCHER_LOG)})",
-          flush=True)
+    print(
+        f"heterps launch: {' '.join(launch_argv)} (Paddle's launcher output: {os.path.join(log_dir, LAUNCHER_LOG)})",
+        flush=True,
+    )
     stop_echo = threading.Event()
     echo = None
     if not own.quiet:
@@ -165,13 +179,19 @@ def main(argv: list[str] | None = None) -> int:
         left = _stop_session(child.pid)
     seconds = time.time() - started
     if left:
-        print(f"heterps launch: stopped what was still running in the job's session at its end: {'; '.join(left)}",
-              file=sys.stderr, flush=True)
+        print(
+            f"heterps launch: stopped what was still running in the job's session at its end: {'; '.join(left)}",
+            file=sys.stderr,
+            flush=True,
+        )
     if code == 0:
         print(f"heterps launch: job finished in {seconds:.1f} s (logs in {log_dir})", flush=True)
         return 0
-    print(f"heterps launch: job FAILED (exit status {code}) after {seconds:.1f} s (logs in {log_dir})",
-          file=sys.stderr, flush=True)
+    print(
+        f"heterps launch: job FAILED (exit status {code}) after {seconds:.1f} s (logs in {log_dir})",
+        file=sys.stderr,
+        flush=True,
+    )
     return code if code > 0 else FAILED_EXIT
 
 
@@ -298,7 +318,9 @@ class Supervisor:
 
     def processes(self) -> list[tuple[str, int, Any]]:
         procs = getattr(self.launcher, "procs", None) or {}
-        return [(role, i, tp) for role in ("worker", "server", "heter_worker") for i, tp in enumerate(procs.get(role, []))]
+        return [
+            (role, i, tp) for role in ("worker", "server", "heter_worker") for i, tp in enumerate(procs.get(role, []))
+        ]
 
     def describe(self, role: str, index: int, tp: Any) -> str:
         name = self.ROLE_NAMES.get(role, role)
@@ -340,9 +362,14 @@ class Supervisor:
                 # a trainer that failed, or a server / heterogeneous trainer that ended while trainers run
                 # (after the trainers, Paddle's launcher stops servers and heterogeneous trainers itself)
                 key = (self.first_seen[(role, index)], _END_RANK.get(code, 1 if code > 0 else 2), _ROLE_RANK[role])
-                bad.append((key, f"{self.describe(role, index, tp)} {_status(code)}"
-                            + ("" if role == "worker" else " while the CPU trainers were still running"),
-                            getattr(getattr(tp, "log_fn", None), "name", None)))
+                bad.append(
+                    (
+                        key,
+                        f"{self.describe(role, index, tp)} {_status(code)}"
+                        + ("" if role == "worker" else " while the CPU trainers were still running"),
+                        getattr(getattr(tp, "log_fn", None), "name", None),
+                    )
+                )
         if bad:
             bad.sort(key=lambda item: item[0])
             return Failure("; then ".join(message for _, message, _ in bad), bad[0][2])
@@ -407,8 +434,11 @@ def _child(launch_argv: list[str]) -> int:
     supervisor = Supervisor(float(timeout) if timeout else None)
     launcher_cls = getattr(launch_utils, "ParameterServerLauncher", None)
     if launcher_cls is None or not hasattr(launcher_cls, "start_ps"):
-        print(f"{OWN_PREFIX} this Paddle has no ParameterServerLauncher.start_ps to supervise",
-              file=sys.stderr, flush=True)
+        print(
+            f"{OWN_PREFIX} this Paddle has no ParameterServerLauncher.start_ps to supervise",
+            file=sys.stderr,
+            flush=True,
+        )
         return FAILED_EXIT
     original = launcher_cls.start_ps
 
@@ -426,8 +456,9 @@ def _child(launch_argv: list[str]) -> int:
         # What ended badly between the last poll and Paddle's launcher returning (its trainers gone, it stopped
         # the rest): a trainer that failed, and what it depended on.
         failure = supervisor.check_once(failing=True)
-        if failure is not None and any(role == "worker" and tp.proc.poll() != 0
-                                       for role, _, tp in supervisor.processes()):
+        if failure is not None and any(
+            role == "worker" and tp.proc.poll() != 0 for role, _, tp in supervisor.processes()
+        ):
             supervisor.fail(failure)
         supervisor.stop_all()
     return FAILED_EXIT if supervisor.failure is not None else 0

@@ -22,12 +22,17 @@ from heterps_paddle.planning.model import PlanningInputError, load_plan
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("plan", help="plan JSON (docs/plan-formats.md), as written by `heterps plan --out`")
-    parser.add_argument("--cluster", default=None,
-                        help="cluster file, for the kind (cpu|gpu) of stages whose plan does not carry it")
+    parser.add_argument(
+        "--cluster", default=None, help="cluster file, for the kind (cpu|gpu) of stages whose plan does not carry it"
+    )
     parser.add_argument("--server-num", type=int, default=1, help="parameter servers to start (default 1)")
-    parser.add_argument("--devices", choices=("auto", "plan", "cpu"), default="auto",
-                        help="heter device of GPU stages: auto = gpu where Paddle has CUDA, else cpu; "
-                             "plan = as the plan says; cpu = always cpu")
+    parser.add_argument(
+        "--devices",
+        choices=("auto", "plan", "cpu"),
+        default="auto",
+        help="heter device of GPU stages: auto = gpu where Paddle has CUDA, else cpu; "
+        "plan = as the plan says; cpu = always cpu",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON object instead of the arguments")
 
 
@@ -54,13 +59,25 @@ def run(args: argparse.Namespace) -> int:
             print("heterps launch-args: no CUDA in this Paddle; GPU stages will run on cpu", file=sys.stderr)
     argv = launch_arguments(plan, args.server_num, gpu)
     if args.json:
-        print(json.dumps({
-            "launch_args": argv,
-            "stages": [{"stage": index, "resource": s.resource, "kind": s.kind, "units": s.units,
-                        "layers": list(s.layers), "role": "trainer" if index == 1 else "heter_trainer",
-                        "heter_device": None if index == 1 else heter_device_for(s, gpu)}
-                       for index, s in enumerate(plan.stages, 1)],
-        }))
+        print(
+            json.dumps(
+                {
+                    "launch_args": argv,
+                    "stages": [
+                        {
+                            "stage": index,
+                            "resource": s.resource,
+                            "kind": s.kind,
+                            "units": s.units,
+                            "layers": list(s.layers),
+                            "role": "trainer" if index == 1 else "heter_trainer",
+                            "heter_device": None if index == 1 else heter_device_for(s, gpu),
+                        }
+                        for index, s in enumerate(plan.stages, 1)
+                    ],
+                }
+            )
+        )
     else:
         print(" ".join(argv))
     return 0

@@ -11,26 +11,40 @@ import json
 import math
 import sys
 
-from heterps_paddle.planning.schedulers import SCHEDULERS
 from heterps_paddle.planning.cost_model import CostModel
-from heterps_paddle.planning.model import (Cluster, ModelProfile, Plan, PlanningInputError, load_cluster, load_model_profile, save_plan,
-                    unknown_time_keys)
 from heterps_paddle.planning.launch import SPLIT_FIRST_STAGE_KINDS
+from heterps_paddle.planning.model import (
+    Cluster,
+    ModelProfile,
+    Plan,
+    PlanningInputError,
+    load_cluster,
+    load_model_profile,
+    save_plan,
+    unknown_time_keys,
+)
 from heterps_paddle.planning.report import best_single_type, format_summary
-from heterps_paddle.planning.schedulers import make_scheduler
+from heterps_paddle.planning.schedulers import SCHEDULERS, make_scheduler
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="model profile (YAML/JSON), e.g. from `heterps profile`")
     parser.add_argument("--cluster", required=True, help="cluster description (YAML/JSON)")
     parser.add_argument("--scheduler", default="rl", choices=SCHEDULERS, help="search method (default: rl)")
-    parser.add_argument("--throughput", default=None,
-                        help="required samples/s, overriding the cluster file's; a comma list (1e5,2e5,4e5) sweeps")
+    parser.add_argument(
+        "--throughput",
+        default=None,
+        help="required samples/s, overriding the cluster file's; a comma list (1e5,2e5,4e5) sweeps",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomised schedulers")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--out", default=None, help="also write the plan JSON here (with a sweep: the last plan)")
-    parser.add_argument("--plot", default=None, metavar="FILE.png",
-                        help="draw cost against throughput and each plan as a band of layer -> type (matplotlib)")
+    parser.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE.png",
+        help="draw cost against throughput and each plan as a band of layer -> type (matplotlib)",
+    )
 
 
 def parse_throughputs(text: str | None) -> list[float | None]:
@@ -48,8 +62,9 @@ def parse_throughputs(text: str | None) -> list[float | None]:
     return values
 
 
-def make_plans(profile: ModelProfile, cluster: Cluster, scheduler: str, throughputs: list[float | None],
-               seed: int = 0) -> list[tuple[CostModel, Plan]]:
+def make_plans(
+    profile: ModelProfile, cluster: Cluster, scheduler: str, throughputs: list[float | None], seed: int = 0
+) -> list[tuple[CostModel, Plan]]:
     results = []
     for throughput in throughputs:
         # The runtime's rule (a split plan's first stage runs on the CPU trainers), so the plan can be launched.
@@ -64,8 +79,11 @@ def run(args) -> int:
     throughputs = parse_throughputs(args.throughput)
     unknown = unknown_time_keys(profile, cluster)
     if unknown:
-        print(f"heterps plan: warning: {args.model}: measured times for {', '.join(unknown)}, which "
-              f"{args.cluster} does not define; estimates are used for every type", file=sys.stderr)
+        print(
+            f"heterps plan: warning: {args.model}: measured times for {', '.join(unknown)}, which "
+            f"{args.cluster} does not define; estimates are used for every type",
+            file=sys.stderr,
+        )
     if throughputs == [None] and cluster.throughput is None:
         raise PlanningInputError(f"{args.cluster}: throughput: missing (give it in the file or with --throughput)")
     results = make_plans(profile, cluster, args.scheduler, throughputs, args.seed)
@@ -78,8 +96,12 @@ def run(args) -> int:
         if len(results) == 1:
             document = results[0][1].to_dict()
         else:
-            document = {"format": 1, "scheduler": args.scheduler, "model": profile.name,
-                        "sweep": [plan.to_dict() for _, plan in results]}
+            document = {
+                "format": 1,
+                "scheduler": args.scheduler,
+                "model": profile.name,
+                "sweep": [plan.to_dict() for _, plan in results],
+            }
         print(json.dumps(document))
     else:
         for cost_model, plan in results:
@@ -97,8 +119,9 @@ def plot_plans(results: list[tuple[CostModel, Plan]], path: str) -> None:
         raise PlanningInputError("--plot needs matplotlib (pip install 'heterps-paddle[plot]')") from None
     cost_model = results[0][0]
     type_names = [t.name for t in cost_model.types]
-    figure, (curve, bands) = plt.subplots(2, 1, figsize=(10, 3 + 0.4 * len(results)),
-                                          gridspec_kw={"height_ratios": [2, max(1, len(results) * 0.5)]})
+    figure, (curve, bands) = plt.subplots(
+        2, 1, figsize=(10, 3 + 0.4 * len(results)), gridspec_kw={"height_ratios": [2, max(1, len(results) * 0.5)]}
+    )
     feasible = [(m.throughput, p.cost_per_hour) for m, p in results if p.feasible]
     if feasible:
         xs, ys = zip(*feasible)

@@ -15,9 +15,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--example", required=True, help="example model: ctr_dnn, wide_deep or deepfm")
     parser.add_argument("--out", required=True, help="model profile file to write (.yaml or .json)")
     parser.add_argument("--batch-size", type=int, default=512, help="samples per batch (default 512)")
-    parser.add_argument("--time-as", default="local_cpu",
-                        help="resource type name the measured times are recorded under (default local_cpu; "
-                             "name a cluster type to let the plan use them for it)")
+    parser.add_argument(
+        "--time-as",
+        default="local_cpu",
+        help="resource type name the measured times are recorded under (default local_cpu; "
+        "name a cluster type to let the plan use them for it)",
+    )
     parser.add_argument("--steps", type=int, default=4, help="profiled steps (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random feed")
     parser.add_argument("--json", action="store_true", help="print a JSON summary (prediction check) on stdout")
@@ -32,22 +35,30 @@ def run(args) -> int:
         raise PlanningInputError("--batch-size and --steps must be >= 1")
     from heterps_paddle.program.profiler import profile_example
 
-    report = profile_example(args.example, batch_size=args.batch_size, seed=args.seed, time_key=args.time_as,
-                             steps=args.steps)
+    report = profile_example(
+        args.example, batch_size=args.batch_size, seed=args.seed, time_key=args.time_as, steps=args.steps
+    )
     document = model_profile_to_dict(report.profile)
     if args.out.endswith(".json"):
         with open(args.out, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=2)
     else:
         save_yaml(document, args.out)
-    summary = {"model": args.example, "layers": len(report.profile.layers), "out": args.out,
-               "measured_step_seconds": report.measured_step_seconds,
-               "predicted_step_seconds": report.predicted_step_seconds,
-               "prediction_error": report.prediction_error}
+    summary = {
+        "model": args.example,
+        "layers": len(report.profile.layers),
+        "out": args.out,
+        "measured_step_seconds": report.measured_step_seconds,
+        "predicted_step_seconds": report.predicted_step_seconds,
+        "prediction_error": report.prediction_error,
+    }
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"wrote {args.out}: {summary['layers']} layers; per-layer times sum to "
-              f"{report.predicted_step_seconds * 1e3:.2f} ms per batch against a measured step of "
-              f"{report.measured_step_seconds * 1e3:.2f} ms ({report.prediction_error:.1%} off)", file=sys.stderr)
+        print(
+            f"wrote {args.out}: {summary['layers']} layers; per-layer times sum to "
+            f"{report.predicted_step_seconds * 1e3:.2f} ms per batch against a measured step of "
+            f"{report.measured_step_seconds * 1e3:.2f} ms ({report.prediction_error:.1%} off)",
+            file=sys.stderr,
+        )
     return 0

@@ -45,15 +45,19 @@ class Main:
 
     def network(self):
         paddle.seed(self.args.seed)
-        config = ModelConfig(sparse_feature_dim=9, fc_sizes=tuple(self.args.fc), embedding="ps",
-                             learning_rate=self.args.lr)
+        config = ModelConfig(
+            sparse_feature_dim=9, fc_sizes=tuple(self.args.fc), embedding="ps", learning_rate=self.args.lr
+        )
         self.model = build_net("ctr_dnn", config)
         strategy = fleet.DistributedStrategy()
         strategy.a_sync = True
         if self.args.plan or self.args.cluster:
             strategy.heterps = True
-            strategy.heterps_configs = ({"plan": self.args.plan} if self.args.plan else
-                                        {"cluster": self.args.cluster, "output_dir": self.args.out})
+            strategy.heterps_configs = (
+                {"plan": self.args.plan}
+                if self.args.plan
+                else {"cluster": self.args.cluster, "output_dir": self.args.out}
+            )
         optimizer = fleet.distributed_optimizer(paddle.optimizer.Adam(self.args.lr), strategy)
         optimizer.minimize(self.model.loss)
 
@@ -74,10 +78,14 @@ class Main:
             start = time.time()
             stat_pos, stat_neg = self.model.auc_states[-2:]
             paddle.static.default_main_program()._fleet_opt["stat_var_names"] = [stat_pos.name, stat_neg.name]
-            exe.train_from_dataset(program=paddle.static.default_main_program(), dataset=dataset,
-                                   fetch_list=[self.model.loss, self.model.auc],
-                                   fetch_info=[f"Epoch {epoch} Var loss", f"Epoch {epoch} Var auc"],
-                                   print_period=self.args.print_period, debug=False)
+            exe.train_from_dataset(
+                program=paddle.static.default_main_program(),
+                dataset=dataset,
+                fetch_list=[self.model.loss, self.model.auc],
+                fetch_info=[f"Epoch {epoch} Var loss", f"Epoch {epoch} Var auc"],
+                print_period=self.args.print_period,
+                debug=False,
+            )
             print(f"Epoch {epoch} done, use time: {time.time() - start:.1f}", flush=True)
         fleet.barrier_worker()
         if fleet.worker_index() == 0:
@@ -89,8 +97,13 @@ class Main:
         files, _ = data.prepare_multislot(list(meta.test_files))
         scope = paddle.static.global_scope()
         reset_auc(scope, self.model.auc_states)
-        exe.train_from_dataset(program=program, dataset=data.make_dataset(self.model.feeds, files, self.args.batch),
-                               fetch_list=[self.model.auc], fetch_info=["test auc"], print_period=10**9)
+        exe.train_from_dataset(
+            program=program,
+            dataset=data.make_dataset(self.model.feeds, files, self.args.batch),
+            fetch_list=[self.model.auc],
+            fetch_info=["test auc"],
+            print_period=10**9,
+        )
         auc = accumulated_auc(scope, self.model.auc_states)
         print(f"held-out AUC {auc:.4f}", flush=True)
         return auc
@@ -98,8 +111,15 @@ class Main:
     def record_result(self):
         os.makedirs(self.args.out, exist_ok=True)
         with open(os.path.join(self.args.out, f"worker-{fleet.worker_index()}.json"), "w") as f:
-            json.dump({"worker": fleet.worker_index(), "rows": self.rows, "epochs": self.args.epochs,
-                       "test_auc": self.test_auc}, f)
+            json.dump(
+                {
+                    "worker": fleet.worker_index(),
+                    "rows": self.rows,
+                    "epochs": self.args.epochs,
+                    "test_auc": self.test_auc,
+                },
+                f,
+            )
 
 
 def parse_args():

@@ -37,8 +37,14 @@ class Scheduler(ABC):
         result = self.search(cost_model)
         seconds = time.perf_counter() - started
         evaluations = cost_model.evaluations - evaluations_before
-        return cost_model.to_plan(result.assignment, self.name, search_seconds=seconds, evaluations=evaluations,
-                                  reason=result.reason, refined_from_cost=result.refined_from_cost)
+        return cost_model.to_plan(
+            result.assignment,
+            self.name,
+            search_seconds=seconds,
+            evaluations=evaluations,
+            reason=result.reason,
+            refined_from_cost=result.refined_from_cost,
+        )
 
 
 def best_feasible(cost_model: CostModel, candidates) -> tuple[float, tuple[int, ...] | None]:
@@ -52,5 +58,7 @@ def best_feasible(cost_model: CostModel, candidates) -> tuple[float, tuple[int, 
 
 
 def no_plan_reason(cost_model: CostModel) -> str:
-    return (f"no assignment of the {cost_model.num_layers} layers to the {cost_model.num_types} resource types "
-            f"reaches {cost_model.throughput:g} samples/s within max_units")
+    return (
+        f"no assignment of the {cost_model.num_layers} layers to the {cost_model.num_types} resource types "
+        f"reaches {cost_model.throughput:g} samples/s within max_units"
+    )

@@ -62,7 +62,7 @@ def backward_dp(cost: np.ndarray) -> np.ndarray:
     H = np.full((n + 1, T), np.inf)
     H[n] = 0.0
     for i in range(n - 1, -1, -1):
-        B[i] = np.min(cost[:, i, i + 1:] + H[i + 1:].T, axis=1)
+        B[i] = np.min(cost[:, i, i + 1 :] + H[i + 1 :].T, axis=1)
         H[i] = _other_type_min(B[i])
     return B
 
@@ -164,8 +164,11 @@ class ExactScheduler(Scheduler):
         n, T = cost_model.num_layers, cost_model.num_types
         count = types.size
         if count == 0:
-            return Schedule(incumbent, proven_optimal=True,
-                            reason=None if incumbent else no_plan_reason(cost_model) + " with shared units")
+            return Schedule(
+                incumbent,
+                proven_optimal=True,
+                reason=None if incumbent else no_plan_reason(cost_model) + " with shared units",
+            )
         rows, cols, vals, lower_b, upper_b = [], [], [], [], []
         columns = np.arange(count)
 
@@ -181,34 +184,48 @@ class ExactScheduler(Scheduler):
         lower_b.extend(net), upper_b.extend(net)
         row = n + 1
         # A stage is a maximal run: at a boundary, the stages on both sides have different types.
-        side = (np.concatenate([ends, starts]) * T + np.concatenate([types, types]))
+        side = np.concatenate([ends, starts]) * T + np.concatenate([types, types])
         inner = (np.concatenate([ends, starts]) > 0) & (np.concatenate([ends, starts]) < n)
         keys, inverse = np.unique(side[inner], return_inverse=True)
-        add_rows(row + inverse, np.concatenate([columns, columns])[inner], np.ones(int(inner.sum())),
-                 [0.0] * keys.size, [1.0] * keys.size)
+        add_rows(
+            row + inverse,
+            np.concatenate([columns, columns])[inner],
+            np.ones(int(inner.sum())),
+            [0.0] * keys.size,
+            [1.0] * keys.size,
+        )
         row += keys.size
         # Units of one type are shared by all its stages.
-        add_rows(row + types, columns, tables.units[types, starts, ends], [0.0] * T,
-                 list(cost_model.max_units.astype(float)))
+        add_rows(
+            row + types, columns, tables.units[types, starts, ends], [0.0] * T, list(cost_model.max_units.astype(float))
+        )
         row += T
-        matrix = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                            shape=(row, count)).tocsr()
+        matrix = coo_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row, count)
+        ).tocsr()
         options = {"mip_rel_gap": 0.0}
         if self.time_limit is not None:
             options["time_limit"] = self.time_limit
         with _stdout_to_stderr():
-            result = milp(tables.cost[types, starts, ends], integrality=np.ones(count), bounds=Bounds(0, 1),
-                          constraints=[LinearConstraint(matrix, np.array(lower_b), np.array(upper_b))],
-                          options=options)
+            result = milp(
+                tables.cost[types, starts, ends],
+                integrality=np.ones(count),
+                bounds=Bounds(0, 1),
+                constraints=[LinearConstraint(matrix, np.array(lower_b), np.array(upper_b))],
+                options=options,
+            )
         if result.x is None:
             if result.status == 2 or incumbent is not None:  # infeasible: every kept candidate was pruned
-                return Schedule(incumbent, proven_optimal=result.status == 2,
-                                reason=None if incumbent else no_plan_reason(cost_model) + " with shared units")
+                return Schedule(
+                    incumbent,
+                    proven_optimal=result.status == 2,
+                    reason=None if incumbent else no_plan_reason(cost_model) + " with shared units",
+                )
             return Schedule(None, reason=f"MILP solver stopped: {result.message}")
         chosen = np.flatnonzero(result.x > 0.5)
         assignment = [0] * n
         for c in chosen:
-            assignment[starts[c]:ends[c]] = [int(types[c])] * (ends[c] - starts[c])
+            assignment[starts[c] : ends[c]] = [int(types[c])] * (ends[c] - starts[c])
         evaluation = cost_model.evaluate(assignment)
         if incumbent is not None and not (evaluation.feasible and evaluation.cost_per_hour <= upper):
             assignment = incumbent
@@ -227,8 +244,7 @@ def _stdout_to_stderr():
     sys.stdout.flush()
     saved = os.dup(stdout_fd)
     try:
-        os.dup2(sys.stderr.fileno() if hasattr(sys.stderr, "fileno") else os.open(os.devnull, os.O_WRONLY),
-                stdout_fd)
+        os.dup2(sys.stderr.fileno() if hasattr(sys.stderr, "fileno") else os.open(os.devnull, os.O_WRONLY), stdout_fd)
         yield
     finally:
         sys.stdout.flush()

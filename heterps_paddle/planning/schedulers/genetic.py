@@ -42,7 +42,7 @@ class GeneticScheduler(Scheduler):
         scores = fitness(pop)
         for _ in range(self.generations):
             order = np.argsort(scores)
-            children = [pop[i].copy() for i in order[:self.elite]]
+            children = [pop[i].copy() for i in order[: self.elite]]
             while len(children) < self.population:
                 a, b = (self._tournament(rng, scores) for _ in range(2))
                 child = pop[a].copy()

@@ -29,8 +29,12 @@ def fractional_cost(cost_model: CostModel) -> np.ndarray:
     the target rate, or the memory share its parameters need, times the price). Ignores the unit granularity and
     the boundaries that make the real problem hard, but says which types suit which layers."""
     busy_units = cost_model.base_time.T * cost_model.throughput
-    holding_units = np.array([[l.param_bytes / t.memory if t.memory > 0 else 1e9 for t in cost_model.types]
-                              for l in cost_model.profile.layers])
+    holding_units = np.array(
+        [
+            [layer.param_bytes / t.memory if t.memory > 0 else 1e9 for t in cost_model.types]
+            for layer in cost_model.profile.layers
+        ]
+    )
     return np.maximum(busy_units, holding_units) * cost_model.price[None, :] + 1e-12
 
 
@@ -51,11 +55,16 @@ def layer_features(cost_model: CostModel) -> np.ndarray:
         return (logged - logged.mean()) / (spread if spread > 0 else 1.0)
 
     kind = np.array([[layer.kind == "sparse", layer.kind == "dense"] for layer in profile.layers], dtype=float)
-    sizes = np.stack([log_standardised([getattr(l, field) + 1 for l in profile.layers])
-                      for field in ("flops", "param_bytes", "io_bytes", "out_bytes")], axis=1)
+    sizes = np.stack(
+        [
+            log_standardised([getattr(layer, field) + 1 for layer in profile.layers])
+            for field in ("flops", "param_bytes", "io_bytes", "out_bytes")
+        ],
+        axis=1,
+    )
     # Cost of each layer as a stage of its own on each type: the strongest single hint of where it belongs.
-    alone = np.array([[cost_model.stage(l, l + 1, t).cost_per_hour for t in range(T)] for l in range(n)])
-    within = np.array([[cost_model.stage(l, l + 1, t).within_limit for t in range(T)] for l in range(n)], float)
+    alone = np.array([[cost_model.stage(i, i + 1, t).cost_per_hour for t in range(T)] for i in range(n)])
+    within = np.array([[cost_model.stage(i, i + 1, t).within_limit for t in range(T)] for i in range(n)], float)
     share = fractional_cost(cost_model)
     per_type = [
         log_standardised(share + 1e-12),
@@ -63,8 +72,10 @@ def layer_features(cost_model: CostModel) -> np.ndarray:
         log_standardised(cost_model.base_time.T + 1e-15),
         np.broadcast_to(log_standardised(cost_model.price), (n, T)),
         np.broadcast_to(log_standardised(cost_model.max_units.astype(float)), (n, T)),
-        np.log10(1.0 + np.array([[l.param_bytes / max(t.memory, 1.0) for t in cost_model.types]
-                                 for l in profile.layers])),
+        np.log10(
+            1.0
+            + np.array([[layer.param_bytes / max(t.memory, 1.0) for t in cost_model.types] for layer in profile.layers])
+        ),
         log_standardised(alone),
         within,
     ]
@@ -74,10 +85,20 @@ def layer_features(cost_model: CostModel) -> np.ndarray:
 class RLScheduler(Scheduler):
     name = "rl"
 
-    def __init__(self, seed: int = 0, batch_size: int = 128, iterations: int = 120, restarts: int = 6,
-                 time_budget: float = 60.0, hidden_size: int = 32, learning_rate: float = 0.02,
-                 entropy_bonus: float = 0.005, top_fraction: float = 0.15, patience: int = 30,
-                 prior_strengths: tuple[float, ...] = (2.0, 1.0, 3.0, 0.5)):
+    def __init__(
+        self,
+        seed: int = 0,
+        batch_size: int = 128,
+        iterations: int = 120,
+        restarts: int = 6,
+        time_budget: float = 60.0,
+        hidden_size: int = 32,
+        learning_rate: float = 0.02,
+        entropy_bonus: float = 0.005,
+        top_fraction: float = 0.15,
+        patience: int = 30,
+        prior_strengths: tuple[float, ...] = (2.0, 1.0, 3.0, 0.5),
+    ):
         super().__init__(seed)
         self.batch_size = batch_size
         self.iterations = iterations  # per restart
@@ -143,9 +164,16 @@ class RLScheduler(Scheduler):
             type_logits, move_logits = policy(features)
             log_probs = paddle.nn.functional.log_softmax(type_logits[0] + prior, axis=-1)  # [n, T]
             weights = (policy.stay_weights.numpy().astype(float), policy.return_weights.numpy().astype(float))
-            rollout = _rollout(rng, np.exp(log_probs.numpy().astype(float)), move_logits[0].numpy().astype(float),
-                               weights, unit_table, reach, self.batch_size,
-                               forced=None if own_best is None else np.array(own_best.assignment))
+            rollout = _rollout(
+                rng,
+                np.exp(log_probs.numpy().astype(float)),
+                move_logits[0].numpy().astype(float),
+                weights,
+                unit_table,
+                reach,
+                self.batch_size,
+                forced=None if own_best is None else np.array(own_best.assignment),
+            )
             samples = rollout.samples
             batch = cost_model.evaluate_batch(samples)
             penalised = cost_model.penalised_costs(batch, reference)
@@ -154,7 +182,8 @@ class RLScheduler(Scheduler):
             feasible_costs = np.where(batch.feasible, batch.cost_per_hour, np.inf)
             winner = int(np.argmin(feasible_costs))
             if np.isfinite(feasible_costs[winner]) and (
-                    own_best is None or feasible_costs[winner] < own_best.cost_per_hour - 1e-12):
+                own_best is None or feasible_costs[winner] < own_best.cost_per_hour - 1e-12
+            ):
                 own_best, improved = cost_model.evaluate(samples[winner]), True
             since_better = 0 if improved else since_better + 1
             # Risk-seeking baseline: we want the best plan, not a good average one, so only samples in the top
@@ -166,14 +195,22 @@ class RLScheduler(Scheduler):
                 advantages /= spread
             chosen = _log_probability(paddle, policy, log_probs, move_logits[0], rollout)  # [batch]
             entropy = -paddle.sum(paddle.exp(log_probs) * log_probs) / n
-            loss = (-paddle.mean(paddle.to_tensor(advantages.astype("float32")) * chosen) / n
-                    - self.entropy_bonus * entropy)
+            loss = (
+                -paddle.mean(paddle.to_tensor(advantages.astype("float32")) * chosen) / n - self.entropy_bonus * entropy
+            )
             optimizer.clear_grad()
             loss.backward()
             optimizer.step()
             if self.trace is not None and iteration % 10 == 0:
-                self.trace.append((restart, iteration, own_best.cost_per_hour if own_best else None,
-                                   float(entropy), float(rollout.moves[:, 1:, 0].mean())))
+                self.trace.append(
+                    (
+                        restart,
+                        iteration,
+                        own_best.cost_per_hour if own_best else None,
+                        float(entropy),
+                        float(rollout.moves[:, 1:, 0].mean()),
+                    )
+                )
             if time.perf_counter() - started > self.time_budget:
                 break
             if float(entropy) < 0.2 and since_better >= self.patience:
@@ -205,13 +242,16 @@ def _make_policy(paddle, feature_size: int, hidden_size: int, num_types: int):
             self.head = paddle.nn.Linear(2 * hidden_size, num_types)
             # Start by staying most of the time and rarely returning: early samples then have a few long
             # stages, as good plans do, instead of a new stage (and at least one more unit) every other layer.
-            self.moves = paddle.nn.Linear(2 * hidden_size, 2, bias_attr=paddle.ParamAttr(
-                initializer=paddle.nn.initializer.Assign([1.0, -1.0])))
+            self.moves = paddle.nn.Linear(
+                2 * hidden_size, 2, bias_attr=paddle.ParamAttr(initializer=paddle.nn.initializer.Assign([1.0, -1.0]))
+            )
             # At first: stay within the run's free reach, leave at its end, and return after a one-layer stage.
             self.stay_weights = self.create_parameter(
-                [STAY_FEATURES], default_initializer=paddle.nn.initializer.Assign([2.0, -2.0, -1.0, -0.5, 0.0]))
+                [STAY_FEATURES], default_initializer=paddle.nn.initializer.Assign([2.0, -2.0, -1.0, -0.5, 0.0])
+            )
             self.return_weights = self.create_parameter(
-                [RETURN_FEATURES], default_initializer=paddle.nn.initializer.Assign([1.0, 0.0]))
+                [RETURN_FEATURES], default_initializer=paddle.nn.initializer.Assign([1.0, 0.0])
+            )
 
         def forward(self, x):
             """Per layer: type logits [1, n, T] and (stay, return) logits [1, n, 2]."""
@@ -239,15 +279,23 @@ def free_reach(unit_table: np.ndarray) -> np.ndarray:
     reach = np.zeros((T, n + 1), dtype=np.int64)
     for start in range(n):
         alone = unit_table[:, start, start + 1][:, None]
-        free = unit_table[:, start, start + 1:] <= alone  # [T, ends]
+        free = unit_table[:, start, start + 1 :] <= alone  # [T, ends]
         last_free = free.shape[1] - 1 - np.argmax(free[:, ::-1], axis=1)
         reach[:, start] = start + 1 + last_free
     reach[:, n] = n
     return reach
 
 
-def _rollout(rng: np.random.Generator, probs: np.ndarray, move_logits: np.ndarray, weights, unit_table: np.ndarray,
-             reach: np.ndarray, count: int, forced: np.ndarray | None = None) -> Rollout:
+def _rollout(
+    rng: np.random.Generator,
+    probs: np.ndarray,
+    move_logits: np.ndarray,
+    weights,
+    unit_table: np.ndarray,
+    reach: np.ndarray,
+    count: int,
+    forced: np.ndarray | None = None,
+) -> Rollout:
     """Draw ``count`` samples (row 0 is ``forced`` when given: the replayed best plan), recording the features
     their log-probability needs. Stay features: is this layer before, at or past the current run's free reach
     (``free_reach``), does keeping the type add units to the run if it ended here, the run's length."""
@@ -272,13 +320,15 @@ def _rollout(rng: np.random.Generator, probs: np.ndarray, move_logits: np.ndarra
         added = unit_table[current, run_start, layer + 1] - unit_table[current, run_start, layer]
         run_length = layer - run_start
         run_reach = reach[current, run_start]
-        stay_features[:, layer] = np.stack([layer < run_reach, layer == run_reach, layer > run_reach, added > 0,
-                                            run_length / unit_count], axis=1)
+        stay_features[:, layer] = np.stack(
+            [layer < run_reach, layer == run_reach, layer > run_reach, added > 0, run_length / unit_count], axis=1
+        )
         return_features[:, layer] = np.stack([run_length == 1, np.minimum(run_length, 4) / 4], axis=1)
         can_return[:, layer] = previous_run >= 0
         z_stay = move_logits[layer, 0] + stay_features[:, layer] @ stay_weights
-        z_return = np.where(can_return[:, layer], move_logits[layer, 1] + return_features[:, layer] @ return_weights,
-                            -np.inf)
+        z_return = np.where(
+            can_return[:, layer], move_logits[layer, 1] + return_features[:, layer] @ return_weights, -np.inf
+        )
         top = np.maximum(np.maximum(z_stay, z_return), 0.0)
         e_stay, e_return, e_fresh = np.exp(z_stay - top), np.exp(z_return - top), np.exp(-top)
         total = e_stay + e_return + e_fresh
@@ -304,8 +354,7 @@ def _log_probability(paddle, policy, log_probs, move_logits, rollout: Rollout):
     one_hot[np.arange(count)[:, None], np.arange(n)[None, :], rollout.samples] = 1.0
     fresh_prob = paddle.sum(paddle.to_tensor(one_hot) * paddle.exp(log_probs)[None], axis=2)  # [batch, n]
     z_stay = move_logits[None, :, 0] + paddle.matmul(paddle.to_tensor(rollout.stay_features), policy.stay_weights)
-    z_return = move_logits[None, :, 1] + paddle.matmul(paddle.to_tensor(rollout.return_features),
-                                                       policy.return_weights)
+    z_return = move_logits[None, :, 1] + paddle.matmul(paddle.to_tensor(rollout.return_features), policy.return_weights)
     not_first = np.ones((count, n), dtype="float32")
     not_first[:, 0] = 0.0  # layer 0 has nothing to stay with: its type is a fresh draw
     can_return = paddle.to_tensor(rollout.can_return.astype("float32"))

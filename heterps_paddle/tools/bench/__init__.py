@@ -9,7 +9,10 @@ from __future__ import annotations
 # name -> (module, help); each module exposes add_arguments(parser) and run(args) -> int.
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "e2e": ("heterps_paddle.tools.bench.e2e", "launched CTR training with heterps off and on, back to back"),
-    "scheduler": ("heterps_paddle.tools.bench.scheduler", "every scheduler against the exact optimum on a workload suite"),
+    "scheduler": (
+        "heterps_paddle.tools.bench.scheduler",
+        "every scheduler against the exact optimum on a workload suite",
+    ),
     "table": ("heterps_paddle.tools.bench.table", "sparse table pull/push rows/s against numpy and dict references"),
     "sections": ("heterps_paddle.tools.bench.sections", "unsplit vs 2- and 3-stage heterogeneous sections"),
 }

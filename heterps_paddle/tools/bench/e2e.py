@@ -22,8 +22,9 @@ MODELS = ("ctr_dnn", "wide_deep", "deepfm")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", action="append", choices=MODELS,
-                        help="model to run (repeatable; default: all three)")
+    parser.add_argument(
+        "--model", action="append", choices=MODELS, help="model to run (repeatable; default: all three)"
+    )
     parser.add_argument("--rows", type=int, default=200_000, help="generated training rows (default 200000)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=512)
@@ -41,9 +42,11 @@ def plan_summary(plan_path: str, measured: float) -> dict:
     with open(plan_path, encoding="utf-8") as f:
         plan = json.load(f)
     predicted = plan["throughput"]
-    return {"stages": [(s["resource"], len(s["layers"]), s["units"]) for s in plan["stages"]],
-            "predicted_samples_per_second": round(predicted, 1),
-            "measured_over_predicted": round(measured / predicted, 3)}
+    return {
+        "stages": [(s["resource"], len(s["layers"]), s["units"]) for s in plan["stages"]],
+        "predicted_samples_per_second": round(predicted, 1),
+        "measured_over_predicted": round(measured / predicted, 3),
+    }
 
 
 def _median_run(runs: list[dict]) -> dict:
@@ -77,8 +80,16 @@ def run(args) -> int:
         raise SystemExit("bench e2e: --repeats must be at least 1")
     models = args.model or list(MODELS)
     overrides = {"generate_rows": args.rows, "epochs": args.epochs, "batch_size": args.batch_size}
-    report = {"benchmark": "e2e", "rows": args.rows, "epochs": args.epochs, "batch_size": args.batch_size,
-              "workers": args.workers, "servers": args.servers, "repeats": args.repeats, "models": {}}
+    report = {
+        "benchmark": "e2e",
+        "rows": args.rows,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "servers": args.servers,
+        "repeats": args.repeats,
+        "models": {},
+    }
     for model in models:
         variants = [("ps", dict(heterps=False)), ("heterps", dict(heterps=True))]
         if not args.no_reference:
@@ -86,8 +97,14 @@ def run(args) -> int:
         runs = {name: [] for name, _ in variants}
         for repeat in range(args.repeats):
             for name, kind in variants:
-                spec = JobSpec(model=model, servers=args.servers, workers=kind.get("workers", args.workers),
-                               heterps=kind["heterps"], overrides=overrides, timeout=args.timeout)
+                spec = JobSpec(
+                    model=model,
+                    servers=args.servers,
+                    workers=kind.get("workers", args.workers),
+                    heterps=kind["heterps"],
+                    overrides=overrides,
+                    timeout=args.timeout,
+                )
                 print(f"bench e2e: {model} {name} ({repeat + 1}/{args.repeats}) ...", file=sys.stderr, flush=True)
                 with tempfile.TemporaryDirectory(prefix=f"heterps-e2e-{model}-{name}-") as work_dir:
                     summary = run_job(spec, work_dir).summary()
@@ -96,12 +113,16 @@ def run(args) -> int:
                         summary["plan"] = plan_summary(plan_path, summary["samples_per_second"])
                 runs[name].append(summary)
         merged = {name: _median_run(values) for name, values in runs.items()}
-        entry = {"runs": merged,
-                 "test_auc_vs_single_process": (round(merged["heterps"]["test_auc"]
-                                                      - merged["single_process"]["test_auc"], 4)
-                                                if "single_process" in merged else None),
-                 "samples_per_second_ratio": round(_paired(runs, "samples_per_second", lambda h, p: h / p), 3),
-                 "test_auc_difference": round(_paired(runs, "test_auc", lambda h, p: h - p), 4)}
+        entry = {
+            "runs": merged,
+            "test_auc_vs_single_process": (
+                round(merged["heterps"]["test_auc"] - merged["single_process"]["test_auc"], 4)
+                if "single_process" in merged
+                else None
+            ),
+            "samples_per_second_ratio": round(_paired(runs, "samples_per_second", lambda h, p: h / p), 3),
+            "test_auc_difference": round(_paired(runs, "test_auc", lambda h, p: h - p), 4),
+        }
         report["models"][model] = entry
     if args.json:
         print(json.dumps(report))
@@ -109,12 +130,18 @@ def run(args) -> int:
         print(f"{'model':10} {'run':15} {'samples/s':>10} {'held-out AUC':>13} {'wall s':>7}")
         for model, entry in report["models"].items():
             for name, r in entry["runs"].items():
-                print(f"{model:10} {name:15} {r['samples_per_second']:>10.0f} {r['test_auc']:>13.4f} "
-                      f"{r['wall_seconds']:>7.1f}")
-            print(f"{model:10} heterps/ps samples/s ratio {entry['samples_per_second_ratio']:.3f}, "
-                  f"AUC difference {entry['test_auc_difference']:+.4f}")
+                print(
+                    f"{model:10} {name:15} {r['samples_per_second']:>10.0f} {r['test_auc']:>13.4f} "
+                    f"{r['wall_seconds']:>7.1f}"
+                )
+            print(
+                f"{model:10} heterps/ps samples/s ratio {entry['samples_per_second_ratio']:.3f}, "
+                f"AUC difference {entry['test_auc_difference']:+.4f}"
+            )
             plan = entry["runs"]["heterps"].get("plan")
             if plan and "predicted_samples_per_second" in plan:
-                print(f"{model:10} plan {plan['stages']}: predicted {plan['predicted_samples_per_second']:.0f} "
-                      f"samples/s for the launch, measured/predicted {plan['measured_over_predicted']:.3f}")
+                print(
+                    f"{model:10} plan {plan['stages']}: predicted {plan['predicted_samples_per_second']:.0f} "
+                    f"samples/s for the launch, measured/predicted {plan['measured_over_predicted']:.3f}"
+                )
     return 0

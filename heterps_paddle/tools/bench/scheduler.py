@@ -23,10 +23,12 @@ BRUTE_BENCH_LIMIT = 200_000
 def add_arguments(parser) -> None:
     parser.add_argument("--count", type=int, default=24, help="generated workloads (default 24)")
     parser.add_argument("--seed", type=int, default=0, help="suite seed (default 0)")
-    parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
-                        help=f"comma list (default: {','.join(SCHEDULERS)})")
-    parser.add_argument("--no-examples", action="store_true",
-                        help="leave out the example CTR models (profiling them needs Paddle)")
+    parser.add_argument(
+        "--schedulers", default=",".join(SCHEDULERS), help=f"comma list (default: {','.join(SCHEDULERS)})"
+    )
+    parser.add_argument(
+        "--no-examples", action="store_true", help="leave out the example CTR models (profiling them needs Paddle)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--plot", default=None, metavar="FILE.png", help="draw ratios and times (matplotlib)")
 
@@ -48,8 +50,7 @@ def example_workloads() -> list[Workload]:
             cluster = load_cluster(path)
             target = interesting_throughput(profile, cluster, seed=index)
             name = f"{model_name}@{os.path.basename(path)[:-5]}"
-            workloads.append(Workload(name, profile, feasible_target(profile, cluster.with_throughput(target)),
-                                      False))
+            workloads.append(Workload(name, profile, feasible_target(profile, cluster.with_throughput(target)), False))
     return workloads
 
 
@@ -59,17 +60,27 @@ def run_suite(workloads: list[Workload], schedulers: list[str], log=None) -> lis
     rows = []
     for workload in workloads:
         n, T = len(workload.profile.layers), len(workload.cluster.resource_types)
-        row = {"workload": workload.name, "layers": n, "types": T, "binding_limit": workload.binding_limit,
-               "throughput": workload.cluster.throughput, "results": {}}
+        row = {
+            "workload": workload.name,
+            "layers": n,
+            "types": T,
+            "binding_limit": workload.binding_limit,
+            "throughput": workload.cluster.throughput,
+            "results": {},
+        }
         for name in ["exact"] + [s for s in schedulers if s != "exact"]:
-            if name == "brute" and T ** n > BRUTE_BENCH_LIMIT:
+            if name == "brute" and T**n > BRUTE_BENCH_LIMIT:
                 row["results"][name] = {"skipped": f"{T}^{n} assignments"}
                 continue
             cost_model = CostModel(workload.profile, workload.cluster)
             started = time.perf_counter()
             plan = make_scheduler(name, seed=0).plan(cost_model)
-            result = {"feasible": plan.feasible, "cost_per_hour": plan.cost_per_hour if plan.feasible else None,
-                      "seconds": time.perf_counter() - started, "evaluations": plan.evaluations}
+            result = {
+                "feasible": plan.feasible,
+                "cost_per_hour": plan.cost_per_hour if plan.feasible else None,
+                "seconds": time.perf_counter() - started,
+                "evaluations": plan.evaluations,
+            }
             if plan.refined_from_cost is not None:
                 result["refined_from_cost"] = plan.refined_from_cost
             row["results"][name] = result
@@ -77,8 +88,11 @@ def run_suite(workloads: list[Workload], schedulers: list[str], log=None) -> lis
         for result in row["results"].values():
             if "skipped" in result or optimum is None:
                 continue
-            result["ratio"] = (result["cost_per_hour"] / optimum if result["cost_per_hour"] is not None
-                               and optimum > 0 else (1.0 if result["cost_per_hour"] == optimum else None))
+            result["ratio"] = (
+                result["cost_per_hour"] / optimum
+                if result["cost_per_hour"] is not None and optimum > 0
+                else (1.0 if result["cost_per_hour"] == optimum else None)
+            )
         rows.append(row)
         if log:
             log(_row_line(row))
@@ -100,7 +114,8 @@ def summarise(rows: list[dict], schedulers: list[str]) -> dict:
             else:
                 ratios.append(result["ratio"])
         summary[name] = {
-            "workloads": ran, "no_plan": missed,
+            "workloads": ran,
+            "no_plan": missed,
             "median_ratio": statistics.median(ratios) if ratios else None,
             "worst_ratio": max(ratios) if ratios else None,  # over the workloads it found a plan for
             "optimal_share": sum(r <= 1 + 1e-9 for r in ratios) / ran if ran else None,
@@ -112,8 +127,10 @@ def summarise(rows: list[dict], schedulers: list[str]) -> dict:
 
 def _row_line(row: dict) -> str:
     optimum = row["results"]["exact"]["cost_per_hour"]
-    parts = [f"{row['workload']:<28} {row['layers']:>3}x{row['types']:<3} "
-             f"optimum {'none' if optimum is None else format(optimum, '.4g') + '/h':<9}"]
+    parts = [
+        f"{row['workload']:<28} {row['layers']:>3}x{row['types']:<3} "
+        f"optimum {'none' if optimum is None else format(optimum, '.4g') + '/h':<9}"
+    ]
     for name, result in row["results"].items():
         if "skipped" in result:
             parts.append(f"{name}=skip")
@@ -134,7 +151,10 @@ def run(args) -> int:
     if "exact" not in schedulers:
         schedulers.insert(0, "exact")
     workloads = workload_suite(args.count, args.seed)
-    log = (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def log(line):
+        print(line, file=sys.stderr, flush=True)
+
     if not args.no_examples:
         try:
             workloads += example_workloads()
@@ -148,14 +168,20 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"benchmark": "scheduler", "seed": args.seed, "workloads": rows, "summary": summary}))
     else:
-        print(f"{'scheduler':<10} {'median ratio':>12} {'worst ratio':>12} {'optimal':>8} {'no plan':>8} "
-              f"{'median s':>9} {'max s':>8}  (ratio = cost / exact's proven optimum; {len(rows)} workloads)")
+        print(
+            f"{'scheduler':<10} {'median ratio':>12} {'worst ratio':>12} {'optimal':>8} {'no plan':>8} "
+            f"{'median s':>9} {'max s':>8}  (ratio = cost / exact's proven optimum; {len(rows)} workloads)"
+        )
         for name, s in summary.items():
+
             def fmt(value, pattern):
                 return "-" if value is None else format(value, pattern)
-            print(f"{name:<10} {fmt(s['median_ratio'], '12.4f')} {fmt(s['worst_ratio'], '12.4f')} "
-                  f"{fmt(s['optimal_share'], '8.0%')} {s['no_plan']:>8} {fmt(s['median_seconds'], '9.2f')} "
-                  f"{fmt(s['max_seconds'], '8.2f')}")
+
+            print(
+                f"{name:<10} {fmt(s['median_ratio'], '12.4f')} {fmt(s['worst_ratio'], '12.4f')} "
+                f"{fmt(s['optimal_share'], '8.0%')} {s['no_plan']:>8} {fmt(s['median_seconds'], '9.2f')} "
+                f"{fmt(s['max_seconds'], '8.2f')}"
+            )
     return 0
 
 
@@ -171,10 +197,14 @@ def plot_bench(rows: list[dict], summary: dict, schedulers: list[str], path: str
         raise PlanningInputError("--plot needs matplotlib (pip install 'heterps-paddle[plot]')") from None
     figure, (ratio_axis, time_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     for position, name in enumerate(schedulers):
-        ratios = [r["results"][name]["ratio"] for r in rows
-                  if name in r["results"] and r["results"][name].get("ratio") is not None]
-        seconds = [r["results"][name]["seconds"] for r in rows
-                   if name in r["results"] and "seconds" in r["results"][name]]
+        ratios = [
+            r["results"][name]["ratio"]
+            for r in rows
+            if name in r["results"] and r["results"][name].get("ratio") is not None
+        ]
+        seconds = [
+            r["results"][name]["seconds"] for r in rows if name in r["results"] and "seconds" in r["results"][name]
+        ]
         ratio_axis.scatter([position] * len(ratios), ratios, alpha=0.6)
         time_axis.scatter([position] * len(seconds), seconds, alpha=0.6)
     for axis, label in ((ratio_axis, "cost / optimum"), (time_axis, "search seconds")):

@@ -24,11 +24,15 @@ import time
 
 SPLITS = {
     "unsplit": None,
-    "2-stage": [{"resource": "cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 1},
-                {"resource": "gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1}],
-    "3-stage": [{"resource": "cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 1},
-                {"resource": "gpu", "kind": "gpu", "layers": ["fc_0"], "units": 1},
-                {"resource": "gpu", "kind": "gpu", "layers": ["fc_1", "fc_2"], "units": 1}],
+    "2-stage": [
+        {"resource": "cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 1},
+        {"resource": "gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
+    ],
+    "3-stage": [
+        {"resource": "cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 1},
+        {"resource": "gpu", "kind": "gpu", "layers": ["fc_0"], "units": 1},
+        {"resource": "gpu", "kind": "gpu", "layers": ["fc_1", "fc_2"], "units": 1},
+    ],
 }
 
 
@@ -66,8 +70,11 @@ class _Sampler:
                     if p.pid not in self.role:
                         env = p.environ()
                         r = env.get("TRAINING_ROLE", "launcher")
-                        self.role[p.pid] = {"PSERVER": "server", "TRAINER": "stage 1",
-                                            "HETER_TRAINER": f"stage {env.get('STAGE_ID')}"}.get(r, r)
+                        self.role[p.pid] = {
+                            "PSERVER": "server",
+                            "TRAINER": "stage 1",
+                            "HETER_TRAINER": f"stage {env.get('STAGE_ID')}",
+                        }.get(r, r)
                     t = p.cpu_times()
                     self.samples.setdefault(p.pid, []).append((now, t.user + t.system))
                 except (self.psutil.NoSuchProcess, self.psutil.AccessDenied, ProcessLookupError):
@@ -108,9 +115,15 @@ def _run_one(name, stages, work, args, microbatches=None) -> dict:
     from heterps_paddle.tools.jobs import JobSpec, launch, trainer_argv
 
     results = os.path.join(work, f"res_{name}")
-    overrides = {"generate_rows": args.rows, "generate_seed": args.seed, "epochs": args.epochs,
-                 "batch_size": args.batch, "print_period": 1000000, "seed": args.seed,
-                 "model_config": {"sparse_feature_dim": 9, "fc_sizes": list(args.fc), "learning_rate": 0.003}}
+    overrides = {
+        "generate_rows": args.rows,
+        "generate_seed": args.seed,
+        "epochs": args.epochs,
+        "batch_size": args.batch,
+        "print_period": 1000000,
+        "seed": args.seed,
+        "model_config": {"sparse_feature_dim": 9, "fc_sizes": list(args.fc), "learning_rate": 0.003},
+    }
     launch_args = ["--server_num=1", "--worker_num=1"]
     spec = JobSpec(overrides=overrides)
     if stages is not None:
@@ -127,10 +140,14 @@ def _run_one(name, stages, work, args, microbatches=None) -> dict:
     with open(os.path.join(results, "worker-0.json")) as f:
         res = json.load(f)
     window = res["train_end"] - res["train_start"]
-    return {"samples_per_second": round(res["rows"] * res["epochs"] / window, 1), "train_seconds": round(window, 3),
-            "microbatches": None if stages is None else (microbatches or args.microbatches),
-            "heldout_auc": round(res["test_auc"], 5), "stages": 1 if stages is None else len(stages),
-            "busy_fraction": sampler.busy(res["train_start"], res["train_end"])}
+    return {
+        "samples_per_second": round(res["rows"] * res["epochs"] / window, 1),
+        "train_seconds": round(window, 3),
+        "microbatches": None if stages is None else (microbatches or args.microbatches),
+        "heldout_auc": round(res["test_auc"], 5),
+        "stages": 1 if stages is None else len(stages),
+        "busy_fraction": sampler.busy(res["train_start"], res["train_end"]),
+    }
 
 
 def run(args) -> int:
@@ -148,14 +165,25 @@ def run(args) -> int:
     base = results["unsplit"]["samples_per_second"]
     for r in results.values():
         r["relative_to_unsplit"] = round(r["samples_per_second"] / base, 3)
-    report = {"benchmark": "sections", "model": "ctr_dnn", "rows": args.rows, "epochs": args.epochs,
-              "batch": args.batch, "microbatches": args.microbatches, "fc": args.fc,
-              "cpu_count": os.cpu_count(), "load_average": os.getloadavg(), "work_dir": work,
-              "results": results}
+    report = {
+        "benchmark": "sections",
+        "model": "ctr_dnn",
+        "rows": args.rows,
+        "epochs": args.epochs,
+        "batch": args.batch,
+        "microbatches": args.microbatches,
+        "fc": args.fc,
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "work_dir": work,
+        "results": results,
+    }
     if args.json:
         print(json.dumps(report))
     else:
         for name, r in results.items():
-            print(f"{name:8s} {r['samples_per_second']:9.0f} samples/s ({r['relative_to_unsplit']:.2f}x unsplit) "
-                  f"held-out AUC {r['heldout_auc']:.4f}  busy {r['busy_fraction']}")
+            print(
+                f"{name:8s} {r['samples_per_second']:9.0f} samples/s ({r['relative_to_unsplit']:.2f}x unsplit) "
+                f"held-out AUC {r['heldout_auc']:.4f}  busy {r['busy_fraction']}"
+            )
     return 0

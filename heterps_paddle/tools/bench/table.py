@@ -20,8 +20,8 @@ import tempfile
 import time
 
 TARGETS = {
-    "pull_vs_numpy_min": 0.5,       # in-memory pull >= 0.5x the numpy gather
-    "pull_vs_dict_min": 30.0,       # in-memory pull >= 30x the Python dict
+    "pull_vs_numpy_min": 0.5,  # in-memory pull >= 0.5x the numpy gather
+    "pull_vs_dict_min": 30.0,  # in-memory pull >= 30x the Python dict
     "ssd_zipf_vs_memory_min": 0.25,  # SSD mode, Zipf ids >= 0.25x in-memory
 }
 
@@ -44,7 +44,7 @@ def _zipf_ids(rng, n_keys, size, s=1.1):
     import numpy as np
 
     ranks = np.arange(1, n_keys + 1, dtype=np.float64)
-    cdf = np.cumsum(ranks ** -s)
+    cdf = np.cumsum(ranks**-s)
     cdf /= cdf[-1]
     r = np.searchsorted(cdf, rng.random(size))
     perm = np.random.default_rng(12345).permutation(n_keys)
@@ -69,7 +69,7 @@ def _make_table(sparse_table_cls, dim, optimizer, n_keys, budget, ssd_dir, name,
     table = sparse_table_cls(dim=dim, optimizer=optimizer, lr=0.01, name=name, **kwargs)
     fill = np.arange(n_keys, dtype=np.int64)
     for i in range(0, n_keys, 1 << 18):  # create every row (spilling 3/4 of them in SSD mode)
-        table.pull(fill[i:i + (1 << 18)])
+        table.pull(fill[i : i + (1 << 18)])
     return table
 
 
@@ -100,9 +100,9 @@ def _measure(tables, dense, rows_dict, batches, warm, dict_ids):
         per["numpy"].append(_timed(lambda x: np.take(dense, x, axis=0, out=out), b) / n)
         per["dict"].append(_timed(naive, b[:dict_ids]) / dict_ids)
         for m, t in tables.items():
-            per[m + "_pull"].append(_timed(lambda x: t.pull(x, out=out), b) / n)
+            per[m + "_pull"].append(_timed(lambda x, t=t: t.pull(x, out=out), b) / n)
         for m, t in tables.items():
-            per[m + "_push"].append(_timed(lambda x: t.push(x, grads), b) / n)
+            per[m + "_push"].append(_timed(lambda x, t=t: t.push(x, grads), b) / n)
     rates = {k: 1.0 / _median(v) for k, v in per.items()}
 
     def paired(a, b):  # rate(a) / rate(b), batch by batch
@@ -151,7 +151,8 @@ def run(args) -> int:
             dense = rng.normal(size=(args.rows, dim)).astype(np.float32)
             d = {i: dense[i].copy() for i in range(args.rows)}
             for dist in ("zipf", "uniform"):
-                def draw():
+
+                def draw(dist=dist):
                     if dist == "zipf":
                         return _zipf_ids(rng, args.rows, args.batch)
                     return rng.integers(0, args.rows, args.batch, dtype=np.int64)
@@ -162,8 +163,16 @@ def run(args) -> int:
                 tables = {}
                 try:
                     for mode, b in (("memory", 0), ("ssd", budget)):
-                        tables[mode] = _make_table(SparseTable, dim, args.optimizer, args.rows, b, ssd_dir,
-                                                   f"bench-{dim}-{dist}-{mode}-{os.getpid()}", args.eviction)
+                        tables[mode] = _make_table(
+                            SparseTable,
+                            dim,
+                            args.optimizer,
+                            args.rows,
+                            b,
+                            ssd_dir,
+                            f"bench-{dim}-{dist}-{mode}-{os.getpid()}",
+                            args.eviction,
+                        )
                     ref, per_mode, ratio = _measure(tables, dense, d, batches, warm, min(args.batch, 32768))
                 finally:
                     for t in tables.values():
@@ -173,8 +182,9 @@ def run(args) -> int:
                 ratio.update({"dim": dim, "dist": dist})
                 ratios.append(ratio)
                 for mode, r in per_mode.items():
-                    r.update({"dim": dim, "dist": dist, "mode": mode,
-                              "memory_budget_bytes": budget if mode == "ssd" else 0})
+                    r.update(
+                        {"dim": dim, "dist": dist, "mode": mode, "memory_budget_bytes": budget if mode == "ssd" else 0}
+                    )
                     results.append(r)
             del dense, d
     finally:
@@ -184,15 +194,23 @@ def run(args) -> int:
     checks = {
         "pull_vs_numpy": all(r["pull_vs_numpy"] >= TARGETS["pull_vs_numpy_min"] for r in ratios),
         "pull_vs_dict": all(r["pull_vs_dict"] >= TARGETS["pull_vs_dict_min"] for r in ratios),
-        "ssd_zipf_vs_memory": all(r["ssd_vs_memory_pull"] >= TARGETS["ssd_zipf_vs_memory_min"]
-                                  for r in ratios if r["dist"] == "zipf"),
+        "ssd_zipf_vs_memory": all(
+            r["ssd_vs_memory_pull"] >= TARGETS["ssd_zipf_vs_memory_min"] for r in ratios if r["dist"] == "zipf"
+        ),
     }
     report = {
         "benchmark": "table",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "config": {"rows": args.rows, "batch": args.batch, "batches": args.batches, "dims": dims,
-                   "optimizer": args.optimizer, "zipf_s": 1.1, "eviction": args.eviction,
-                   "ssd_mode": "memory budget = rows/4 x (row bytes + 32 index bytes)"},
+        "config": {
+            "rows": args.rows,
+            "batch": args.batch,
+            "batches": args.batches,
+            "dims": dims,
+            "optimizer": args.optimizer,
+            "zipf_s": 1.1,
+            "eviction": args.eviction,
+            "ssd_mode": "memory budget = rows/4 x (row bytes + 32 index bytes)",
+        },
         "results": results,
         "references": refs,
         "ratios": ratios,
@@ -205,13 +223,19 @@ def run(args) -> int:
         print(f"sparse table, {args.rows} rows, batch {args.batch}, optimizer {args.optimizer}")
         print(f"{'dim':>4} {'dist':>8} {'mode':>7} {'pull rows/s':>13} {'push rows/s':>13} {'promo/lookup':>12}")
         for r in results:
-            print(f"{r['dim']:>4} {r['dist']:>8} {r['mode']:>7} {r['pull_rows_per_s']:>13.3g} "
-                  f"{r['push_rows_per_s']:>13.3g} {r['ssd_promotions_per_lookup']:>12.4f}")
-        print(f"{'dim':>4} {'dist':>8} {'numpy rows/s':>13} {'dict rows/s':>13} {'vs numpy':>9} {'vs dict':>8} "
-              f"{'ssd/mem':>8}")
+            print(
+                f"{r['dim']:>4} {r['dist']:>8} {r['mode']:>7} {r['pull_rows_per_s']:>13.3g} "
+                f"{r['push_rows_per_s']:>13.3g} {r['ssd_promotions_per_lookup']:>12.4f}"
+            )
+        print(
+            f"{'dim':>4} {'dist':>8} {'numpy rows/s':>13} {'dict rows/s':>13} {'vs numpy':>9} {'vs dict':>8} "
+            f"{'ssd/mem':>8}"
+        )
         for ref, ra in zip(refs, ratios):
-            print(f"{ref['dim']:>4} {ref['dist']:>8} {ref['numpy_gather_rows_per_s']:>13.3g} "
-                  f"{ref['python_dict_rows_per_s']:>13.3g} {ra['pull_vs_numpy']:>9.2f} {ra['pull_vs_dict']:>8.1f} "
-                  f"{ra['ssd_vs_memory_pull']:>8.2f}")
+            print(
+                f"{ref['dim']:>4} {ref['dist']:>8} {ref['numpy_gather_rows_per_s']:>13.3g} "
+                f"{ref['python_dict_rows_per_s']:>13.3g} {ra['pull_vs_numpy']:>9.2f} {ra['pull_vs_dict']:>8.1f} "
+                f"{ra['ssd_vs_memory_pull']:>8.2f}"
+            )
         print("targets met: " + ", ".join(f"{k}={v}" for k, v in checks.items()))
     return 0
