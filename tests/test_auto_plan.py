@@ -50,6 +50,7 @@ def worker_logs(log_dir, prefixes=("workerlog", "heterlog")):
     }
 
 
+@pytest.mark.launched
 def test_launched_job_plans_within_its_launch_and_unused_trainers_leave(tmp_path, heterps_cache, local_cluster):
     out_dir = tmp_path / "plan"
     # A target the 2 CPU trainers meet: one stage on them is cheaper than using the launched heterogeneous
@@ -95,6 +96,7 @@ def test_launched_job_plans_within_its_launch_and_unused_trainers_leave(tmp_path
     assert "parameter server: runs plan" in logs["serverlog.0"]
 
 
+@pytest.mark.launched
 def test_a_split_chosen_by_the_automatic_path_runs_learns_and_is_planned_again_the_same(tmp_path, heterps_cache):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(SPLIT_CLUSTER)

@@ -33,6 +33,7 @@ def test_medians_and_paired_ratios():
     assert "samples_per_second_runs" not in single and single["samples_per_second"] == 5.0
 
 
+@pytest.mark.launched
 def test_small_bench_run_reports_both_variants_and_calibration(heterps_cache, tmp_path):
     # the installed command, from a directory without the source tree (whose heterps_paddle has no examples/)
     result = subprocess.run(

@@ -19,6 +19,8 @@ from heterps_paddle.planning.launch import launch_arguments
 from heterps_paddle.planning.model import load_plan
 from heterps_paddle.tools.jobs import launch
 
+pytestmark = pytest.mark.launched  # real parameter-server jobs
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "examples", "static_ps_trainer.py")
 CONFIG = os.path.join(REPO, "examples", "ctr_dnn", "config.yaml")

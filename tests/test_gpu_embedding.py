@@ -294,6 +294,7 @@ def _write_data(tmp_path):
     (tmp_path / "test.txt").write_text("\n".join(rows(600, 0, 300)) + "\n")
 
 
+@pytest.mark.launched
 def test_two_units_stay_consistent_with_the_servers(tmp_path):
     pytest.importorskip("paddle")
     _write_data(tmp_path)

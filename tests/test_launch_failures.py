@@ -17,6 +17,8 @@ import pytest
 
 from heterps_paddle.data.generator import generate
 
+pytestmark = pytest.mark.launched  # real parameter-server jobs
+
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "paddlerec_style_trainer.py")
 SURFACE_S = 60
 PLAN = {

@@ -6,6 +6,8 @@ import pytest
 
 from heterps_paddle.tools.jobs import JobSpec, run_job
 
+pytestmark = pytest.mark.launched  # real parameter-server jobs
+
 ROWS, EPOCHS = 60_000, 2  # ~20 s a job here; held-out AUC ~0.78 (true-probability AUC ~0.85)
 
 

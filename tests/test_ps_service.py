@@ -20,6 +20,7 @@ def _cached_files(root):
     )
 
 
+@pytest.mark.launched
 def test_probe_measures_server_work_and_caches_it(tmp_path, monkeypatch):
     monkeypatch.setenv("HETERPS_CACHE", str(tmp_path))
     cost = ps_service.ps_row_cost(samples=20_000)
@@ -51,7 +52,9 @@ def test_probe_inside_a_launch_ignores_the_launch_environment(monkeypatch):
     # a planning process is itself a launched trainer: its launcher variables must not reach the probe's
     monkeypatch.setenv("PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:1")
     monkeypatch.setenv("TRAINING_ROLE", "TRAINER")
-    env = ps_service._clean_env()
+    from heterps_paddle.planning.launch import env_outside_the_launch
+
+    env = env_outside_the_launch()
     assert "PADDLE_PSERVERS_IP_PORT_LIST" not in env and "TRAINING_ROLE" not in env
     assert env["PATH"] == os.environ["PATH"]
 

@@ -12,6 +12,24 @@ def test_importing_the_package_does_not_import_paddle():
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize(
+    "module",
+    [
+        "heterps_paddle.program.profiler",
+        "heterps_paddle.program.job_profile",
+        "heterps_paddle.fleet.auto_plan",
+        "heterps_paddle.runtime.sections",
+        "heterps_paddle.fleet.evaluation",
+        "heterps_paddle.data.dataset",
+    ],
+)
+def test_a_module_that_imports_paddle_imports_after_heterps_paddle(module):
+    # The fleet hook runs in the middle of `import paddle` (Paddle imports its fleet package): a module that
+    # imports Paddle at its top must not be re-entered through the hook (a circular import otherwise).
+    result = run_python(f"import heterps_paddle, {module}; print('ok')")
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
 def test_fields_appear_on_fleet_strategy_whichever_is_imported_first():
     for order in (
         "import heterps_paddle; import paddle.distributed.fleet as fleet",

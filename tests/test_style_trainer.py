@@ -21,6 +21,8 @@ from heterps_paddle.planning.launch import launch_arguments
 from heterps_paddle.planning.model import load_plan
 from heterps_paddle.tools.jobs import launch
 
+pytestmark = pytest.mark.launched  # real parameter-server jobs
+
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "paddlerec_style_trainer.py")
 AUC_LINE = re.compile(r"Epoch (\d+) Var auc\[1\]:\[([0-9.]+)\]|auc\[1\]:\[([0-9.]+)\]")
 PLANS = {

@@ -13,6 +13,8 @@ import native_ops  # noqa: E402  (builds the native libraries in a source checko
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.launched  # real parameter-server jobs
+
 pytest.importorskip("paddle")
 
 JOB = textwrap.dedent(r'''

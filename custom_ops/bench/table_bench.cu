@@ -20,20 +20,20 @@
 
 namespace {
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
+#define CK(x)                                                                                       \
+  do {                                                                                              \
+    cudaError_t e_ = (x);                                                                           \
+    if (e_ != cudaSuccess) {                                                                        \
       std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                            \
-    }                                                                                          \
+      std::exit(2);                                                                                 \
+    }                                                                                               \
   } while (0)
-#define CKT(x)                                                                                 \
-  do {                                                                                         \
-    if ((x) != 0) {                                                                            \
+#define CKT(x)                                                                                         \
+  do {                                                                                                 \
+    if ((x) != 0) {                                                                                    \
       std::fprintf(stderr, "table error: %s (%s:%d)\n", heterps_gpu_last_error(), __FILE__, __LINE__); \
-      std::exit(2);                                                                            \
-    }                                                                                          \
+      std::exit(2);                                                                                    \
+    }                                                                                                  \
   } while (0)
 
 struct Args {
@@ -49,11 +49,16 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     uint64_t v = std::strtoull(argv[i + 1], nullptr, 10);
-    if (k == "--rows") a.rows = v;
-    else if (k == "--batch") a.batch = v;
-    else if (k == "--dim") a.dim = static_cast<uint32_t>(v);
-    else if (k == "--iters") a.iters = static_cast<int>(v);
-    else if (k == "--device") a.device = static_cast<int>(v);
+    if (k == "--rows")
+      a.rows = v;
+    else if (k == "--batch")
+      a.batch = v;
+    else if (k == "--dim")
+      a.dim = static_cast<uint32_t>(v);
+    else if (k == "--iters")
+      a.iters = static_cast<int>(v);
+    else if (k == "--device")
+      a.device = static_cast<int>(v);
     else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       std::exit(2);
@@ -220,18 +225,20 @@ int main(int argc, char** argv) {
   std::printf(" \"correctness\": {\"ok\": %s", all_ok ? "true" : "false");
   const char* names[3] = {"sgd", "adagrad", "adam"};
   for (int i = 0; i < 3; ++i) {
-    std::printf(", \"%s\": {\"ok\": %s, \"max_abs_diff\": %.3g, \"evictions_to_host\": %llu, \"host_rows\": %llu, "
-                "\"nan_rejected\": %s%s%s%s}",
-                names[i], checks[i].ok ? "true" : "false", checks[i].max_abs_diff,
-                (unsigned long long)checks[i].evictions, (unsigned long long)checks[i].host_rows,
-                checks[i].nan_rejected ? "true" : "false", checks[i].failure.empty() ? "" : ", \"failure\": \"",
-                checks[i].failure.c_str(), checks[i].failure.empty() ? "" : "\"");
+    std::printf(
+        ", \"%s\": {\"ok\": %s, \"max_abs_diff\": %.3g, \"evictions_to_host\": %llu, \"host_rows\": %llu, "
+        "\"nan_rejected\": %s%s%s%s}",
+        names[i], checks[i].ok ? "true" : "false", checks[i].max_abs_diff, (unsigned long long)checks[i].evictions,
+        (unsigned long long)checks[i].host_rows, checks[i].nan_rejected ? "true" : "false",
+        checks[i].failure.empty() ? "" : ", \"failure\": \"", checks[i].failure.c_str(),
+        checks[i].failure.empty() ? "" : "\"");
   }
-  std::printf("},\n \"throughput\": {\"rows\": %llu, \"batch\": %llu, \"dim\": %u, \"all_found\": %s, "
-              "\"find_keys_per_s\": %.4g, \"pull_keys_per_s\": %.4g, \"push_keys_per_s\": %.4g, "
-              "\"target_find_keys_per_s\": 2e9, \"find_target_met\": %s}\n}\n",
-              (unsigned long long)a.rows, (unsigned long long)a.batch, a.dim, nfound == a.batch ? "true" : "false",
-              find_rate, pull_rate, push_rate, find_rate >= 2e9 ? "true" : "false");
+  std::printf(
+      "},\n \"throughput\": {\"rows\": %llu, \"batch\": %llu, \"dim\": %u, \"all_found\": %s, "
+      "\"find_keys_per_s\": %.4g, \"pull_keys_per_s\": %.4g, \"push_keys_per_s\": %.4g, "
+      "\"target_find_keys_per_s\": 2e9, \"find_target_met\": %s}\n}\n",
+      (unsigned long long)a.rows, (unsigned long long)a.batch, a.dim, nfound == a.batch ? "true" : "false", find_rate,
+      pull_rate, push_rate, find_rate >= 2e9 ? "true" : "false");
   CKT(heterps_gpu_table_drop("bench"));
   return all_ok && nfound == a.batch ? 0 : 1;
 }

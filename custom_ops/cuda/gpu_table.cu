@@ -226,7 +226,9 @@ __global__ void apply_kernel(Dev t, const uint64_t* slots, uint32_t m, Opt o, ui
   t.touched[s] = 0;
 }
 
-inline unsigned blocks_for(uint64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+inline unsigned blocks_for(uint64_t n) {
+  return static_cast<unsigned>((n + kThreads - 1) / kThreads);
+}
 
 struct CudaError : heterps::TableError {
   using heterps::TableError::TableError;
@@ -409,8 +411,9 @@ class GpuTable {
     hk.erase(std::unique(hk.begin(), hk.end()), hk.end());
     const uint64_t u = hk.size();
     if (max_rows_ && u > max_rows_)
-      throw heterps::TableError("a batch needs " + std::to_string(u) + " new device rows, more than the device budget's " +
-                                std::to_string(max_rows_) + "; split the batch or raise memory_budget_bytes");
+      throw heterps::TableError("a batch needs " + std::to_string(u) +
+                                " new device rows, more than the device budget's " + std::to_string(max_rows_) +
+                                "; split the batch or raise memory_budget_bytes");
     make_room(u, tick, st);
     std::vector<float> rows(u * hstride_);
     host_->take_rows(hk.data(), u, rows.data());
@@ -482,7 +485,7 @@ class GpuTable {
     uint32_t* vs = vscores_.get(vcap);
     float* vr = vrows_.get(vcap * hstride_);
     rehash_kernel<<<blocks_for(t_.cap), kThreads, 0, st>>>(t_, fresh, threshold, all ? 1 : 0, protect,
-                                                            static_cast<uint32_t>(max_victims), vc, vk, vs, vr);
+                                                           static_cast<uint32_t>(max_victims), vc, vk, vs, vr);
     uint32_t nv = read_counter(vc, st);
     nv = static_cast<uint32_t>(std::min<uint64_t>(nv, max_victims));
     if (nv) {
@@ -525,7 +528,9 @@ int guarded(F&& f) {
 
 extern "C" {
 
-const char* heterps_gpu_last_error(void) { return t_error.c_str(); }
+const char* heterps_gpu_last_error(void) {
+  return t_error.c_str();
+}
 
 int heterps_gpu_table_open(const char* name, const char* config, int device) {
   return guarded([&] {
@@ -560,8 +565,7 @@ int heterps_gpu_table_push(const char* name, const int64_t* keys, size_t n, cons
   });
 }
 
-int heterps_gpu_table_find(const char* name, const int64_t* keys, size_t n, float* out, uint8_t* found,
-                           void* stream) {
+int heterps_gpu_table_find(const char* name, const int64_t* keys, size_t n, float* out, uint8_t* found, void* stream) {
   return guarded([&] {
     auto t = need(name);
     std::lock_guard<std::mutex> lock(t->mu);

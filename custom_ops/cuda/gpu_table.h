@@ -22,8 +22,7 @@ int heterps_gpu_table_pull(const char* name, const int64_t* keys, size_t n, floa
 int heterps_gpu_table_push(const char* name, const int64_t* keys, size_t n, const float* grads, void* stream);
 // Read-only lookup of resident rows (no insert, no score update): found[i] = 1 if resident.  For the
 // throughput benchmark and tests.
-int heterps_gpu_table_find(const char* name, const int64_t* keys, size_t n, float* out, uint8_t* found,
-                           void* stream);
+int heterps_gpu_table_find(const char* name, const int64_t* keys, size_t n, float* out, uint8_t* found, void* stream);
 // rows resident on the device, rows in the host tier, evictions to host, promotions from host
 int heterps_gpu_table_stats(const char* name, uint64_t* out4);
 // Moves every device row to the host table (used before save): afterwards the host table is complete.

@@ -41,8 +41,8 @@ std::vector<paddle::Tensor> HeterpsPullForward(const paddle::Tensor& ids, const 
     auto out = paddle::empty(shape, paddle::DataType::FLOAT32, ids.place());
     int dev = ids.place().GetDeviceId();
     if (heterps_gpu_table_open(table.c_str(), config.c_str(), dev) != 0 ||
-        heterps_gpu_table_pull(table.c_str(), ids.data<int64_t>(), static_cast<size_t>(ids.numel()),
-                               out.data<float>(), ids.stream()) != 0) {
+        heterps_gpu_table_pull(table.c_str(), ids.data<int64_t>(), static_cast<size_t>(ids.numel()), out.data<float>(),
+                               ids.stream()) != 0) {
       PD_THROW("heterps_pull(", table, "): ", heterps_gpu_last_error());
     }
     return {out};
@@ -70,8 +70,8 @@ std::vector<paddle::Tensor> HeterpsPullBackward(const paddle::Tensor& ids, const
   if (ids.is_gpu()) {
     auto g = out_grad.is_gpu() ? out_grad : out_grad.copy_to(ids.place(), true);
     if (heterps_gpu_table_open(table.c_str(), config.c_str(), ids.place().GetDeviceId()) != 0 ||
-        heterps_gpu_table_push(table.c_str(), ids.data<int64_t>(), static_cast<size_t>(ids.numel()),
-                               g.data<float>(), ids.stream()) != 0) {
+        heterps_gpu_table_push(table.c_str(), ids.data<int64_t>(), static_cast<size_t>(ids.numel()), g.data<float>(),
+                               ids.stream()) != 0) {
       PD_THROW("heterps_pull_grad(", table, "): ", heterps_gpu_last_error());
     }
     return {paddle::full(handle.shape(), 0.0f, paddle::DataType::FLOAT32, handle.place())};

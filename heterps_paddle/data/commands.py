@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
+from heterps_paddle.data.generator import generate
+from heterps_paddle.tools.cli import CommandError
 
-def add_arguments(parser) -> None:
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=int, required=True, help="training rows to write")
     parser.add_argument("--out", required=True, help="output directory (train/, test/, meta.json)")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default 0)")
@@ -17,10 +21,7 @@ def add_arguments(parser) -> None:
     )
 
 
-def run(args) -> int:
-    from heterps_paddle.data.generator import generate
-    from heterps_paddle.tools.cli import CommandError
-
+def run(args: argparse.Namespace) -> int:
     if args.rows <= 0:
         raise CommandError(f"--rows must be positive, got {args.rows}")
     if not 0 < args.test_fraction < 1:

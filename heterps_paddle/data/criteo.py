@@ -114,7 +114,7 @@ class ReadReport:
 
     rows: int = 0
     skipped: int = 0
-    reasons: Counter = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
     first_errors: list[str] = field(default_factory=list)  # a few "file:line: reason", for the user
 
     def add_skip(self, where: str, reason: str) -> None:

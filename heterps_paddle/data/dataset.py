@@ -12,14 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
-from typing import Sequence
+from typing import Any, Sequence
+
+import paddle
 
 from heterps_paddle import settings
 from heterps_paddle.data.criteo import ReadReport, convert_file
 from heterps_paddle.data.generator import GeneratedDataset, generate, load_meta
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import locked, write_atomic
+from heterps_paddle.log import configure as configure_logging
+from heterps_paddle.log import logger
 
 
 def cache_dir() -> str:
@@ -33,7 +36,8 @@ def ensure_generated(rows: int, seed: int, root: str | None = None) -> Generated
     with locked(root):
         meta = load_meta(out_dir)
         if meta is None:
-            print(f"heterps: generating {rows} rows (seed {seed}) into {out_dir}", file=sys.stderr, flush=True)
+            configure_logging()  # this can run before fleet's minimize configures it: the line must reach the log
+            logger.info("generating %s rows (seed %s) into %s", rows, seed, out_dir)
             meta = generate(out_dir, rows, seed)
     return meta
 
@@ -81,10 +85,10 @@ def prepare_multislot(
     return converted, report
 
 
-def make_dataset(feed_vars, files: Sequence[str], batch_size: int, thread_num: int = 1, in_memory: bool = False):
+def make_dataset(
+    feed_vars: Sequence[Any], files: Sequence[str], batch_size: int, thread_num: int = 1, in_memory: bool = False
+) -> Any:
     """A Paddle dataset over converted MultiSlot files (``prepare_multislot``)."""
-    import paddle
-
     if not files:
         raise ValueError("make_dataset: no files to read (does this worker have a shard of the data?)")
     dataset = paddle.distributed.InMemoryDataset() if in_memory else paddle.distributed.QueueDataset()

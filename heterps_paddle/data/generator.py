@@ -18,6 +18,7 @@ import os
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from heterps_paddle.data.criteo import NUM_DENSE, NUM_SPARSE
 from heterps_paddle.data.metrics import auc_score
@@ -65,8 +66,8 @@ MIN_FILES = 8  # so that up to 8 workers each get a shard of even a small data s
 @dataclass(frozen=True)
 class GeneratedDataset:
     out_dir: str
-    train_files: list
-    test_files: list
+    train_files: list[str]
+    test_files: list[str]
     train_rows: int
     test_rows: int
     seed: int
@@ -82,7 +83,7 @@ class _Signal:
         self.dense_scale = np.log1p(np.exp(self.dense_mu + 3.0))  # keeps values mostly in [0, 1]
         self.dense_w = rng.normal(0.0, 0.55, NUM_DENSE)
         self.pair_w = rng.normal(0.0, 1.0, 3)
-        self.slot_w = []
+        self.slot_w: list[npt.NDArray[np.float64]] = []
         for slot in range(NUM_SPARSE):
             sigma = 0.55 if slot in INFORMATIVE_SLOTS else 0.05
             n = min(SIGNAL_RANKS, CRITEO_CARDINALITIES[slot])
@@ -99,15 +100,16 @@ class _Signal:
         self.dense_offset = float(raw.mean())
         self.dense_gain = DENSE_LOGIT_STD / float(raw.std())
 
-    def dense_values(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def dense_values(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.float64]:
         raw = rng.normal(self.dense_mu, 1.0, size=(n, NUM_DENSE))
         dense = np.log1p(np.exp(raw)) / self.dense_scale
-        return np.round(np.clip(dense, 0.0, 1.0), 6)
+        values: npt.NDArray[np.float64] = np.round(np.clip(dense, 0.0, 1.0), 6)
+        return values
 
-    def dense_logit(self, dense: np.ndarray) -> np.ndarray:
+    def dense_logit(self, dense: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         return (self._dense_raw_logit(dense) - self.dense_offset) * self.dense_gain
 
-    def _dense_raw_logit(self, dense: np.ndarray) -> np.ndarray:
+    def _dense_raw_logit(self, dense: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         centered = dense - 0.5
         linear = centered @ self.dense_w
         # a little non-linearity, so an MLP has something to find that a linear model does not
@@ -116,9 +118,10 @@ class _Signal:
             + self.pair_w[1] * np.abs(centered[:, 2])
             + self.pair_w[2] * np.tanh(3.0 * centered[:, 3])
         )
-        return linear + pairs
+        logit: npt.NDArray[np.float64] = linear + pairs
+        return logit
 
-    def sparse_logit(self, ranks: np.ndarray) -> np.ndarray:
+    def sparse_logit(self, ranks: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         total = np.zeros(ranks.shape[0])
         for slot, weights in enumerate(self.slot_w):
             r = ranks[:, slot]
@@ -127,7 +130,9 @@ class _Signal:
         return total
 
 
-def _rows(rng: np.random.Generator, signal: _Signal, n: int):
+def _rows(
+    rng: np.random.Generator, signal: _Signal, n: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     dense = signal.dense_values(rng, n)
     ranks = np.empty((n, NUM_SPARSE), dtype=np.int64)
     for slot, card in enumerate(CRITEO_CARDINALITIES):
@@ -141,7 +146,7 @@ def _rows(rng: np.random.Generator, signal: _Signal, n: int):
     return dense, ids, labels, prob
 
 
-def _format_rows(dense, ids, labels) -> str:
+def _format_rows(dense: npt.NDArray[np.float64], ids: npt.NDArray[np.int64], labels: npt.NDArray[np.int64]) -> str:
     lines = []
     dense_txt = [[f"dense_feature:{v:.6g}" for v in row] for row in dense.tolist()]
     for i, (label, row_ids) in enumerate(zip(labels.tolist(), ids.tolist())):
@@ -150,7 +155,9 @@ def _format_rows(dense, ids, labels) -> str:
     return "".join(lines)
 
 
-def _write_split(out_dir: str, split: str, rng, signal, rows: int):
+def _write_split(
+    out_dir: str, split: str, rng: np.random.Generator, signal: _Signal, rows: int
+) -> tuple[list[str], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     split_dir = os.path.join(out_dir, split)
     os.makedirs(split_dir, exist_ok=True)
     files, labels_all, probs_all = [], [], []

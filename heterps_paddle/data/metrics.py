@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 
-def auc_score(labels, scores) -> float:
+def auc_score(labels: npt.ArrayLike, scores: npt.ArrayLike) -> float:
     """Rank AUC (ties counted half)."""
     labels = np.asarray(labels).astype(bool).reshape(-1)
     scores = np.asarray(scores, dtype=np.float64).reshape(-1)
@@ -24,7 +25,7 @@ def auc_score(labels, scores) -> float:
     return float((ranks[labels].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
 
 
-def auc_from_histograms(stat_pos, stat_neg) -> float:
+def auc_from_histograms(stat_pos: npt.ArrayLike, stat_neg: npt.ArrayLike) -> float:
     """AUC from paddle.static.auc's accumulated histograms (bucket i holds predictions in
     [i/T, (i+1)/T)), by the trapezoid rule over thresholds from high to low, as the auc op does."""
     pos = np.asarray(stat_pos, dtype=np.float64).reshape(-1)[::-1]

@@ -22,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,7 +38,7 @@ from heterps_paddle.log import logger
 from heterps_paddle.measure.cache import cached, digest
 from heterps_paddle.measure.local_cluster import LOCAL_CPU, LOCAL_GPU, detect_local_cluster
 from heterps_paddle.planning.cost_model import CostModel
-from heterps_paddle.planning.launch import SPLIT_FIRST_STAGE_KINDS, LaunchShape, launch_from_env
+from heterps_paddle.planning.launch import LaunchShape, env_outside_the_launch, launch_from_env
 from heterps_paddle.planning.launch_fit import fit_to_launch
 from heterps_paddle.planning.model import (
     Cluster,
@@ -47,16 +49,17 @@ from heterps_paddle.planning.model import (
     load_cluster,
     load_plan,
     model_profile_to_dict,
+    plan_from_dict,
     save_yaml,
 )
 from heterps_paddle.planning.report import JobReportInputs, job_report
-from heterps_paddle.planning.schedulers import make_scheduler
 from heterps_paddle.program.job_profile import PROFILE_METHOD, JobProfile, measure_job, program_digest
 
 PLAN_FILE = "plan.json"
 REPORT_FILE = "plan_report.txt"
 PROFILE_FILE = "profile.yaml"
-LOCAL_CLUSTER_FILE = "local_cluster.yaml"
+CLUSTER_FILE = "cluster.yaml"  # the cluster the plan was made for (with `local`: this machine's figures)
+ADVICE_TIMEOUT_S = 600.0
 LAUNCH_FILE = "plan.launch"
 LOCK_FILE = ".heterps-plan.lock"
 # The resource types a profile measured on this machine stands for (heterps local-cluster's names).
@@ -139,11 +142,10 @@ def _cluster(configs: dict[str, Any], out_dir: str) -> tuple[Cluster, str, int |
         return load_cluster(configs["cluster"]), configs["cluster"], None
     measurement = cached("local_cluster", {"method": 1}, lambda: cluster_to_dict(detect_local_cluster()))
     cluster = cluster_from_dict(measurement.value, measurement.path)
-    save_yaml(cluster_to_dict(cluster), os.path.join(out_dir, LOCAL_CLUSTER_FILE))  # for review
     how = "reused" if measurement.reused else "measured"
     return (
         cluster,
-        f"local (this machine, {how} {measurement.measured_at}; {os.path.join(out_dir, LOCAL_CLUSTER_FILE)})",
+        f"local (this machine, {how} {measurement.measured_at}; {os.path.join(out_dir, CLUSTER_FILE)})",
         os.cpu_count(),
     )
 
@@ -160,6 +162,7 @@ def plan_for_job(loss: Any, startup_program: Any, optimizer: Any, configs: dict[
             f"heterps_configs['plan'], or set HETERPS_SHARED_OUTPUT_DIR=1 if output_dir ({out_dir}) is storage "
             "every host shares."
         )
+    job: JobPlan | None
     if os.environ.get("TRAINING_ROLE") == "PSERVER":
         job = _wait_for_launch_plan(out_dir, this_launch)
         logger.info(
@@ -245,16 +248,10 @@ def _plan_locked(
     plan = replace(fit.chosen.plan, inputs_digest=inputs_digest)
     # Advice: the best plan on any launch, at the target (or at this plan's throughput without one).
     at = target if target is not None else plan.throughput
-    # The same rules as the fit: a split's first stage is a cpu type; without CUDA the CPU trainers of a one-stage
-    # plan are cpu types too.
-    advice_model = CostModel(
-        profile, cluster, at, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS, one_stage_kinds=None if cuda else ("cpu",)
-    )
-    rng_state = paddle.get_rng_state()  # the rl scheduler seeds Paddle's generator: the job's init must not move
-    try:
-        advice = make_scheduler(configs["scheduler"], seed=configs["seed"]).plan(advice_model)
-    finally:
-        paddle.set_rng_state(rng_state)
+    profile_path, cluster_path = os.path.join(out_dir, PROFILE_FILE), os.path.join(out_dir, CLUSTER_FILE)
+    save_yaml(model_profile_to_dict(profile), profile_path)
+    save_yaml(cluster_to_dict(cluster), cluster_path)
+    advice, advice_error = _advice(profile_path, cluster_path, at, configs["scheduler"], configs["seed"], cuda)
     inputs = _input_lines(measured, measurement, time_keys)
     report = job_report(
         JobReportInputs(
@@ -262,6 +259,7 @@ def _plan_locked(
             cluster=cluster,
             cluster_source=cluster_source,
             advice=advice,
+            advice_error=advice_error,
             advice_scheduler=configs["scheduler"],
             alternatives=CostModel(profile, cluster, at),
             stand_ins=tuple(
@@ -273,10 +271,50 @@ def _plan_locked(
             cuda=cuda,
         )
     )
-    save_yaml(model_profile_to_dict(profile), os.path.join(out_dir, PROFILE_FILE))
     write_atomic(plan_path, json.dumps(plan.to_dict(), indent=1) + "\n")
     write_atomic(report_path, report)
     return JobPlan(plan, plan_path, report, "planned")
+
+
+def _advice(
+    profile_path: str, cluster_path: str, at: float, scheduler: str, seed: int, cuda: bool
+) -> tuple[Plan | None, str | None]:
+    """The best plan on any launch of the cluster, made by `heterps plan` in a process of its own (the command
+    the report then names): no scheduler runs inside a training process.  rl would seed and use Paddle's
+    generator there, and exact's MILP imports scipy, which cannot load in a process that imported Paddle first
+    (docs/paddle-notes.md).  The same rules as the fit: a split's first stage is a cpu type; without CUDA the
+    trainers of a one-stage plan are cpu types too.  Returns (plan, None) or (None, why there is none)."""
+    command = [
+        sys.executable,
+        "-m",
+        "heterps_paddle",
+        "plan",
+        "--model",
+        profile_path,
+        "--cluster",
+        cluster_path,
+        "--scheduler",
+        scheduler,
+        "--seed",
+        str(seed),
+        "--throughput",
+        repr(float(at)),
+        "--json",
+        "--trainer-kinds",
+        "cpu,gpu" if cuda else "cpu",
+    ]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=ADVICE_TIMEOUT_S, env=env_outside_the_launch()
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"`heterps plan` took more than {ADVICE_TIMEOUT_S:.0f} s"
+    if done.returncode != 0:
+        return None, f"`heterps plan` failed ({done.stderr.strip().splitlines()[-1:] or done.returncode})"
+    try:
+        return plan_from_dict(json.loads(done.stdout), "heterps plan --json"), None
+    except (ValueError, PlanningInputError) as exc:
+        return None, f"`heterps plan` printed no plan ({exc})"
 
 
 def _input_lines(measured: JobProfile, measurement: Any, time_keys: list[str]) -> list[str]:

@@ -11,6 +11,8 @@ import importlib.abc
 import importlib.machinery
 import sys
 import threading
+from types import ModuleType
+from typing import Any, Sequence
 
 FLEET_MODULE = "paddle.distributed.fleet"
 
@@ -24,7 +26,9 @@ def _apply() -> None:
         if _applied:
             return
         _applied = True
-    # Imported here, once fleet has finished importing: the meta optimizer module imports Paddle.
+    # Imported here, not at the top: this runs inside ``import paddle.distributed.fleet``, once fleet's module body
+    # has run, whereas this module is imported by ``import heterps_paddle``, which must not import Paddle (the meta
+    # optimizer module does) nor load the fleet surface before fleet exists.
     from heterps_paddle.fleet.meta_optimizer import HeterPSOptimizer
     from heterps_paddle.fleet.strategy import validate_heterps_configs, validate_heterps_flag
     from heterps_paddle.runtime.seam import install_fleet_surface
@@ -35,22 +39,24 @@ def _apply() -> None:
 class _AfterExecLoader(importlib.abc.Loader):
     """Wraps fleet's real loader and runs the hook right after the module body has executed."""
 
-    def __init__(self, inner: importlib.abc.Loader):
+    def __init__(self, inner: importlib.abc.Loader) -> None:
         self._inner = inner
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._inner.create_module(spec)
 
-    def exec_module(self, module):
+    def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
         _apply()
 
-    def __getattr__(self, name):  # get_resource_reader, is_package, ...: the real loader's
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...: the real loader's
         return getattr(self._inner, name)
 
 
 class _FleetImportFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path, target=None):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != FLEET_MODULE:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)

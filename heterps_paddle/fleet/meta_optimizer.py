@@ -16,9 +16,11 @@ from typing import Any
 
 import paddle
 
-# Only modules fleet has already loaded when the hook runs (fleet/hook.py): importing more of Paddle here could
-# run in the middle of ``import paddle``.  The runtime (which imports Paddle's PS internals) is imported when a
-# plan is applied.
+# Only modules fleet has already loaded when the hook runs (fleet/hook.py): the hook runs in the middle of
+# ``import paddle`` (Paddle imports its fleet package), so this module imports nothing that imports Paddle's other
+# modules or the heterps modules that do: the automatic path (fleet/auto_plan.py) and the runtime are imported
+# in minimize_impl.  (Seen when they were imported here: `import paddle` in program/profiler.py re-entered it
+# through this hook, a circular import.)
 from paddle.distributed.fleet.meta_optimizers.meta_optimizer_base import MetaOptimizerBase
 
 from heterps_paddle.fleet.strategy import LOCAL_CLUSTER, HeterPSConfigError, validate_heterps_configs
@@ -29,7 +31,7 @@ from heterps_paddle.planning.model import Plan, PlanningInputError, load_plan
 from heterps_paddle.runtime.seam import set_heterps_flag
 
 
-class HeterPSOptimizer(MetaOptimizerBase):
+class HeterPSOptimizer(MetaOptimizerBase):  # type: ignore[misc]  # Paddle ships no type stubs: its base is Any
     def __init__(self, optimizer: Any):
         super().__init__(optimizer)
         self.inner_opt = optimizer
@@ -69,7 +71,7 @@ class HeterPSOptimizer(MetaOptimizerBase):
         plan = self._plan(loss, startup_program, configs)
         gpu_tables: list[Any] = []
         if plan is not None:
-            from heterps_paddle.runtime import gpu_embedding, sections
+            from heterps_paddle.runtime import gpu_embedding, sections  # lazy: see the imports at the top
 
             sections.apply_plan(loss, plan, startup_program)
             # Sparse layers on a GPU stage live in the project's table, synced with the servers per pass: the
@@ -97,7 +99,7 @@ class HeterPSOptimizer(MetaOptimizerBase):
             check_launch_matches(plan, launch_from_env(), source=f"plan {configs['plan']}")
             return plan
         if configs["cluster"] is not None:
-            from heterps_paddle.fleet.auto_plan import plan_for_job
+            from heterps_paddle.fleet.auto_plan import plan_for_job  # lazy: see the imports at the top
 
             job = plan_for_job(
                 loss, startup_program or paddle.static.default_startup_program(), self.user_defined_optimizer, configs

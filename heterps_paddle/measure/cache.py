@@ -17,9 +17,12 @@ import os
 import platform
 import time
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable, Mapping
 
-from heterps_paddle import settings
+import psutil
+
+from heterps_paddle import __version__, settings
 from heterps_paddle.files import locked, write_atomic
 
 CACHE_FORMAT = 1
@@ -31,8 +34,6 @@ def cache_root() -> str:
 
 def paddle_version() -> str:
     """The installed Paddle's version, without importing Paddle."""
-    from importlib.metadata import PackageNotFoundError, version
-
     for dist in ("paddlepaddle-gpu", "paddlepaddle"):
         try:
             return version(dist)
@@ -54,10 +55,6 @@ def _cpu_model() -> str:
 
 def machine() -> dict[str, Any]:
     """What a measurement of this machine depends on."""
-    import psutil
-
-    from heterps_paddle import __version__
-
     return {
         "host": platform.node(),
         "cpu": _cpu_model(),

@@ -14,13 +14,16 @@ Prices are nominal (1.0 per unit-hour): edit them to ask what-if questions.
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import tempfile
 import threading
 import time
+from typing import Callable
 
 import numpy as np
+import psutil
 
 from heterps_paddle.planning.model import Cluster, ResourceType, cluster_to_dict, save_yaml
 
@@ -29,7 +32,7 @@ LOCAL_GPU = "local_gpu"
 LOCAL_KINDS = {LOCAL_CPU: "cpu", LOCAL_GPU: "gpu"}
 
 
-def _best_of(fn, repeats: int = 3) -> float:
+def _best_of(fn: Callable[[], float], repeats: int = 3) -> float:
     return min(fn() for _ in range(repeats))
 
 
@@ -37,7 +40,7 @@ def measure_flops() -> float:
     """Sustained float32 FLOP/s of a matrix product (what fc layers do)."""
     a = np.random.default_rng(0).random((512, 512), dtype=np.float32)
 
-    def once():
+    def once() -> float:
         start = time.perf_counter()
         for _ in range(8):
             a @ a
@@ -52,7 +55,7 @@ def measure_gather_bandwidth() -> float:
     table = rng.random((1 << 20, 16), dtype=np.float32)  # 64 MiB
     ids = rng.integers(0, table.shape[0], 1 << 18)
 
-    def once():
+    def once() -> float:
         start = time.perf_counter()
         np.take(table, ids, axis=0)
         return time.perf_counter() - start
@@ -68,7 +71,7 @@ def measure_loopback_bandwidth(total_bytes: int = 64 << 20) -> float:
     port = server.getsockname()[1]
     payload = b"x" * (1 << 20)
 
-    def send():
+    def send() -> None:
         with socket.create_connection(("127.0.0.1", port)) as conn:
             for _ in range(total_bytes // len(payload)):
                 conn.sendall(payload)
@@ -105,8 +108,6 @@ def measure_disk_bandwidth(directory: str | None = None, total_bytes: int = 64 <
 
 
 def detect_local_cluster(ssd_dir: str | None = None, price_per_hour: float = 1.0) -> Cluster:
-    import psutil
-
     cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
     memory_per_unit = psutil.virtual_memory().total / (2 * cores)  # half the RAM for tables, split by unit
     disk = psutil.disk_usage(ssd_dir or tempfile.gettempdir())
@@ -129,13 +130,13 @@ def detect_local_cluster(ssd_dir: str | None = None, price_per_hour: float = 1.0
     return Cluster(resource_types=types)
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="where to write the cluster YAML")
     parser.add_argument("--throughput", type=float, help="required samples/s to put in the file")
     parser.add_argument("--ssd-dir", help="directory of the SSD tier (default: the temp directory)")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     cluster = detect_local_cluster(args.ssd_dir)
     if args.throughput is not None:
         cluster = cluster.with_throughput(args.throughput)

@@ -20,32 +20,27 @@ cached per machine and Paddle version (measure/cache.py).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
+import psutil
 
 # Absolute imports: the launched probe runs this file as a script.
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.measure.cache import cached, paddle_version
+from heterps_paddle.planning.launch import env_outside_the_launch
 
 PROBE_VERSION = 1  # bump when the probe measures differently: cached figures are then measured again
-# Launcher and fleet variables of an enclosing launch: the probe's own launch must not inherit them.
-_LAUNCH_ENV_PREFIXES = (
-    "PADDLE_",
-    "TRAINING_ROLE",
-    "POD_IP",
-    "STAGE_",
-    "HETER_",
-    "FLAGS_selected_",
-    "TRAINER_",
-    "CUDA_VISIBLE_DEVICES",
-)
 
 
 class ProbeFailed(HeterPSError):
@@ -75,8 +70,6 @@ def ps_row_cost(refresh: bool = False, **probe_options: Any) -> PsServiceCost:
 
 
 def _write_rows(path: str, samples: int, ids_per_sample: int, vocab: int, seed: int) -> None:
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     ids = (rng.zipf(1.1, (samples, ids_per_sample)) - 1) % vocab  # CTR-like skew
     labels = rng.integers(0, 2, samples)
@@ -85,13 +78,7 @@ def _write_rows(path: str, samples: int, ids_per_sample: int, vocab: int, seed: 
             f.write(f"{ids_per_sample} {' '.join(map(str, row.tolist()))} 1 {label}\n")
 
 
-def _clean_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCH_ENV_PREFIXES)}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _wait_for(path: str, proc, deadline: float) -> None:
+def _wait_for(path: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
     while not os.path.exists(path):
         if proc.poll() is not None and not os.path.exists(path):
             raise ProbeFailed(f"parameter-server probe: the job ended before writing {os.path.basename(path)}")
@@ -100,9 +87,7 @@ def _wait_for(path: str, proc, deadline: float) -> None:
         time.sleep(0.005)
 
 
-def _server_processes(launcher_pid: int):
-    import psutil
-
+def _server_processes(launcher_pid: int) -> list[Any]:
     found = []
     for child in psutil.Process(launcher_pid).children(recursive=True):
         try:
@@ -113,9 +98,7 @@ def _server_processes(launcher_pid: int):
     return found
 
 
-def _cpu_seconds(processes) -> float:
-    import psutil
-
+def _cpu_seconds(processes: list[Any]) -> float:
     total = 0.0
     for proc in processes:
         try:
@@ -146,7 +129,7 @@ def measure(
             "--batch",
             str(batch_size),
         ]
-        env = _clean_env()
+        env = env_outside_the_launch()
         deadline = time.monotonic() + timeout
 
         local_out = os.path.join(work, "local")
@@ -193,8 +176,6 @@ def measure(
         except ProbeFailed as exc:
             raise ProbeFailed(f"{exc}; {_log_tail(os.path.join(work, 'log'))}") from None
         finally:
-            import signal
-
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # the server never exits by itself
             except ProcessLookupError:
@@ -227,17 +208,19 @@ def _log_tail(log_dir: str, lines: int = 5) -> str:
     return "worker log ends: " + " | ".join(tail)
 
 
-def _read_result(out_dir: str) -> dict:
+def _read_result(out_dir: str) -> dict[str, Any]:
     path = os.path.join(out_dir, "result.json")
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return cast("dict[str, Any]", json.load(f))
     except (OSError, ValueError) as exc:
         raise ProbeFailed(f"parameter-server probe: no result from the job ({exc})") from exc
 
 
-def _job(args) -> None:
+def _job(args: argparse.Namespace) -> None:
     """One probe run: a local table when not launched, else a server table (fleet, async)."""
+    # Imported here: only the probe job (this file run as a script) uses Paddle; the module is also imported to read
+    # the cached figure and to launch the probe.
     import paddle
 
     paddle.enable_static()
@@ -256,7 +239,7 @@ def _job(args) -> None:
     loss = paddle.mean(paddle.nn.functional.binary_cross_entropy_with_logits(logit, paddle.cast(label, "float32")))
     optimizer = paddle.optimizer.Adam(learning_rate=0.001, lazy_mode=not distributed)
     if distributed:
-        import paddle.distributed.fleet as fleet
+        import paddle.distributed.fleet as fleet  # here too: only the probe job uses Paddle
 
         fleet.init()
         strategy = fleet.DistributedStrategy()
@@ -290,9 +273,7 @@ def _job(args) -> None:
         fleet.stop_worker()
 
 
-def main(argv=None) -> int:
-    import argparse
-
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m heterps_paddle.measure.ps_service", description=__doc__.split("\n\n")[0]
     )

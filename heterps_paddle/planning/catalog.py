@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import Cluster, LayerProfile, ModelProfile, ResourceType
+from heterps_paddle.planning.schedulers.exact import ExactScheduler, dp_assignment
 
 GB = 1e9
 GIB = 2.0**30
@@ -25,7 +27,15 @@ def _gbps(gigabits: float) -> float:
     return gigabits * 1e9 / 8
 
 
-def _cpu(name, price, vcpus, memory_gib, net_gbit, ssd_bw=0.0, max_units=64):
+def _cpu(
+    name: str,
+    price: float,
+    vcpus: int,
+    memory_gib: float,
+    net_gbit: float,
+    ssd_bw: float = 0.0,
+    max_units: int = 64,
+) -> ResourceType:
     # Ice Lake Xeon (c6i/r6i/i4i): 2 AVX-512 FMA units -> 32 FP32 FLOP/cycle/core at ~3.0 GHz; a vCPU is half a
     # core. Memory bandwidth ~ 2.5 GB/s per vCPU is what STREAM shows on these instances for a share of a socket.
     return ResourceType(
@@ -41,7 +51,16 @@ def _cpu(name, price, vcpus, memory_gib, net_gbit, ssd_bw=0.0, max_units=64):
     )
 
 
-def _gpu(name, price, peak_tflops, mem_bw_gbs, memory_gb, net_gbit, ssd_bw=0.0, max_units=16):
+def _gpu(
+    name: str,
+    price: float,
+    peak_tflops: float,
+    mem_bw_gbs: float,
+    memory_gb: float,
+    net_gbit: float,
+    ssd_bw: float = 0.0,
+    max_units: int = 16,
+) -> ResourceType:
     return ResourceType(
         name=name,
         kind="gpu",
@@ -153,8 +172,6 @@ def interesting_throughput(
 ) -> float:
     """A target that needs several units even of the fastest type running the whole model (at low targets every
     plan is one unit of the cheapest type, which tells the schedulers apart by nothing)."""
-    from heterps_paddle.planning.cost_model import CostModel
-
     rng = rng if rng is not None else np.random.default_rng(seed)
     model = CostModel(profile, cluster.with_throughput(1.0))
     n = model.num_layers
@@ -166,21 +183,16 @@ def interesting_throughput(
 def feasible_target(profile: ModelProfile, cluster: Cluster) -> Cluster:
     """The cluster with its throughput halved until some plan meets it (a target sized for the fastest type
     may need more units than max_units allows; an infeasible workload measures no scheduler)."""
-    from heterps_paddle.planning.cost_model import CostModel
-    from heterps_paddle.planning.schedulers.exact import ExactScheduler
-
     for _ in range(30):
         if ExactScheduler().plan(CostModel(profile, cluster)).feasible:
             return cluster
+        assert cluster.throughput is not None  # CostModel above raised if there were no throughput
         cluster = cluster.with_throughput(cluster.throughput / 2)
     return cluster
 
 
 def _bind_limit(profile: ModelProfile, cluster: Cluster) -> Cluster:
     """Lower max_units of the type the DP (per-stage limits only) leans on most, below what it uses."""
-    from heterps_paddle.planning.cost_model import CostModel
-    from heterps_paddle.planning.schedulers.exact import dp_assignment
-
     model = CostModel(profile, cluster)
     _, assignment = dp_assignment(model.stage_tables().cost)
     if assignment is None:
@@ -202,8 +214,6 @@ def _bind_limit(profile: ModelProfile, cluster: Cluster) -> Cluster:
         if used[heaviest] < 2:
             return cluster
         limit = max(1, int(used[heaviest] * 0.7))
-    from heterps_paddle.planning.schedulers.exact import ExactScheduler
-
     original = cluster.resource_types[heaviest]
     # A limit so low that no plan is left measures nothing: raise it until one is.
     for bound in range(min(original.max_units, limit), original.max_units + 1):

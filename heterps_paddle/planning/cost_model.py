@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
+from numpy.typing import NDArray
 
 from heterps_paddle.planning.model import Cluster, ModelProfile, Plan, PlanningInputError, Stage
 
@@ -55,10 +56,20 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class BatchEvaluation:
-    cost_per_hour: np.ndarray  # [batch], with unbounded units where infeasible (as Evaluation.cost_per_hour)
-    feasible: np.ndarray  # [batch] bool
-    excess_units: np.ndarray  # [batch]
-    total_units: np.ndarray  # [batch]
+    cost_per_hour: NDArray[np.float64]  # [batch], with unbounded units where infeasible (as Evaluation.cost_per_hour)
+    feasible: NDArray[np.bool_]  # [batch] bool
+    excess_units: NDArray[np.float64]  # [batch]
+    total_units: NDArray[np.float64]  # [batch]
+
+
+class _PlanCommon(TypedDict):
+    """The fields every plan record of ``CostModel.to_plan`` shares, feasible or not."""
+
+    scheduler: str
+    model: str
+    search_seconds: float
+    evaluations: int
+    required_throughput: float
 
 
 class CostModel:
@@ -99,20 +110,20 @@ class CostModel:
         layers = self.profile.layers
         n, T = self.num_layers, self.num_types
 
-        def prefix(values: np.ndarray) -> np.ndarray:
+        def prefix(values: NDArray[np.float64]) -> NDArray[np.float64]:
             return np.concatenate([np.zeros(values.shape[:-1] + (1,)), np.cumsum(values, axis=-1)], axis=-1)
 
         flops = np.array([layer.flops for layer in layers], dtype=float)
-        self.param = np.array([layer.param_bytes for layer in layers], dtype=float)
-        self.io = np.array([layer.io_bytes for layer in layers], dtype=float)
-        self.out = np.array([layer.out_bytes for layer in layers], dtype=float)
+        self.param: NDArray[np.float64] = np.array([layer.param_bytes for layer in layers], dtype=float)
+        self.io: NDArray[np.float64] = np.array([layer.io_bytes for layer in layers], dtype=float)
+        self.out: NDArray[np.float64] = np.array([layer.out_bytes for layer in layers], dtype=float)
         dense = np.array([layer.kind == "dense" for layer in layers])
         self.param_prefix = prefix(self.param)
         self.dense_param_prefix = prefix(np.where(dense, self.param, 0.0))
 
-        self.measured = np.zeros((T, n), dtype=bool)
-        self.compute_time = np.zeros((T, n))  # flops / t.flops (estimated layers)
-        self.base_time = np.zeros((T, n))  # per-layer time with no spill
+        self.measured: NDArray[np.bool_] = np.zeros((T, n), dtype=bool)
+        self.compute_time: NDArray[np.float64] = np.zeros((T, n))  # flops / t.flops (estimated layers)
+        self.base_time: NDArray[np.float64] = np.zeros((T, n))  # per-layer time with no spill
         for ti, t in enumerate(self.types):
             for li, layer in enumerate(layers):
                 if t.name in layer.time:
@@ -125,9 +136,11 @@ class CostModel:
         self.measured_io_prefix = prefix(np.where(self.measured, self.io, 0.0))
         # Estimated layers that read parameter rows are the only ones whose time is a non-linear function of
         # the spill fraction (max of compute and memory time); kept apart so spill is evaluated per layer.
-        self.spill_sensitive = [np.flatnonzero(~self.measured[ti] & (self.io > 0)) for ti in range(T)]
-        self.price = np.array([t.price_per_hour for t in self.types])
-        self.max_units = np.array([t.max_units for t in self.types])
+        self.spill_sensitive: list[NDArray[np.intp]] = [
+            np.flatnonzero(~self.measured[ti] & (self.io > 0)) for ti in range(T)
+        ]
+        self.price: NDArray[np.float64] = np.array([t.price_per_hour for t in self.types])
+        self.max_units: NDArray[np.int64] = np.array([t.max_units for t in self.types])
 
     # ------------------------------------------------------------------------------------ one stage
 
@@ -207,6 +220,7 @@ class CostModel:
         if k_one is not None and 1 / k_one >= self.throughput:
             return self._option(start, end, type_index, 1, k_one)
         many_time = self.stage_time(start, end, type_index, max(2, fit))
+        assert many_time is not None  # from ``fit`` units on the parameters fit, or the type spills to its SSD
         units = max(2, fit, self._units_for(many_time))
         best = (units, many_time)
         # Fewer units may do when the type can spill to SSD: scan the spilling counts below both bounds.
@@ -279,7 +293,7 @@ class CostModel:
             self._tables = StageTables(self)
         return self._tables
 
-    def evaluate_batch(self, assignments: np.ndarray) -> BatchEvaluation:
+    def evaluate_batch(self, assignments: NDArray[np.int64]) -> BatchEvaluation:
         """``evaluate`` for many assignments at once ([batch, layers] type indices), from the stage tables:
         same stages, same units, same costs, without a Python loop per plan."""
         tables = self.stage_tables()
@@ -294,7 +308,9 @@ class CostModel:
         last = np.where(following // n == rows, following % n, n)  # a run ends where the next one starts
         types = a[rows, first]
         units = tables.units[types, first, last]
-        cost = np.bincount(rows, weights=units * self.price[types], minlength=batch)
+        # numpy's stub types every bincount as intp, but with float weights it returns float64.
+        cost: NDArray[np.float64]
+        cost = np.bincount(rows, weights=units * self.price[types], minlength=batch)  # type: ignore[assignment]
         used = np.bincount(rows * self.num_types + types, weights=units, minlength=batch * self.num_types).reshape(
             batch, self.num_types
         )
@@ -302,7 +318,7 @@ class CostModel:
         total_units = used.sum(axis=1)
         return BatchEvaluation(cost, excess == 0, excess, total_units)
 
-    def penalised_costs(self, batch: BatchEvaluation, reference: float) -> np.ndarray:
+    def penalised_costs(self, batch: BatchEvaluation, reference: float) -> NDArray[np.float64]:
         """``penalised_cost`` for a batch."""
         penalised = np.maximum(batch.cost_per_hour, reference) * (
             1.0 + batch.excess_units / np.maximum(batch.total_units, 1.0)
@@ -332,7 +348,7 @@ class CostModel:
         refined_from_cost: float | None = None,
     ) -> Plan:
         names = self.profile.layer_names()
-        common = dict(
+        common = _PlanCommon(
             scheduler=scheduler,
             model=self.profile.name,
             search_seconds=search_seconds,
@@ -385,8 +401,8 @@ class StageTables:
 
     def __init__(self, cost_model: CostModel):
         n, T = cost_model.num_layers, cost_model.num_types
-        self.cost = np.full((T, n + 1, n + 1), np.inf)
-        self.units = np.zeros((T, n + 1, n + 1))
+        self.cost: NDArray[np.float64] = np.full((T, n + 1, n + 1), np.inf)
+        self.units: NDArray[np.float64] = np.zeros((T, n + 1, n + 1))
         for t in range(T):
             for i in range(n):
                 for j in range(i + 1, n + 1):

@@ -27,6 +27,28 @@ SPLIT_FIRST_STAGE_KINDS = ("cpu",)
 LAUNCH_ENV = "HETERPS_LAUNCH"
 
 
+# Variables of the launcher and of fleet: a process started from inside a job must not inherit them, or it would
+# take itself for a process of that job.
+_LAUNCH_ENV_PREFIXES = (
+    "PADDLE_",
+    "TRAINING_ROLE",
+    "POD_IP",
+    "STAGE_",
+    "HETER_",
+    "FLAGS_selected_",
+    "TRAINER_",
+    "CUDA_VISIBLE_DEVICES",
+)
+
+
+def env_outside_the_launch(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment without the launcher's variables, for a process a job's process starts on its own."""
+    env = os.environ if env is None else env
+    clean = {k: v for k, v in env.items() if not k.startswith(_LAUNCH_ENV_PREFIXES) and k != LAUNCH_ENV}
+    clean["PYTHONUNBUFFERED"] = "1"
+    return clean
+
+
 class LaunchMismatchError(HeterPSError, RuntimeError):
     """The processes the launcher started cannot run the (saved) plan."""
 

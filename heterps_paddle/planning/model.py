@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import yaml
+
 from heterps_paddle.errors import HeterPSError
 
 FORMAT_VERSION = 1
@@ -195,14 +197,14 @@ class _Reader:
                     raise self.fail(key, f"must be a number, got {value!r}") from None
             else:
                 raise self.fail(key, f"must be a number, got {type(value).__name__} {value!r}")
-        value = float(value)
-        if not math.isfinite(value):
-            raise self.fail(key, f"must be finite, got {value!r}")
-        if value < 0:
-            raise self.fail(key, f"must not be negative, got {value!r}")
-        if positive and value == 0:
+        number = float(value)
+        if not math.isfinite(number):
+            raise self.fail(key, f"must be finite, got {number!r}")
+        if number < 0:
+            raise self.fail(key, f"must not be negative, got {number!r}")
+        if positive and number == 0:
             raise self.fail(key, "must be positive, got 0")
-        return value
+        return number
 
     def integer(self, value: Any, key: str, minimum: int) -> int:
         number = self.number(value, key)
@@ -254,12 +256,10 @@ def _load_document(path: str) -> Any:
         raise PlanningInputError(f"{path}: file does not exist")
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
-    import yaml  # JSON is YAML too, so any suffix but .json goes through the YAML reader
-
     try:
         if path.endswith(".json"):
             return json.loads(text)
-        return yaml.safe_load(text)
+        return yaml.safe_load(text)  # JSON is YAML too, so any suffix but .json goes through the YAML reader
     except (ValueError, yaml.YAMLError) as exc:
         raise PlanningInputError(f"{path}: cannot parse: {exc}") from None
 
@@ -509,7 +509,5 @@ def save_plan(plan: Plan, path: str) -> None:
 
 
 def save_yaml(document: Mapping[str, Any], path: str) -> None:
-    import yaml
-
     with open(path, "w", encoding="utf-8") as handle:
         yaml.safe_dump(dict(document), handle, sort_keys=False)

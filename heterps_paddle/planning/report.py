@@ -92,6 +92,7 @@ class JobReportInputs:
     cluster: Cluster
     cluster_source: str  # the cluster file, or "local (this machine, measured)"
     advice: Plan | None  # the best plan on any launch (the configured scheduler, provisioned), if one was found
+    advice_error: str | None  # why there is no advice (the planning command failed), if so
     advice_scheduler: str
     alternatives: CostModel | None  # priced at the target (or at the plan's throughput without one)
     stand_ins: tuple[str, ...]  # gpu types that this machine's cores stand in for
@@ -176,6 +177,8 @@ def job_report(r: JobReportInputs) -> str:
 def _advice_lines(r: JobReportInputs) -> list[str]:
     fit, plan = r.fit, r.fit.chosen.plan
     advice = r.advice
+    if r.advice_error is not None:
+        return [f"  not known: {r.advice_error}"]
     if advice is None or not advice.feasible:
         why = advice.reason if advice is not None else "no target to provision for"
         return [f"  no plan on any launch of this cluster does better ({why})"]

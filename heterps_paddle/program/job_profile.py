@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import paddle
 from paddle.base import core
 
@@ -221,7 +222,7 @@ def add_ps_service_time(
     return replace(profile, layers=tuple(layers)), row_seconds
 
 
-def _multislot_line(values_by_var: list[np.ndarray], row: int) -> str:
+def _multislot_line(values_by_var: list[npt.NDArray[Any]], row: int) -> str:
     parts = []
     for values in values_by_var:
         row_values = values[row].reshape(-1)

@@ -6,7 +6,7 @@ it (26 slots sharing one table are one layer, not 26 copies of the table); a mat
 dense layer; every other op (pooling, bias add, activation, concat, loss) joins the current layer, so loss ops
 join the last one. Backward and optimizer ops go to the layer whose variable or parameter they update.
 
-The one module of the planning package that uses Paddle; it imports it inside functions only.
+It imports Paddle: the ``heterps`` commands that use it (profile, bench scheduler) import this module lazily.
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
+import paddle
+import paddle.profiler as profiler
+
+from heterps_paddle.examples import build_program, random_feed
 from heterps_paddle.planning.model import LayerProfile, ModelProfile
 
 LOOKUP_OPS = {"lookup_table", "lookup_table_v2"}
@@ -54,18 +60,18 @@ class ProfileReport:
         return abs(self.predicted_step_seconds - self.measured_step_seconds) / self.measured_step_seconds
 
 
-def _role(op) -> int:
+def _role(op: Any) -> int:
     try:
         return int(op.attr("op_role"))
     except Exception:  # ops added outside a role guard
         return FORWARD
 
 
-def _is_forward(op) -> bool:
+def _is_forward(op: Any) -> bool:
     return _role(op) in (FORWARD, LOSS) and op.type not in ("feed", "fetch")
 
 
-def _per_sample(shape) -> int:
+def _per_sample(shape: Any) -> int:
     """Elements per sample: the batch dimension (-1) left out."""
     size = 1
     for dim in shape:
@@ -74,7 +80,7 @@ def _per_sample(shape) -> int:
     return size
 
 
-def _dtype_bytes(var) -> int:
+def _dtype_bytes(var: Any) -> int:
     name = str(var.dtype).split(".")[-1].lower()
     for key, value in DTYPE_BYTES.items():
         if key in name:
@@ -86,7 +92,9 @@ def _forward_var(name: str) -> str:
     return name.split("@GRAD")[0]
 
 
-def group_layers(program, ids_per_sample: dict[str, float] | None = None) -> tuple[list[LayerGroup], dict[int, int]]:
+def group_layers(
+    program: Any, ids_per_sample: dict[str, float] | None = None
+) -> tuple[list[LayerGroup], dict[int, int]]:
     """Layers in program order, and op index -> layer index for every op of block 0 (all roles)."""
     block = program.global_block()
     ops = list(block.ops)
@@ -150,7 +158,7 @@ def group_layers(program, ids_per_sample: dict[str, float] | None = None) -> tup
     return layers, op_layer
 
 
-def _forward_flops(block, op) -> float:
+def _forward_flops(block: Any, op: Any) -> float:
     """Forward+backward FLOPs per sample of one forward op (backward ~2x forward for matmuls, 1x otherwise)."""
     if op.type in LOOKUP_OPS or op.type in ("feed", "fetch"):
         return 0.0
@@ -164,14 +172,14 @@ def _forward_flops(block, op) -> float:
     return 2.0 * sum(_per_sample(v.shape) for v in outputs if v.shape is not None)
 
 
-def _state_factor(program) -> int:
+def _state_factor(program: Any) -> int:
     for op in program.global_block().ops:
         if op.type in OPTIMIZER_STATE:
             return OPTIMIZER_STATE[op.type]
     return DEFAULT_STATE
 
 
-def static_layer_sizes(program, layers: list[LayerGroup]) -> list[dict]:
+def static_layer_sizes(program: Any, layers: list[LayerGroup]) -> list[dict[str, float]]:
     """flops, param_bytes (with optimizer state), io_bytes, out_bytes per layer."""
     block = program.global_block()
     ops = list(block.ops)
@@ -205,12 +213,10 @@ def static_layer_sizes(program, layers: list[LayerGroup]) -> list[dict]:
     return sizes
 
 
-def ids_per_sample(feed: dict, batch_size: int) -> dict[str, float]:
+def ids_per_sample(feed: dict[str, Any], batch_size: int) -> dict[str, float]:
     counts = {}
     for name, value in feed.items():
         try:
-            import numpy as np
-
             counts[name] = float(np.array(value).size) / batch_size
         except Exception:
             continue
@@ -224,11 +230,11 @@ class StepTrace:
     span_seconds: float  # the whole profiled step, gaps between ops included
 
 
-def measure_op_seconds(program, feed: dict, fetch_list, executor, steps: int = 4) -> list[StepTrace]:
+def measure_op_seconds(
+    program: Any, feed: dict[str, Any], fetch_list: Any, executor: Any, steps: int = 4
+) -> list[StepTrace]:
     """Per profiled step: op index -> seconds, from the Chrome trace (serial executor: one event per op, in
     block order). Framework events that are not block ops (feed, share_buffer, fetch) go to the op before them."""
-    import paddle.profiler as profiler
-
     ops = list(program.global_block().ops)
     with tempfile.TemporaryDirectory() as trace_dir:
         prof = profiler.Profiler(
@@ -271,11 +277,11 @@ def measure_op_seconds(program, feed: dict, fetch_list, executor, steps: int = 4
 
 
 def profile_program(
-    main_program,
-    startup_program,
-    feed: dict,
+    main_program: Any,
+    startup_program: Any,
+    feed: dict[str, Any],
     batch_size: int,
-    fetch_list=None,
+    fetch_list: Any = None,
     name: str = "model",
     time_key: str | None = "local_cpu",
     steps: int = 4,
@@ -287,8 +293,6 @@ def profile_program(
     ``time_key``: the resource type name under which measured per-sample times are written (None: not written).
     ``measure=False``: sizes only, nothing is run (the step-time figures are then NaN).
     """
-    import paddle
-
     # One op at a time, so the trace's operator events follow the block order and per-op times add up to the
     # step (with the default thread pool, ops overlap and their durations sum to more than the step). Set at run
     # time: the environment variable only counts if set before Paddle was first imported.
@@ -349,7 +353,7 @@ def profile_program(
     return ProfileReport(profile, statistics.median(wall), sum(medians))
 
 
-def _timed_steps(executor, program, feed, fetch_list, count: int) -> list[float]:
+def _timed_steps(executor: Any, program: Any, feed: dict[str, Any], fetch_list: Any, count: int) -> list[float]:
     seconds = []
     for _ in range(count):
         started = time.perf_counter()
@@ -365,13 +369,9 @@ def profile_example(
     time_key: str | None = "local_cpu",
     steps: int = 4,
     measure: bool = True,
-    **config,
+    **config: Any,
 ) -> ProfileReport:
     """Profile one of the example CTR models with Adam applied (what training runs)."""
-    import paddle
-
-    from heterps_paddle.examples import build_program, random_feed
-
     main, startup, model = build_program(name, **config)
     with paddle.static.program_guard(main, startup):
         paddle.optimizer.Adam(1e-3).minimize(model.loss)

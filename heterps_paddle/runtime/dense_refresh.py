@@ -9,7 +9,7 @@ HETERPS_DENSE_REFRESH) a thread pulls the section's dense tables every HETERPS_D
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 import paddle
 from paddle.distributed.ps.utils.public import get_the_one_recv_context
@@ -20,7 +20,8 @@ from heterps_paddle.log import logger
 
 def dense_tables(runtime: Any) -> dict[int, list[str]]:
     """Table id -> dense var names, as the PS runtime splits them (per section in a heterogeneous job)."""
-    return get_the_one_recv_context(runtime.context, split_dense_table=runtime.is_heter_ps_mode)
+    tables: dict[int, list[str]] = get_the_one_recv_context(runtime.context, split_dense_table=runtime.is_heter_ps_mode)
+    return tables
 
 
 def pull_dense_into(scope: Any, runtime: Any) -> list[str]:
@@ -44,7 +45,7 @@ class DenseRefresher:
             for tid, names in dense_tables(runtime).items()
             if names and all(n in used and self.scope.find_var(n) is not None for n in names)
         }
-        ms = float(settings.get("HETERPS_DENSE_PULL_MS"))  # type: ignore[arg-type]
+        ms = float(cast(float, settings.get("HETERPS_DENSE_PULL_MS")))  # settings.get is typed object
         self.interval_s = ms / 1000.0 if interval_s is None else interval_s
         self.pulls = 0
         self._stop = threading.Event()

@@ -34,9 +34,10 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, cast
 
 import numpy as np
+import numpy.typing as npt
 import paddle
 from paddle.distributed import fleet
 
@@ -68,9 +69,9 @@ class GpuTable:
     layer: str
     dim: int = 0
     table_id: int = -1
-    ids_vars: list = field(default_factory=list)  # data variables its lookups read
-    options: dict = field(default_factory=dict)  # the local table's optimizer (local_table_options)
-    table: object = None  # heterps_paddle.table.sparse_table.SparseTable (trainers only)
+    ids_vars: list[str] = field(default_factory=list)  # data variables its lookups read
+    options: dict[str, Any] = field(default_factory=dict)  # the local table's optimizer (local_table_options)
+    table: Any = None  # heterps_paddle.table.sparse_table.SparseTable (trainers only, set by apply)
 
 
 # ---- before the PS optimizer ------------------------------------------------------------------------------
@@ -84,7 +85,10 @@ def gpu_sparse_layers(program: Any, plan: Plan) -> list[tuple[str, str]]:
     except ValueError as exc:
         raise PlanningInputError(f"cannot group the program into layers: {exc}") from None
     check_plan_against_layers(plan, [layer.name for layer in layers])
-    found = [(layer.name, layer.table) for layer in layers if layer.kind == "sparse" and layer.name in gpu_layers]
+    # (a sparse layer always names its table)
+    found = [
+        (layer.name, cast(str, layer.table)) for layer in layers if layer.kind == "sparse" and layer.name in gpu_layers
+    ]
     if found and plan.num_stages > 1:
         # Paddle's heter pipeline reads data on stage 1 and ships activations, not ids, to later stages.
         raise PlanningInputError(
@@ -95,7 +99,7 @@ def gpu_sparse_layers(program: Any, plan: Plan) -> list[tuple[str, str]]:
     return found
 
 
-def local_table_options(optimizer) -> dict:
+def local_table_options(optimizer: Any) -> dict[str, Any]:
     """The local table's optimizer: the job's optimizer type, learning rate and constants."""
     kind = LOCAL_OPTIMIZERS.get(type(optimizer).__name__.lower())
     if kind is None:
@@ -106,7 +110,7 @@ def local_table_options(optimizer) -> dict:
     lr = getattr(optimizer, "_learning_rate", None)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)):
         raise GpuEmbeddingError(f"embeddings on a GPU stage need a constant float learning rate, got {lr!r}")
-    opts = {"optimizer": kind, "lr": float(lr)}
+    opts: dict[str, Any] = {"optimizer": kind, "lr": float(lr)}
     if kind == "adam":
         for key, attr in (("beta1", "_beta1"), ("beta2", "_beta2"), ("epsilon", "_epsilon")):
             value = getattr(optimizer, attr, None)
@@ -117,7 +121,7 @@ def local_table_options(optimizer) -> dict:
     return opts
 
 
-def use_naive_sgd_on_servers(strategy, params) -> None:
+def use_naive_sgd_on_servers(strategy: Any, params: Iterable[str]) -> None:
     """Give the servers' tables of ``params`` plain SGD with learning rate 1 (pushes of -delta add delta)."""
     tables = strategy.sparse_table_configs  # the repeated TableParameter proto: edited in place
     for param in params:
@@ -152,7 +156,7 @@ def prepare(program: Any, plan: Plan, optimizer: Any, strategy: Any) -> list[Gpu
     params = sorted({param for _, param in found})
     for s in strategies:
         use_naive_sgd_on_servers(s, params)
-    tables = []
+    tables: list[GpuTable] = []
     for layer, param in found:
         if any(t.param == param for t in tables):
             continue
@@ -167,7 +171,7 @@ def prepare(program: Any, plan: Plan, optimizer: Any, strategy: Any) -> list[Gpu
 
 
 # ---- after the PS optimizer: the trainer program -----------------------------------------------------------
-def apply(program, startup_programs, tables: list[GpuTable]):
+def apply(program: Any, startup_programs: Iterable[Any], tables: list[GpuTable]) -> PassSync | None:
     """Rewrite a trainer's program (see the module doc); servers keep theirs.  ``startup_programs``: those the
     script may run (the PS optimizer's clone, now the default, and the one given to minimize, if any); each
     gets the handle's initialiser.  Returns the PassSync."""
@@ -176,7 +180,7 @@ def apply(program, startup_programs, tables: list[GpuTable]):
     load_ops()
     block = program.global_block()
     by_param = {t.param: t for t in tables}
-    by_table_id = {}
+    by_table_id: dict[int, GpuTable] = {}
     for idx in reversed(range(len(block.ops))):
         op = block.ops[idx]
         if op.type != "distributed_lookup_table" or op.input("W")[0] not in by_param:
@@ -238,7 +242,7 @@ def _handle_name(t: GpuTable) -> str:
     return f"heterps_table_handle.{t.table.name}"
 
 
-def _handle(program, startup_programs, t: GpuTable):
+def _handle(program: Any, startup_programs: Iterable[Any], t: GpuTable) -> Any:
     """The op's float input (docs/sparse-table.md): a persistable [1] var initialised by the startup programs."""
     name = _handle_name(t)
     for startup in startup_programs:
@@ -254,7 +258,7 @@ def _handle(program, startup_programs, t: GpuTable):
     return block.create_var(name=name, shape=[1], dtype="float32", persistable=True)
 
 
-def _insert_pull(block, at, ids, out, handle, t: GpuTable, version: str) -> int:
+def _insert_pull(block: Any, at: int, ids: Any, out: Any, handle: Any, t: GpuTable, version: str) -> int:
     """heterps_pull -> (reshape, for lookup_table v1's [.., 1] ids) -> (lod_reset, for LoD ids) -> out."""
     rows = block.create_var(name=f"{out.name}.heterps_rows", dtype="float32")
     block._insert_op(
@@ -288,10 +292,10 @@ def _insert_pull(block, at, ids, out, handle, t: GpuTable, version: str) -> int:
 
 
 # ---- the working set of a pass ------------------------------------------------------------------------------
-_ids_cache: dict = {}
+_ids_cache: dict[tuple[str, int, int, tuple[int, ...]], npt.NDArray[np.int64]] = {}
 
 
-def dataset_slots(dataset) -> tuple[list[str], list[str]]:
+def dataset_slots(dataset: Any) -> tuple[list[str], list[str]]:
     """(files, slot names in file order) of a Paddle dataset reading MultiSlot text with ``cat``."""
     desc = dataset.proto_desc
     pipe = desc.pipe_command.strip()
@@ -304,7 +308,7 @@ def dataset_slots(dataset) -> tuple[list[str], list[str]]:
     return list(getattr(dataset, "filelist", []) or []), slots
 
 
-def working_set(files, slot_order, wanted) -> np.ndarray:
+def working_set(files: Iterable[str], slot_order: list[str], wanted: list[str]) -> npt.NDArray[np.int64]:
     """Sorted unique int64 ids found in the ``wanted`` slots of MultiSlot text ``files``."""
     pos = [i for i, name in enumerate(slot_order) if name in set(wanted)]
     missing = set(wanted) - set(slot_order)
@@ -313,7 +317,7 @@ def working_set(files, slot_order, wanted) -> np.ndarray:
             f"lookup ids {sorted(missing)} are not slots the dataset reads ({slot_order}): the "
             "pass's working set cannot be known"
         )
-    parts = []
+    parts: list[npt.NDArray[np.int64]] = []
     for path in files:
         st = os.stat(path)
         key = (os.path.abspath(path), st.st_mtime_ns, st.st_size, tuple(pos))
@@ -325,9 +329,9 @@ def working_set(files, slot_order, wanted) -> np.ndarray:
     return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
 
 
-def _file_ids(path: str, positions: list[int], nslots: int) -> np.ndarray:
+def _file_ids(path: str, positions: list[int], nslots: int) -> npt.NDArray[np.int64]:
     want = set(positions)
-    out = []
+    out: list[str] = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             tok = line.split()
@@ -356,11 +360,14 @@ class PassSync:
         self.barriers = 0
         self.passes = 0
         # Bounds the wait for the slowest unit's pass (and for a unit that died): a pass can be long.
-        self.timeout = float(settings.get("HETERPS_PASS_SYNC_TIMEOUT"))  # type: ignore[arg-type]
-        self.last: dict = {}  # param -> ids, start, trained (local, before the push), synced (servers, after)
-        self._known: dict = {t.param: np.empty(0, np.int64) for t in tables}
-        self._progs: dict = {}
-        self.worker = self.exe = self.scope = None
+        self.timeout = float(cast(float, settings.get("HETERPS_PASS_SYNC_TIMEOUT")))  # settings.get is typed object
+        self.last: dict[str, dict[str, Any]] = {}  # param -> ids, start, trained (local), synced (servers, after)
+        self._known: dict[str, npt.NDArray[np.int64]] = {t.param: np.empty(0, np.int64) for t in tables}
+        self._progs: dict[str, tuple[Any, Any]] = {}
+        # Paddle objects, built on first use (_ensure)
+        self.worker: Any = None
+        self.exe: Any = None
+        self.scope: Any = None
 
     def _ensure(self) -> None:
         """Built on first use: fleet creates its PS runtime only after minimize, where this object is made."""
@@ -376,7 +383,7 @@ class PassSync:
 
     # programs (built once; they run in a private scope holding only a [1, dim] stand-in for W, which the
     # distributed ops read for the embedding width)
-    def _build_programs(self, t: GpuTable):
+    def _build_programs(self, t: GpuTable) -> tuple[Any, Any]:
         place = paddle.CPUPlace()
         self.scope.var(t.param).get_tensor().set(np.zeros((1, t.dim), np.float32), place)
         pull, push = paddle.static.Program(), paddle.static.Program()
@@ -420,11 +427,11 @@ class PassSync:
         return pull, push
 
     @staticmethod
-    def _one_sequence(ids: np.ndarray):
+    def _one_sequence(ids: npt.NDArray[np.int64]) -> Any:
         """Ids as one LoD sequence: Paddle's push multiplies gradients by the batch size, here 1."""
         return paddle.base.create_lod_tensor(ids.reshape(-1, 1), [[ids.size]], paddle.CPUPlace())
 
-    def server_rows(self, t: GpuTable, ids: np.ndarray) -> np.ndarray:
+    def server_rows(self, t: GpuTable, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         self._ensure()
         if ids.size == 0:
             return np.empty((0, t.dim), np.float32)
@@ -438,7 +445,7 @@ class PassSync:
         )[0]  # rows carry the ids' LoD
         return np.asarray(out, np.float32).reshape(ids.size, t.dim)
 
-    def push_to_servers(self, t: GpuTable, ids: np.ndarray, delta: np.ndarray) -> None:
+    def push_to_servers(self, t: GpuTable, ids: npt.NDArray[np.int64], delta: npt.NDArray[np.floating[Any]]) -> None:
         """Servers' rows += delta (SGD with learning rate 1 on the gradient -delta)."""
         self._ensure()
         if ids.size == 0:
@@ -479,7 +486,7 @@ class PassSync:
             wait = min(wait * 2, 0.2)
             time.sleep(wait)
 
-    def begin(self, dataset) -> None:
+    def begin(self, dataset: Any) -> None:
         files, slots = dataset_slots(dataset)
         for t in self.tables:
             ids = working_set(files, slots, t.ids_vars)

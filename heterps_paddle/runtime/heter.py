@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import paddle
 
@@ -76,7 +76,7 @@ def take_over(fleet_obj: Any) -> None:
     fleet_obj.init_worker()
     runtime = seam.fleet_runtime()
     fetch, info = _loss_and_auc(program, ctx.heldout.loss if ctx.heldout else None)
-    period = int(settings.get("HETERPS_HETER_PRINT_PERIOD"))  # type: ignore[call-overload]
+    period = int(cast(int, settings.get("HETERPS_HETER_PRINT_PERIOD")))  # settings.get is typed object
     logger.info(
         "%s (stage %d): serving the pipeline in one train_from_dataset until every CPU trainer calls "
         "stop_worker; the script's own code after minimize does not run here (prints %s every %d batches)",
@@ -143,14 +143,14 @@ def wait_for_heter(timeout: float | None = None) -> bool:
     exit, while a heterogeneous trainer notices the last stop only on its listen loop's next poll (1 s), then
     stops its own next stage and ends; killed in between, later stages get no stop."""
     endpoints = split_endpoints(os.environ.get("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST"))
-    wait = float(settings.get("HETERPS_STOP_WAIT_S")) if timeout is None else timeout  # type: ignore[arg-type]
+    wait = float(cast(float, settings.get("HETERPS_STOP_WAIT_S"))) if timeout is None else timeout
     deadline = time.monotonic() + wait
     still_open = endpoints
     while time.monotonic() < deadline:
         still_open = [ep for ep in endpoints if reachable(ep, timeout=0.5)]
         if not still_open:
             # The port closes when the heter server stops; the process then stops its client and exits.
-            time.sleep(float(settings.get("HETERPS_STOP_GRACE_S")))  # type: ignore[arg-type]
+            time.sleep(float(cast(float, settings.get("HETERPS_STOP_GRACE_S"))))
             return True
         time.sleep(0.2)
     logger.warning(

@@ -23,6 +23,7 @@ Paddle's objects.  Paddle is imported inside functions: :func:`install_fleet_sur
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import os
 import sys
@@ -51,7 +52,7 @@ class DatasetCall:
     options: dict[str, Any]
 
     def main_program(self) -> Any:
-        import paddle
+        import paddle  # lazy: seam must stay importable without Paddle (fleet/evaluation.py, the fleet hook)
 
         return self.program if self.program is not None else paddle.static.default_main_program()
 
@@ -69,7 +70,7 @@ class ProcessContext:
     plan: Any = None  # planning.model.Plan this process runs, once minimize chose it
     dataset_hooks: dict[str, DatasetHook] = field(default_factory=dict)
     after_minimize: dict[str, Callable[[Any], None]] = field(default_factory=dict)  # gets fleet's Fleet
-    after_stop_worker: dict[str, Callable[[], None]] = field(default_factory=dict)
+    after_stop_worker: dict[str, Callable[[], object]] = field(default_factory=dict)  # results ignored
     heldout: Any = None  # runtime.heldout.HeldOut of a split job
     watchdog: Any = None  # runtime.watchdog.Watchdog of a split job
     dense_refresh: Any = None  # runtime.dense_refresh.DenseRefresher of the train_from_dataset running now
@@ -132,6 +133,7 @@ def _params(fn: Any) -> list[str]:
 
 def paddle_shape_problems() -> list[str]:
     """What differs from the Paddle 2.6.2 this seam patches (empty when nothing does)."""
+    # lazy: seam must stay importable without Paddle (fleet/evaluation.py and the fleet hook import it early)
     import paddle
     from paddle.distributed.fleet.fleet import Fleet
     from paddle.distributed.ps import the_one_ps
@@ -173,13 +175,14 @@ def check_paddle() -> None:
 
 
 def install_fleet_surface(
-    meta_optimizer_cls: type, validate_flag: Callable[[Any], bool], validate_configs: Callable[[Any], dict]
+    meta_optimizer_cls: type,
+    validate_flag: Callable[[Any], bool],
+    validate_configs: Callable[[Any], dict[str, Any]],
 ) -> None:
     """``strategy.heterps`` / ``strategy.heterps_configs`` and the meta optimizer's registration (idempotent).
 
     Only modules fleet has loaded by the time its import finishes are touched here."""
-    import copy
-
+    # lazy: this runs in the middle of ``import paddle.distributed.fleet``; only modules fleet has loaded by now
     from paddle.distributed.fleet.base import meta_optimizer_factory
     from paddle.distributed.fleet.base.distributed_strategy import DistributedStrategy
     from paddle.distributed.fleet.fleet import Fleet
@@ -219,8 +222,8 @@ def install_fleet_surface(
     def set_flag(self: Any, value: Any) -> None:
         object.__setattr__(self, "_heterps_flag", validate_flag(value))
 
-    def get_configs(self: Any) -> dict:
-        configs = self.__dict__.get("_heterps_configs")
+    def get_configs(self: Any) -> dict[str, Any]:
+        configs: dict[str, Any] | None = self.__dict__.get("_heterps_configs")
         if configs is None:
             configs = validate_configs({})
             object.__setattr__(self, "_heterps_configs", configs)
@@ -255,6 +258,7 @@ def install() -> ProcessContext:
     if _installed:
         return ctx
     check_paddle()
+    # lazy: seam must stay importable without Paddle; heter_builder imports seam (a cycle at module level)
     import paddle
     from paddle.distributed.fleet.fleet import Fleet
     from paddle.distributed.ps import the_one_ps
@@ -316,7 +320,7 @@ def no_hook(call: DatasetCall) -> Iterator[None]:
 
 def fleet_runtime() -> Any:
     """Fleet's parameter-server runtime (TheOnePSRuntime), which fleet creates at the end of minimize."""
-    from paddle.distributed import fleet
+    from paddle.distributed import fleet  # lazy: seam must stay importable without Paddle
 
     runtime = fleet.fleet._runtime_handle
     if runtime is None:
@@ -325,7 +329,7 @@ def fleet_runtime() -> Any:
 
 
 def role_maker() -> Any:
-    from paddle.distributed import fleet
+    from paddle.distributed import fleet  # lazy: seam must stay importable without Paddle
 
     return fleet.fleet._role_maker
 
@@ -356,5 +360,7 @@ def end_process(code: int, message: str) -> None:
         except (OSError, ValueError):
             pass
     if message:
+        # print, not the logger: the line (HETERPS-FATAL: ...) must reach stdout unprefixed, even when logging
+        # is not configured in this process
         print(message, flush=True)
     os._exit(code)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import paddle
 
@@ -61,8 +61,8 @@ def apply_plan(loss: Any, plan: Plan, startup_program: Any = None) -> dict[str, 
     if ctx.role in ("trainer", "heter") and settings.get("HETERPS_WATCHDOG"):
         peers = peer_endpoints()
         ctx.watchdog = Watchdog(
-            peers, seam.identity(ctx), startup_timeout=float(settings.get("HETERPS_STARTUP_TIMEOUT"))
-        ).start()  # type: ignore[arg-type]
+            peers, seam.identity(ctx), startup_timeout=float(cast(float, settings.get("HETERPS_STARTUP_TIMEOUT")))
+        ).start()
         logger.info("watchdog: %s watches %d peers", seam.identity(ctx), len(peers))
     ctx.dataset_hooks["heldout"] = heldout.redirect_hook
     ctx.dataset_hooks["section"] = section_hook

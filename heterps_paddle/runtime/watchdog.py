@@ -19,6 +19,7 @@ import time
 from typing import Callable, Mapping
 
 from heterps_paddle.log import logger
+from heterps_paddle.runtime import seam
 
 FATAL_TAG = "HETERPS-FATAL"
 WATCHDOG_EXIT_CODE = 17
@@ -125,8 +126,6 @@ class Watchdog:
 
 
 def _exit_fatal(message: str) -> None:
-    from heterps_paddle.runtime.seam import end_process
-
     logger.error("%s", message)
     # The main thread is blocked in C++ (no Python exception can reach it): end the process.
-    end_process(WATCHDOG_EXIT_CODE, message)
+    seam.end_process(WATCHDOG_EXIT_CODE, message)

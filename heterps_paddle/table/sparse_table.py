@@ -21,9 +21,10 @@ import math
 import os
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
+import numpy.typing as npt
 
 from heterps_paddle.errors import HeterPSError
 
@@ -136,6 +137,7 @@ def load_ops() -> None:
         path = ops_library_path()
         if not path.exists():
             raise _not_built(path)
+        # lazy: this module stays importable without Paddle (the ctypes face needs none)
         import paddle  # noqa: F401  (libpaddle.so must be loaded before the ops library)
         from paddle.utils.cpp_extension.extension_utils import load_op_meta_info_and_register_op
 
@@ -162,7 +164,7 @@ def gpu_call(fname: str, name: bytes) -> None:
             raise SparseTableError(msg)
 
 
-def _as_ids(ids) -> np.ndarray:
+def _as_ids(ids: Any) -> npt.NDArray[np.int64]:
     """ids -> contiguous int64 array, with clear errors for values that are not int64."""
     if isinstance(ids, np.ndarray):
         arr = ids
@@ -211,7 +213,7 @@ class SparseTable:
         beta2: float = 0.999,
         epsilon: float = 1e-8,
         shards: int = 16,
-    ):
+    ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= 4096:
             raise SparseTableError(f"dim must be an integer in [1, 4096], got {dim!r}")
         if optimizer not in OPTIMIZERS:
@@ -262,13 +264,13 @@ class SparseTable:
         _check(lib.heterps_table_dim(self.name.encode(), ctypes.byref(dim_out), ctypes.byref(stride_out)))
         self.stride = stride_out.value
         self._bname = self.name.encode()
-        self._handles: dict = {}
+        self._handles: dict[str, Any] = {}  # Paddle tensors
 
     def __repr__(self) -> str:
         return f"SparseTable(name={self.name!r}, {self.config_string})"
 
     # ---- data path ------------------------------------------------------------------------------------
-    def pull(self, ids, out: Optional[np.ndarray] = None) -> np.ndarray:
+    def pull(self, ids: Any, out: Optional[npt.NDArray[np.float32]] = None) -> npt.NDArray[np.float32]:
         """Rows for ``ids`` (any shape) as float32 ``ids.shape + (dim,)``; ``out`` may be given to reuse a
         buffer (C-contiguous float32 of that shape)."""
         keys = _as_ids(ids)
@@ -280,7 +282,7 @@ class SparseTable:
         _check(_core().heterps_table_pull(self._bname, keys.ctypes.data, keys.size, out.ctypes.data))
         return out
 
-    def push(self, ids, grads) -> None:
+    def push(self, ids: Any, grads: npt.ArrayLike) -> None:
         """Apply the optimizer with ``grads`` (float, shape ``ids.shape + (dim,)`` or ``(len, dim)``).
         Gradients of repeated ids are summed first.  A non-finite gradient rejects the whole batch."""
         keys = _as_ids(ids)
@@ -292,7 +294,7 @@ class SparseTable:
         g = np.ascontiguousarray(g, dtype=np.float32)
         _check(_core().heterps_table_push(self._bname, keys.ctypes.data, keys.size, g.ctypes.data))
 
-    def assign(self, ids, rows) -> None:
+    def assign(self, ids: Any, rows: npt.ArrayLike) -> None:
         """Set the weights of ``ids`` to ``rows`` (shape ``ids.shape + (dim,)`` or ``(len, dim)``), creating
         missing rows; an existing row keeps its optimizer state.  Used to load rows from an authoritative
         store (the parameter servers, heterps_paddle/runtime/gpu_embedding.py).  Repeated ids: the last row
@@ -310,7 +312,7 @@ class SparseTable:
         _check(_core().heterps_table_assign(self._bname, keys.ctypes.data, keys.size, r.ctypes.data))
         gpu_call("heterps_gpu_table_drop", self._bname)
 
-    def peek(self, ids):
+    def peek(self, ids: Any) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.uint8]]:
         """(rows including optimizer state, where) without creating rows or touching eviction scores;
         ``where`` is 0 missing, 1 in memory, 2 on SSD."""
         keys = _as_ids(ids).reshape(-1)
@@ -322,10 +324,10 @@ class SparseTable:
         return rows, found
 
     # ---- persistence ----------------------------------------------------------------------------------
-    def checkpoint_path(self, directory) -> str:
+    def checkpoint_path(self, directory: str | os.PathLike[str]) -> str:
         return os.path.join(os.fspath(directory), self.name + CHECKPOINT_SUFFIX)
 
-    def save(self, directory) -> str:
+    def save(self, directory: str | os.PathLike[str]) -> str:
         """Write ``<directory>/<name>.htbl`` atomically (temp file, fsync, rename); returns the path."""
         directory = os.fspath(directory)
         try:
@@ -337,7 +339,7 @@ class SparseTable:
         _check(_core().heterps_table_save(self._bname, path.encode()))
         return path
 
-    def load(self, directory) -> None:
+    def load(self, directory: str | os.PathLike[str]) -> None:
         """Replace the contents with ``<directory>/<name>.htbl``; a corrupted or truncated file raises
         SparseTableError naming it and leaves the table unchanged."""
         path = self.checkpoint_path(directory)
@@ -346,7 +348,7 @@ class SparseTable:
         _check(_core().heterps_table_load(self._bname, path.encode()))
         gpu_call("heterps_gpu_table_drop", self._bname)  # stale device rows: refetched from the host table
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         buf = (ctypes.c_uint64 * len(STATS_FIELDS))()
         _check(_core().heterps_table_stats(self._bname, buf, len(STATS_FIELDS)))
         return dict(zip(STATS_FIELDS, (int(v) for v in buf)))
@@ -363,10 +365,10 @@ class SparseTable:
         _check(_core().heterps_table_drop(self._bname))
 
     # ---- Paddle ---------------------------------------------------------------------------------------
-    def _handle(self):
+    def _handle(self) -> Any:
         """The one-element parameter that makes Paddle's backward keep the push (grad) op; see
         custom_ops/paddle/heterps_ops.cc."""
-        import paddle
+        import paddle  # lazy: this module stays importable without Paddle (the ctypes face needs none)
 
         if paddle.in_dynamic_mode():
             h = self._handles.get("dygraph")
@@ -385,13 +387,14 @@ class SparseTable:
         )
 
 
-def sparse_embedding(input, table: SparseTable):
+def sparse_embedding(input: Any, table: SparseTable) -> Any:
     """Look ``input`` (int64 ids, any shape) up in ``table``: returns float32 ``input.shape + [dim]``.
     In training the gradient flowing back into the result is pushed to the table with its optimizer
     (in place of ``paddle.static.nn.sparse_embedding`` for an embedding that lives in one trainer)."""
     if not isinstance(table, SparseTable):
         raise SparseTableError(f"table must be a SparseTable, got {type(table).__name__}")
     load_ops()
+    # lazy: this module stays importable without Paddle (the ctypes face needs none)
     import paddle
     from paddle.base.layer_helper import LayerHelper
 
@@ -400,7 +403,7 @@ def sparse_embedding(input, table: SparseTable):
         raise SparseTableError(f"sparse_embedding ids must be int64, got {dtype}; cast with paddle.cast(x, 'int64')")
     handle = table._handle()
     if paddle.in_dynamic_mode():
-        import paddle.base.core as core
+        import paddle.base.core as core  # lazy, as above
 
         outs = core.eager._run_custom_op("heterps_pull", input, handle, table.name, table.config_string)
         return outs[0]

@@ -11,7 +11,9 @@ import argparse
 import importlib
 import sys
 
+from heterps_paddle import __version__
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.tools.launch import main as launch_main
 
 # name -> (module, one-line help). One table, so the help and the dispatch cannot disagree.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,7 +34,9 @@ class CommandError(HeterPSError):
     """A user-facing error raised by a command's own argument checks."""
 
 
-def add_command_table(parser, table: dict, dest: str, run_key: str) -> None:
+def add_command_table(
+    parser: argparse.ArgumentParser, table: dict[str, tuple[str, str]], dest: str, run_key: str
+) -> None:
     """One subcommand per entry of ``table`` (name -> (module, help)); the chosen module's ``run`` is stored
     in ``args.<run_key>``.  Used for ``heterps`` itself and for ``heterps bench``."""
     sub = parser.add_subparsers(dest=dest, metavar=dest.upper())
@@ -49,8 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="heterps",
         description="heterps-paddle: HeterPS scheduling and heterogeneous training for PaddlePaddle fleet.",
     )
-    from heterps_paddle import __version__
-
     parser.add_argument("--version", action="version", version=f"heterps-paddle {__version__}")
     add_command_table(parser, COMMANDS, dest="command", run_key="_run")
     parser.epilog = f"{LAUNCH_COMMAND[0]}: {LAUNCH_COMMAND[1]}"
@@ -68,8 +70,6 @@ LAUNCH_COMMAND = (
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [LAUNCH_COMMAND[0]]:
-        from heterps_paddle.tools.launch import main as launch_main
-
         return launch_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)

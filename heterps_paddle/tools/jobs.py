@@ -18,7 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
+
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.examples import TRAINER_SCRIPT, model_config_path
 
 OUTER_GRACE_S = 30.0  # beyond the job's own --timeout: heterps launch's teardown
 
@@ -90,8 +93,6 @@ def launch(
 
 
 def _kill_descendants_and_group(pid: int) -> None:
-    import psutil
-
     try:
         victims = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -153,8 +154,6 @@ def log_tails(log_dir: str, lines: int = 15) -> str:
 
 
 def trainer_argv(spec: JobSpec, result_dir: str) -> list[str]:
-    from heterps_paddle.examples import TRAINER_SCRIPT, model_config_path
-
     script = [TRAINER_SCRIPT, "-m", model_config_path(spec.model), "--result-dir", result_dir]
     for key, value in spec.overrides.items():
         script += ["-o", f"{key}={json.dumps(value)}"]

@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
+
 from heterps_paddle.planning.launch import LAUNCH_ENV
 
 CHILD_FLAG = "--heterps-supervised-child"
@@ -92,6 +94,7 @@ def _seconds(text: str) -> float:
 
 def paddle_arguments(argv: list[str]) -> Any:
     """Paddle's own reading of the launch arguments (its legacy PS launcher's parser)."""
+    # Imported here: tools/cli.py imports this module at start-up, and `heterps --help` must not import Paddle.
     from paddle.distributed.fleet import launch as paddle_launch
 
     saved = sys.argv
@@ -207,8 +210,6 @@ def _relay(stream: Any, path: str) -> None:
 
 
 def _session_members(sid: int) -> list[int]:
-    import psutil
-
     members = []
     for proc in psutil.process_iter(["pid"]):
         try:
@@ -221,8 +222,6 @@ def _session_members(sid: int) -> list[int]:
 
 def _stop_session(sid: int) -> list[str]:
     """SIGTERM every process of the job's session, then SIGKILL what is left; returns what they were."""
-    import psutil
-
     members = _session_members(sid)
     described = []
     for pid in members:
@@ -427,6 +426,7 @@ def _tail(path: str, lines: int = 12) -> str:
 
 def _child(launch_argv: list[str]) -> int:
     """Run Paddle's launcher in this process, supervised; the exit status says whether every process did well."""
+    # Imported here: tools/cli.py imports this module at start-up, and `heterps --help` must not import Paddle.
     from paddle.distributed.fleet import launch as paddle_launch
     from paddle.distributed.fleet import launch_utils
 

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _paddle_has_cuda() -> bool:
-    try:
+    try:  # imported here: the CLI imports this module at start-up, and Paddle may not be installed
         import paddle
     except ImportError:
         return False

@@ -7,6 +7,7 @@ Invalid input raises ``PlanningInputError`` (exit 2 from the CLI); an infeasible
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -14,6 +15,7 @@ import sys
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.launch import SPLIT_FIRST_STAGE_KINDS
 from heterps_paddle.planning.model import (
+    RESOURCE_KINDS,
     Cluster,
     ModelProfile,
     Plan,
@@ -27,7 +29,7 @@ from heterps_paddle.planning.report import best_single_type, format_summary
 from heterps_paddle.planning.schedulers import SCHEDULERS, make_scheduler
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model profile (YAML/JSON), e.g. from `heterps profile`")
     parser.add_argument("--cluster", required=True, help="cluster description (YAML/JSON)")
     parser.add_argument("--scheduler", default="rl", choices=SCHEDULERS, help="search method (default: rl)")
@@ -37,6 +39,12 @@ def add_arguments(parser) -> None:
         help="required samples/s, overriding the cluster file's; a comma list (1e5,2e5,4e5) sweeps",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomised schedulers")
+    parser.add_argument(
+        "--trainer-kinds",
+        default="cpu,gpu",
+        help="kinds a one-stage plan's trainers may be (default cpu,gpu; cpu where Paddle has no CUDA); a split "
+        "plan's first stage is always a cpu type (Paddle's heterogeneous pipeline reads data there)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--out", default=None, help="also write the plan JSON here (with a sweep: the last plan)")
     parser.add_argument(
@@ -50,7 +58,7 @@ def add_arguments(parser) -> None:
 def parse_throughputs(text: str | None) -> list[float | None]:
     if text is None:
         return [None]
-    values = []
+    values: list[float | None] = []
     for part in text.split(","):
         try:
             value = float(part)
@@ -62,18 +70,34 @@ def parse_throughputs(text: str | None) -> list[float | None]:
     return values
 
 
+def parse_kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in RESOURCE_KINDS]
+    if not kinds or bad:
+        raise PlanningInputError(f"--trainer-kinds: give kinds among {', '.join(RESOURCE_KINDS)}, got {text!r}")
+    return kinds
+
+
 def make_plans(
-    profile: ModelProfile, cluster: Cluster, scheduler: str, throughputs: list[float | None], seed: int = 0
+    profile: ModelProfile,
+    cluster: Cluster,
+    scheduler: str,
+    throughputs: list[float | None],
+    seed: int = 0,
+    trainer_kinds: tuple[str, ...] = RESOURCE_KINDS,
 ) -> list[tuple[CostModel, Plan]]:
     results = []
     for throughput in throughputs:
-        # The runtime's rule (a split plan's first stage runs on the CPU trainers), so the plan can be launched.
-        cost_model = CostModel(profile, cluster, throughput, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS)
+        # The runtime's rules (a split plan's first stage runs on the CPU trainers; what the trainers of a
+        # one-stage plan can be), so the plan can be launched.
+        cost_model = CostModel(
+            profile, cluster, throughput, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS, one_stage_kinds=trainer_kinds
+        )
         results.append((cost_model, make_scheduler(scheduler, seed=seed).plan(cost_model)))
     return results
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     profile = load_model_profile(args.model)
     cluster = load_cluster(args.cluster)
     throughputs = parse_throughputs(args.throughput)
@@ -86,7 +110,7 @@ def run(args) -> int:
         )
     if throughputs == [None] and cluster.throughput is None:
         raise PlanningInputError(f"{args.cluster}: throughput: missing (give it in the file or with --throughput)")
-    results = make_plans(profile, cluster, args.scheduler, throughputs, args.seed)
+    results = make_plans(profile, cluster, args.scheduler, throughputs, args.seed, parse_kinds(args.trainer_kinds))
     if args.out:
         save_plan(results[-1][1], args.out)
     if args.plot:
@@ -110,11 +134,12 @@ def run(args) -> int:
 
 
 def plot_plans(results: list[tuple[CostModel, Plan]], path: str) -> None:
-    try:
+    try:  # imported here: matplotlib is optional (the plot extra), and only --plot needs it
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Rectangle
     except ImportError:
         raise PlanningInputError("--plot needs matplotlib (pip install 'heterps-paddle[plot]')") from None
     cost_model = results[0][0]
@@ -146,7 +171,7 @@ def plot_plans(results: list[tuple[CostModel, Plan]], path: str) -> None:
     bands.set_yticks(range(len(results)))
     bands.set_yticklabels([f"{m.throughput:,.0f}/s" for m, _ in results])
     bands.set_xlabel("layer (program order)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i % 20)) for i in range(len(type_names))]
+    handles = [Rectangle((0, 0), 1, 1, color=colours(i % 20)) for i in range(len(type_names))]
     bands.legend(handles, type_names, fontsize=7, ncol=4, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     figure.tight_layout()
     figure.savefig(path, dpi=100)

@@ -5,13 +5,15 @@ For any other program use the Python API: ``heterps_paddle.program.profiler.prof
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
+from heterps_paddle.examples import MODELS
 from heterps_paddle.planning.model import PlanningInputError, model_profile_to_dict, save_yaml
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--example", required=True, help="example model: ctr_dnn, wide_deep or deepfm")
     parser.add_argument("--out", required=True, help="model profile file to write (.yaml or .json)")
     parser.add_argument("--batch-size", type=int, default=512, help="samples per batch (default 512)")
@@ -26,13 +28,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON summary (prediction check) on stdout")
 
 
-def run(args) -> int:
-    from heterps_paddle.examples import MODELS
-
+def run(args: argparse.Namespace) -> int:
     if args.example not in MODELS:
         raise PlanningInputError(f"--example: unknown model {args.example!r} (known: {', '.join(MODELS)})")
     if args.batch_size < 1 or args.steps < 1:
         raise PlanningInputError("--batch-size and --steps must be >= 1")
+    # Imported here: the profiler imports Paddle, and the CLI imports this module at start-up (heterps --help).
     from heterps_paddle.program.profiler import profile_example
 
     report = profile_example(

@@ -14,7 +14,7 @@ namespace {
 std::mutex g_registry_mu;
 std::map<std::string, std::shared_ptr<SparseTable>>& registry() {
   static auto* r = new std::map<std::string, std::shared_ptr<SparseTable>>();  // never destroyed: ops may
-  return *r;                                                                  // run during interpreter exit
+  return *r;                                                                   // run during interpreter exit
 }
 }  // namespace
 
@@ -28,8 +28,8 @@ std::shared_ptr<SparseTable> get_or_create_table(const std::string& name, const 
     // eviction, shards) may differ, e.g. the GPU table's host tier asks for the table with its own budget.
     if (o.dim != c.dim || o.optimizer != c.optimizer || o.lr != c.lr || o.beta1 != c.beta1 || o.beta2 != c.beta2 ||
         o.epsilon != c.epsilon || o.init_range != c.init_range || o.seed != c.seed) {
-      throw TableError("table '" + name + "' already exists with config '" + o.to_string() +
-                       "', asked for '" + c.to_string() + "'");
+      throw TableError("table '" + name + "' already exists with config '" + o.to_string() + "', asked for '" +
+                       c.to_string() + "'");
     }
     return it->second;
   }
@@ -49,7 +49,9 @@ bool drop_table(const std::string& name) {
   return registry().erase(name) > 0;
 }
 
-void SparseTable::inject_write_failure_after(int64_t n) { io::inject_write_failure_after(n); }
+void SparseTable::inject_write_failure_after(int64_t n) {
+  io::inject_write_failure_after(n);
+}
 
 }  // namespace heterps
 
@@ -70,7 +72,9 @@ std::shared_ptr<heterps::SparseTable> need(const char* name) {
 
 extern "C" {
 
-const char* heterps_last_error(void) { return t_error.c_str(); }
+const char* heterps_last_error(void) {
+  return t_error.c_str();
+}
 
 int heterps_table_open(const char* name, const char* config) {
   return guarded([&] { heterps::get_or_create_table(name, config); });
@@ -122,6 +126,8 @@ int heterps_table_config(const char* name, char* buf, size_t len) {
     std::memcpy(buf, s.c_str(), s.size() + 1);
   });
 }
-void heterps_inject_write_failure_after(int64_t n) { heterps::io::inject_write_failure_after(n); }
+void heterps_inject_write_failure_after(int64_t n) {
+  heterps::io::inject_write_failure_after(n);
+}
 
 }  // extern "C"

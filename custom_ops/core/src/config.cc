@@ -48,23 +48,39 @@ TableConfig TableConfig::parse(const std::string& text) {
       if (d == 0 || d > 4096) throw TableError("table config: dim must be in [1, 4096], got " + v);
       c.dim = static_cast<uint32_t>(d);
     } else if (k == "optimizer") {
-      if (v == "sgd") c.optimizer = Optimizer::kSGD;
-      else if (v == "adagrad") c.optimizer = Optimizer::kAdagrad;
-      else if (v == "adam") c.optimizer = Optimizer::kAdam;
-      else throw TableError("table config: optimizer must be sgd, adagrad or adam, got '" + v + "'");
-    } else if (k == "lr") c.lr = static_cast<float>(parse_number(k, v));
-    else if (k == "beta1") c.beta1 = static_cast<float>(parse_number(k, v));
-    else if (k == "beta2") c.beta2 = static_cast<float>(parse_number(k, v));
-    else if (k == "epsilon") c.epsilon = static_cast<float>(parse_number(k, v));
-    else if (k == "init_range") c.init_range = static_cast<float>(parse_number(k, v));
-    else if (k == "seed") c.seed = parse_uint(k, v);
-    else if (k == "memory_budget_bytes") c.memory_budget_bytes = parse_uint(k, v);
-    else if (k == "host_memory_budget_bytes") c.host_memory_budget_bytes = parse_uint(k, v);
-    else if (k == "ssd_dir") c.ssd_dir = v;
+      if (v == "sgd")
+        c.optimizer = Optimizer::kSGD;
+      else if (v == "adagrad")
+        c.optimizer = Optimizer::kAdagrad;
+      else if (v == "adam")
+        c.optimizer = Optimizer::kAdam;
+      else
+        throw TableError("table config: optimizer must be sgd, adagrad or adam, got '" + v + "'");
+    } else if (k == "lr")
+      c.lr = static_cast<float>(parse_number(k, v));
+    else if (k == "beta1")
+      c.beta1 = static_cast<float>(parse_number(k, v));
+    else if (k == "beta2")
+      c.beta2 = static_cast<float>(parse_number(k, v));
+    else if (k == "epsilon")
+      c.epsilon = static_cast<float>(parse_number(k, v));
+    else if (k == "init_range")
+      c.init_range = static_cast<float>(parse_number(k, v));
+    else if (k == "seed")
+      c.seed = parse_uint(k, v);
+    else if (k == "memory_budget_bytes")
+      c.memory_budget_bytes = parse_uint(k, v);
+    else if (k == "host_memory_budget_bytes")
+      c.host_memory_budget_bytes = parse_uint(k, v);
+    else if (k == "ssd_dir")
+      c.ssd_dir = v;
     else if (k == "eviction") {
-      if (v == "lru") c.eviction = EvictPolicy::kLRU;
-      else if (v == "lfu") c.eviction = EvictPolicy::kLFU;
-      else throw TableError("table config: eviction must be lru or lfu, got '" + v + "'");
+      if (v == "lru")
+        c.eviction = EvictPolicy::kLRU;
+      else if (v == "lfu")
+        c.eviction = EvictPolicy::kLFU;
+      else
+        throw TableError("table config: eviction must be lru or lfu, got '" + v + "'");
     } else if (k == "shards") {
       uint64_t s = parse_uint(k, v);
       c.shards = static_cast<uint32_t>(s);
@@ -95,28 +111,33 @@ std::string TableConfig::to_string() const {
   o << "dim=" << dim << ";optimizer=" << opt << ";lr=" << lr << ";beta1=" << beta1 << ";beta2=" << beta2
     << ";epsilon=" << epsilon << ";init_range=" << init_range << ";seed=" << seed
     << ";memory_budget_bytes=" << memory_budget_bytes << ";host_memory_budget_bytes=" << host_memory_budget_bytes
-    << ";ssd_dir=" << ssd_dir
-    << ";eviction=" << (eviction == EvictPolicy::kLRU ? "lru" : "lfu") << ";shards=" << shards;
+    << ";ssd_dir=" << ssd_dir << ";eviction=" << (eviction == EvictPolicy::kLRU ? "lru" : "lfu")
+    << ";shards=" << shards;
   return o.str();
 }
 
 uint32_t TableConfig::state_dim() const {
   switch (optimizer) {
-    case Optimizer::kSGD: return 0;
-    case Optimizer::kAdagrad: return dim;          // sum of squared gradients per column
-    case Optimizer::kAdam: return 2 * dim + 2;     // m, v per column, then beta1^t, beta2^t for the row
+    case Optimizer::kSGD:
+      return 0;
+    case Optimizer::kAdagrad:
+      return dim;  // sum of squared gradients per column
+    case Optimizer::kAdam:
+      return 2 * dim + 2;  // m, v per column, then beta1^t, beta2^t for the row
   }
   return 0;
 }
 
 // A resident row costs its floats plus its share of the hash index (16-byte entries kept at most half
 // full, so up to 32 bytes a row).  Counting the index keeps the budget honest for small dims.
-uint64_t TableConfig::row_cost_bytes() const { return uint64_t(stride()) * 4 + 32; }
+uint64_t TableConfig::row_cost_bytes() const {
+  return uint64_t(stride()) * 4 + 32;
+}
 
 void TableStats::to_array(uint64_t* out) const {
-  const uint64_t v[kFields] = {rows_in_memory, rows_on_ssd, hits, misses, ssd_promotions, evictions,
-                               bytes_in_memory, bytes_on_ssd, spill_errors, memory_budget_bytes,
-                               capacity_rows, compactions, bytes_ssd_index};
+  const uint64_t v[kFields] = {rows_in_memory, rows_on_ssd,     hits,           misses,       ssd_promotions,
+                               evictions,      bytes_in_memory, bytes_on_ssd,   spill_errors, memory_budget_bytes,
+                               capacity_rows,  compactions,     bytes_ssd_index};
   for (int i = 0; i < kFields; ++i) out[i] = v[i];
 }
 

@@ -27,7 +27,9 @@ bool injected_failure() {
 }
 }  // namespace
 
-void inject_write_failure_after(int64_t n) { g_fail_after.store(n < 0 ? 0 : n); }
+void inject_write_failure_after(int64_t n) {
+  g_fail_after.store(n < 0 ? 0 : n);
+}
 
 bool pwrite_full(int fd, const void* buf, size_t len, uint64_t offset, std::string* err) {
   if (injected_failure()) {

@@ -153,8 +153,8 @@ static void test_lfu_spares_current_batch() {
 static void test_save_load_and_corruption() {
   std::string dir = g_tmp + "/ckpt";
   ::mkdir(dir.c_str(), 0755);
-  auto c = TableConfig::parse("dim=3;optimizer=adagrad;lr=0.1;seed=3;shards=4;memory_budget_bytes=4000;ssd_dir=" +
-                              g_tmp + "/ssd-ckpt");
+  auto c = TableConfig::parse(
+      "dim=3;optimizer=adagrad;lr=0.1;seed=3;shards=4;memory_budget_bytes=4000;ssd_dir=" + g_tmp + "/ssd-ckpt");
   SparseTable t(c);
   std::vector<int64_t> k(300);
   for (int i = 0; i < 300; ++i) k[i] = i * 7 - 100;

@@ -5,6 +5,7 @@ Modules are imported on demand: ``rl`` needs Paddle (imported inside its functio
 from __future__ import annotations
 
 import importlib
+from typing import Callable
 
 from heterps_paddle.planning.model import PlanningInputError
 from heterps_paddle.planning.schedulers.base import Schedule, Scheduler
@@ -14,11 +15,13 @@ _MODULES = {"rl": "rl", "exact": "exact", "brute": "brute", "greedy": "greedy", 
 SCHEDULERS = tuple(_MODULES)
 
 
-def make_scheduler(name: str, seed: int = 0, **options) -> Scheduler:
+def make_scheduler(name: str, seed: int = 0, **options: object) -> Scheduler:
     if name not in _MODULES:
         raise PlanningInputError(f"unknown scheduler {name!r} (choose from {', '.join(SCHEDULERS)})")
     module = importlib.import_module(f"{__name__}.{_MODULES[name]}")
-    return module.SCHEDULER(seed=seed, **options)
+    # Each module's SCHEDULER is its Scheduler subclass; their keyword options differ.
+    scheduler_class: Callable[..., Scheduler] = module.SCHEDULER
+    return scheduler_class(seed=seed, **options)
 
 
 __all__ = ["Schedule", "Scheduler", "make_scheduler", "SCHEDULERS"]

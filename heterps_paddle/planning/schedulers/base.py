@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import Plan
@@ -47,7 +47,7 @@ class Scheduler(ABC):
         )
 
 
-def best_feasible(cost_model: CostModel, candidates) -> tuple[float, tuple[int, ...] | None]:
+def best_feasible(cost_model: CostModel, candidates: Iterable[Sequence[int]]) -> tuple[float, tuple[int, ...] | None]:
     """Cheapest feasible assignment among ``candidates`` (iterable of assignments)."""
     best_cost, best = float("inf"), None
     for assignment in candidates:

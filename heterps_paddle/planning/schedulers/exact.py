@@ -16,17 +16,19 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from typing import Iterator, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
-from heterps_paddle.planning.cost_model import CostModel, StageTables
+from heterps_paddle.planning.cost_model import CostModel, Evaluation, StageTables
 from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, best_feasible, no_plan_reason
 
 _LAGRANGE_ITERATIONS = 40
 _TOLERANCE = 1e-9
 
 
-def _other_type_min(values: np.ndarray) -> np.ndarray:
+def _other_type_min(values: NDArray[np.float64]) -> NDArray[np.float64]:
     """out[..., t] = min over t' != t of values[..., t'] (inf when there is a single type)."""
     T = values.shape[-1]
     if T == 1:
@@ -38,7 +40,7 @@ def _other_type_min(values: np.ndarray) -> np.ndarray:
     return np.where(is_best, second, best)
 
 
-def forward_dp(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def forward_dp(cost: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
     """F[j, t]: cheapest cover of layers [0, j) whose last stage has type t; also the argmin start."""
     T, n1, _ = cost.shape
     n = n1 - 1
@@ -54,7 +56,7 @@ def forward_dp(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return F, start
 
 
-def backward_dp(cost: np.ndarray) -> np.ndarray:
+def backward_dp(cost: NDArray[np.float64]) -> NDArray[np.float64]:
     """B[i, t]: cheapest cover of layers [i, n) whose first stage has type t."""
     T, n1, _ = cost.shape
     n = n1 - 1
@@ -67,7 +69,7 @@ def backward_dp(cost: np.ndarray) -> np.ndarray:
     return B
 
 
-def dp_assignment(cost: np.ndarray) -> tuple[float, list[int] | None]:
+def dp_assignment(cost: NDArray[np.float64]) -> tuple[float, list[int] | None]:
     F, start = forward_dp(cost)
     n = F.shape[0] - 1
     t = int(np.argmin(F[n]))
@@ -87,7 +89,7 @@ def dp_assignment(cost: np.ndarray) -> tuple[float, list[int] | None]:
     return value, assignment
 
 
-def _completion_bounds(cost: np.ndarray) -> np.ndarray:
+def _completion_bounds(cost: NDArray[np.float64]) -> NDArray[np.float64]:
     """Lower bound, per candidate stage [type, start, end], of the cheapest plan that contains it."""
     F, _ = forward_dp(cost)
     B = backward_dp(cost)
@@ -116,9 +118,10 @@ class ExactScheduler(Scheduler):
             return Schedule(relaxed, proven_optimal=True)
         return self._shared_limit_search(cost_model, tables, first)
 
-    def _shared_limit_search(self, cost_model: CostModel, tables: StageTables, relaxed) -> Schedule:
+    def _shared_limit_search(self, cost_model: CostModel, tables: StageTables, relaxed: Evaluation) -> Schedule:
         limits = cost_model.max_units.astype(float)
         singles = [[t] * cost_model.num_layers for t in range(cost_model.num_types)]
+        incumbent: list[int] | tuple[int, ...] | None
         upper, incumbent = best_feasible(cost_model, singles)
         lower, best_multipliers = -np.inf, np.zeros(cost_model.num_types)
         multipliers = np.zeros(cost_model.num_types)
@@ -148,7 +151,16 @@ class ExactScheduler(Scheduler):
             multipliers = np.maximum(0.0, multipliers + step * gradient)
         return self._milp(cost_model, tables, upper, incumbent, best_multipliers)
 
-    def _milp(self, cost_model: CostModel, tables: StageTables, upper: float, incumbent, multipliers) -> Schedule:
+    def _milp(
+        self,
+        cost_model: CostModel,
+        tables: StageTables,
+        upper: float,
+        incumbent: list[int] | tuple[int, ...] | None,
+        multipliers: NDArray[np.float64],
+    ) -> Schedule:
+        # Lazy: only a binding shared limit needs HiGHS, and scipy must not load in a process that imported
+        # Paddle first (libpaddle's zlib symbols break scipy's import: docs/paddle-notes.md).
         from scipy.optimize import Bounds, LinearConstraint, milp
         from scipy.sparse import coo_matrix
 
@@ -169,19 +181,33 @@ class ExactScheduler(Scheduler):
                 proven_optimal=True,
                 reason=None if incumbent else no_plan_reason(cost_model) + " with shared units",
             )
-        rows, cols, vals, lower_b, upper_b = [], [], [], [], []
+        rows: list[NDArray[np.intp]] = []
+        cols: list[NDArray[np.intp]] = []
+        vals: list[NDArray[np.float64]] = []
+        lower_b: list[float] = []
+        upper_b: list[float] = []
         columns = np.arange(count)
 
-        def add_rows(row_ids, col_ids, coefficients, lo, hi):
-            rows.append(row_ids), cols.append(col_ids), vals.append(coefficients)
-            lower_b.extend(lo), upper_b.extend(hi)
+        def add_rows(
+            row_ids: NDArray[np.intp],
+            col_ids: NDArray[np.intp],
+            coefficients: NDArray[np.float64],
+            lo: Sequence[float],
+            hi: Sequence[float],
+        ) -> None:
+            rows.append(row_ids)
+            cols.append(col_ids)
+            vals.append(coefficients)
+            lower_b.extend(lo)
+            upper_b.extend(hi)
 
         # Flow over boundaries 0..n: one path from 0 to n.
         add_rows(starts, columns, np.ones(count), [], [])
         add_rows(ends, columns, -np.ones(count), [], [])
         net = np.zeros(n + 1)
         net[0], net[n] = 1.0, -1.0
-        lower_b.extend(net), upper_b.extend(net)
+        lower_b.extend(net)
+        upper_b.extend(net)
         row = n + 1
         # A stage is a maximal run: at a boundary, the stages on both sides have different types.
         side = np.concatenate([ends, starts]) * T + np.concatenate([types, types])
@@ -223,6 +249,7 @@ class ExactScheduler(Scheduler):
                 )
             return Schedule(None, reason=f"MILP solver stopped: {result.message}")
         chosen = np.flatnonzero(result.x > 0.5)
+        assignment: list[int] | tuple[int, ...]  # the MILP's choice, or the incumbent when that is not better
         assignment = [0] * n
         for c in chosen:
             assignment[starts[c] : ends[c]] = [int(types[c])] * (ends[c] - starts[c])
@@ -233,7 +260,7 @@ class ExactScheduler(Scheduler):
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr():
+def _stdout_to_stderr() -> Iterator[None]:
     """HiGHS (C++) sometimes prints diagnostics to file descriptor 1 even with display off; `heterps plan
     --json` promises exactly one JSON object on stdout, so the solver's output goes to stderr instead."""
     try:

@@ -4,6 +4,7 @@ per-layer and segment mutation, elitism), the evolutionary baseline of the Heter
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, no_plan_reason
@@ -27,7 +28,7 @@ class GeneticScheduler(Scheduler):
         best_cost, best = np.inf, None
         reference = np.inf  # a feasible cost: infeasible plans are ranked above it
 
-        def fitness(individuals: np.ndarray) -> np.ndarray:
+        def fitness(individuals: NDArray[np.int64]) -> NDArray[np.float64]:
             nonlocal best_cost, best, reference
             evaluations = [cost_model.evaluate(ind) for ind in individuals]
             for e in evaluations:
@@ -62,7 +63,7 @@ class GeneticScheduler(Scheduler):
         return Schedule(best)
 
     @staticmethod
-    def _tournament(rng: np.random.Generator, scores: np.ndarray, size: int = 3) -> int:
+    def _tournament(rng: np.random.Generator, scores: NDArray[np.float64], size: int = 3) -> int:
         contenders = rng.integers(0, scores.size, size)
         return int(contenders[np.argmin(scores[contenders])])
 

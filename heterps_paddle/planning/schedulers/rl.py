@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from heterps_paddle.planning.cost_model import CostModel, Evaluation
 from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, no_plan_reason
 
 
-def fractional_cost(cost_model: CostModel) -> np.ndarray:
+def fractional_cost(cost_model: CostModel) -> NDArray[np.float64]:
     """[layers, types]: what a layer would cost per hour on a type if units were fractional (its busy time at
     the target rate, or the memory share its parameters need, times the price). Ignores the unit granularity and
     the boundaries that make the real problem hard, but says which types suit which layers."""
@@ -35,24 +38,29 @@ def fractional_cost(cost_model: CostModel) -> np.ndarray:
             for layer in cost_model.profile.layers
         ]
     )
-    return np.maximum(busy_units, holding_units) * cost_model.price[None, :] + 1e-12
+    cost: NDArray[np.float64] = np.maximum(busy_units, holding_units) * cost_model.price[None, :] + 1e-12
+    return cost
 
 
-def prior_logits(cost_model: CostModel, strength: float) -> np.ndarray:
+def prior_logits(cost_model: CostModel, strength: float) -> NDArray[np.float32]:
     """A starting preference per layer for its fractionally cheapest types: -strength * log(cost / cheapest)."""
     share = fractional_cost(cost_model)
-    return np.maximum(-strength * np.log(share / share.min(axis=1, keepdims=True)), -20.0).astype("float32")
+    logits: NDArray[np.float32] = np.maximum(
+        -strength * np.log(share / share.min(axis=1, keepdims=True)), -20.0
+    ).astype("float32")
+    return logits
 
 
-def layer_features(cost_model: CostModel) -> np.ndarray:
+def layer_features(cost_model: CostModel) -> NDArray[np.float32]:
     """[layers, features]: kind, sizes, and per type: time, price, units limit, memory fit, alone-cost."""
     profile = cost_model.profile
     n, T = cost_model.num_layers, cost_model.num_types
 
-    def log_standardised(values: np.ndarray) -> np.ndarray:
-        logged = np.log10(np.asarray(values, dtype=float) + 1e-12)
+    def log_standardised(values: ArrayLike) -> NDArray[np.float64]:
+        logged: NDArray[np.float64] = np.log10(np.asarray(values, dtype=float) + 1e-12)
         spread = logged.std()
-        return (logged - logged.mean()) / (spread if spread > 0 else 1.0)
+        standardised: NDArray[np.float64] = (logged - logged.mean()) / (spread if spread > 0 else 1.0)
+        return standardised
 
     kind = np.array([[layer.kind == "sparse", layer.kind == "dense"] for layer in profile.layers], dtype=float)
     sizes = np.stack(
@@ -79,7 +87,10 @@ def layer_features(cost_model: CostModel) -> np.ndarray:
         log_standardised(alone),
         within,
     ]
-    return np.concatenate([kind, sizes] + [np.asarray(f, dtype=float) for f in per_type], axis=1).astype("float32")
+    features: NDArray[np.float32] = np.concatenate(
+        [kind, sizes] + [np.asarray(f, dtype=float) for f in per_type], axis=1
+    ).astype("float32")
+    return features
 
 
 class RLScheduler(Scheduler):
@@ -112,7 +123,8 @@ class RLScheduler(Scheduler):
         self.top_fraction = top_fraction
         self.patience = patience  # a restart ends once its policy is nearly deterministic and stuck this long
         self.prior_strengths = prior_strengths  # cycled over restarts: how much the prior steers the start
-        self.trace: list | None = None  # (restart, iteration, best cost, entropy, stay share) when set to a list
+        # (restart, iteration, best cost, entropy, stay share) when set to a list
+        self.trace: list[tuple[int, int, float | None, float, float]] | None = None
 
     def search(self, cost_model: CostModel) -> Schedule:
         best = self._train(cost_model)
@@ -123,7 +135,7 @@ class RLScheduler(Scheduler):
         return Schedule(list(refined.assignment), refined_from_cost=sampled_cost)
 
     def _train(self, cost_model: CostModel) -> Evaluation | None:
-        import paddle
+        import paddle  # lazy: keeps Paddle out of the planning half (only this scheduler needs it)
 
         was_static = not paddle.in_dynamic_mode()
         if was_static:
@@ -148,7 +160,17 @@ class RLScheduler(Scheduler):
             if was_static:
                 paddle.enable_static()
 
-    def _train_one(self, paddle, cost_model, features, reference, best, restart, strength, started):
+    def _train_one(
+        self,
+        paddle: ModuleType,
+        cost_model: CostModel,
+        features: Any,
+        reference: float,
+        best: Evaluation | None,
+        restart: int,
+        strength: float,
+        started: float,
+    ) -> Evaluation | None:
         seed = self.seed * 1009 + restart
         paddle.seed(seed)
         rng = np.random.default_rng(seed)
@@ -233,9 +255,11 @@ STAY_FEATURES = 5
 RETURN_FEATURES = 2
 
 
-def _make_policy(paddle, feature_size: int, hidden_size: int, num_types: int):
-    class Policy(paddle.nn.Layer):
-        def __init__(self):
+def _make_policy(paddle: Any, feature_size: int, hidden_size: int, num_types: int) -> Any:
+    # Paddle ships no type information, so its Layer is Any to mypy (and ``paddle`` is Any here, not ModuleType:
+    # mypy takes no base class from a ModuleType attribute); subclassing it is unavoidable.
+    class Policy(paddle.nn.Layer):  # type: ignore[misc]
+        def __init__(self) -> None:
             super().__init__()
             self.embed = paddle.nn.Linear(feature_size, hidden_size)
             self.lstm = paddle.nn.LSTM(hidden_size, hidden_size, direction="bidirect")
@@ -253,7 +277,7 @@ def _make_policy(paddle, feature_size: int, hidden_size: int, num_types: int):
                 [RETURN_FEATURES], default_initializer=paddle.nn.initializer.Assign([1.0, 0.0])
             )
 
-        def forward(self, x):
+        def forward(self, x: Any) -> tuple[Any, Any]:
             """Per layer: type logits [1, n, T] and (stay, return) logits [1, n, 2]."""
             hidden, _ = self.lstm(paddle.tanh(self.embed(x)))
             return self.head(hidden), self.moves(hidden)
@@ -263,14 +287,14 @@ def _make_policy(paddle, feature_size: int, hidden_size: int, num_types: int):
 
 @dataclass
 class Rollout:
-    samples: np.ndarray  # [batch, n] type indices
-    stay_features: np.ndarray  # [batch, n, STAY_FEATURES]
-    return_features: np.ndarray  # [batch, n, RETURN_FEATURES]
-    can_return: np.ndarray  # [batch, n] bool: there is a run before the current one
-    moves: np.ndarray  # [batch, n, 2] float: the sampled type equals the stay / return type
+    samples: NDArray[np.int64]  # [batch, n] type indices
+    stay_features: NDArray[np.float32]  # [batch, n, STAY_FEATURES]
+    return_features: NDArray[np.float32]  # [batch, n, RETURN_FEATURES]
+    can_return: NDArray[np.bool_]  # [batch, n] bool: there is a run before the current one
+    moves: NDArray[np.float32]  # [batch, n, 2] float: the sampled type equals the stay / return type
 
 
-def free_reach(unit_table: np.ndarray) -> np.ndarray:
+def free_reach(unit_table: NDArray[np.float64]) -> NDArray[np.int64]:
     """[type, start]: the furthest end of a stage from ``start`` that needs no more units than its first layer
     alone (layers up to there come "for free" on that type). Not monotone in between: boundary traffic depends
     on where a stage ends, so a longer stage can be cheaper than a shorter one."""
@@ -288,13 +312,13 @@ def free_reach(unit_table: np.ndarray) -> np.ndarray:
 
 def _rollout(
     rng: np.random.Generator,
-    probs: np.ndarray,
-    move_logits: np.ndarray,
-    weights,
-    unit_table: np.ndarray,
-    reach: np.ndarray,
+    probs: NDArray[np.float64],
+    move_logits: NDArray[np.float64],
+    weights: tuple[NDArray[np.float64], NDArray[np.float64]],
+    unit_table: NDArray[np.float64],
+    reach: NDArray[np.int64],
     count: int,
-    forced: np.ndarray | None = None,
+    forced: NDArray[np.int64] | None = None,
 ) -> Rollout:
     """Draw ``count`` samples (row 0 is ``forced`` when given: the replayed best plan), recording the features
     their log-probability needs. Stay features: is this layer before, at or past the current run's free reach
@@ -345,7 +369,7 @@ def _rollout(
     return Rollout(samples, stay_features, return_features, can_return, moves)
 
 
-def _log_probability(paddle, policy, log_probs, move_logits, rollout: Rollout):
+def _log_probability(paddle: ModuleType, policy: Any, log_probs: Any, move_logits: Any, rollout: Rollout) -> Any:
     """log P(sample) under the policy, differentiable: per layer
     P = p_stay [a = current] + p_return [a = previous run] + p_fresh pi(a)."""
     count, n = rollout.samples.shape

@@ -6,6 +6,11 @@ shared and noisy, so absolute figures from different runs are not comparable.
 
 from __future__ import annotations
 
+import argparse
+from typing import Callable
+
+from heterps_paddle.tools.cli import add_command_table
+
 # name -> (module, help); each module exposes add_arguments(parser) and run(args) -> int.
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "e2e": ("heterps_paddle.tools.bench.e2e", "launched CTR training with heterps off and on, back to back"),
@@ -18,11 +23,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
-def add_arguments(parser) -> None:
-    from heterps_paddle.tools.cli import add_command_table
-
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_command_table(parser, BENCHMARKS, dest="benchmark", run_key="_bench_run")
 
 
-def run(args) -> int:
-    return args._bench_run(args)
+def run(args: argparse.Namespace) -> int:
+    bench_run: Callable[[argparse.Namespace], int] = args._bench_run
+    return bench_run(args)

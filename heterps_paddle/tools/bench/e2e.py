@@ -12,16 +12,20 @@ per-repeat ratios.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
 import sys
 import tempfile
+from typing import Any, Callable
+
+from heterps_paddle.tools.jobs import JobSpec, run_job
 
 MODELS = ("ctr_dnn", "wide_deep", "deepfm")
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", action="append", choices=MODELS, help="model to run (repeatable; default: all three)"
     )
@@ -36,7 +40,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
-def plan_summary(plan_path: str, measured: float) -> dict:
+def plan_summary(plan_path: str, measured: float) -> dict[str, Any]:
     """The plan a heterps run made and the cost model's samples/s for it: the plan was fitted to the launched
     processes (planning/launch_fit.py), so its throughput is the prediction for this very launch."""
     with open(plan_path, encoding="utf-8") as f:
@@ -49,7 +53,7 @@ def plan_summary(plan_path: str, measured: float) -> dict:
     }
 
 
-def _median_run(runs: list[dict]) -> dict:
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One variant's figures over the repeats: medians, with every repeat's value kept."""
     merged = dict(runs[0])
     for key in ("samples_per_second", "test_auc", "wall_seconds"):
@@ -68,19 +72,17 @@ def _median_run(runs: list[dict]) -> dict:
     return merged
 
 
-def _paired(runs: dict, key: str, combine) -> float:
+def _paired(runs: dict[str, list[dict[str, Any]]], key: str, combine: Callable[[Any, Any], float]) -> float:
     """Median over repeats of combine(heterps, reference) taken within each repeat."""
     return statistics.median(combine(h[key], p[key]) for h, p in zip(runs["heterps"], runs["ps"]))
 
 
-def run(args) -> int:
-    from heterps_paddle.tools.jobs import JobSpec, run_job
-
+def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise SystemExit("bench e2e: --repeats must be at least 1")
     models = args.model or list(MODELS)
     overrides = {"generate_rows": args.rows, "epochs": args.epochs, "batch_size": args.batch_size}
-    report = {
+    report: dict[str, Any] = {
         "benchmark": "e2e",
         "rows": args.rows,
         "epochs": args.epochs,
@@ -91,10 +93,10 @@ def run(args) -> int:
         "models": {},
     }
     for model in models:
-        variants = [("ps", dict(heterps=False)), ("heterps", dict(heterps=True))]
+        variants: list[tuple[str, dict[str, Any]]] = [("ps", dict(heterps=False)), ("heterps", dict(heterps=True))]
         if not args.no_reference:
             variants.append(("single_process", dict(heterps=False, workers=0)))
-        runs = {name: [] for name, _ in variants}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}
         for repeat in range(args.repeats):
             for name, kind in variants:
                 spec = JobSpec(

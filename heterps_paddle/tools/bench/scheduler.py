@@ -7,20 +7,26 @@ clusters. Printed per scheduler: cost ratio to the proven optimum (median, worst
 
 from __future__ import annotations
 
+import argparse
+import glob
 import json
+import os
 import statistics
 import sys
 import time
+from typing import Any, Callable
 
+from heterps_paddle.examples import EXAMPLES_DIR, MODELS
 from heterps_paddle.planning.catalog import Workload, feasible_target, interesting_throughput, workload_suite
 from heterps_paddle.planning.cost_model import CostModel
-from heterps_paddle.planning.schedulers import SCHEDULERS
+from heterps_paddle.planning.model import PlanningInputError, load_cluster
+from heterps_paddle.planning.schedulers import SCHEDULERS, make_scheduler
 
 # brute is exponential: run it only where it takes seconds, not minutes (its own refusal is at 10^6).
 BRUTE_BENCH_LIMIT = 200_000
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=int, default=24, help="generated workloads (default 24)")
     parser.add_argument("--seed", type=int, default=0, help="suite seed (default 0)")
     parser.add_argument(
@@ -35,11 +41,8 @@ def add_arguments(parser) -> None:
 
 def example_workloads() -> list[Workload]:
     """The example models' static profiles (sizes only: no timing run) on each example cluster."""
-    import glob
-    import os
-
-    from heterps_paddle.examples import EXAMPLES_DIR, MODELS
-    from heterps_paddle.planning.model import load_cluster
+    # Imported here: the profiler imports Paddle (an ImportError without it: run() leaves the examples out), and
+    # the CLI imports this module at start-up.
     from heterps_paddle.program.profiler import profile_example
 
     clusters = sorted(glob.glob(os.path.join(EXAMPLES_DIR, "clusters", "*.yaml")))
@@ -54,13 +57,13 @@ def example_workloads() -> list[Workload]:
     return workloads
 
 
-def run_suite(workloads: list[Workload], schedulers: list[str], log=None) -> list[dict]:
-    from heterps_paddle.planning.schedulers import make_scheduler
-
+def run_suite(
+    workloads: list[Workload], schedulers: list[str], log: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
     rows = []
     for workload in workloads:
         n, T = len(workload.profile.layers), len(workload.cluster.resource_types)
-        row = {
+        row: dict[str, Any] = {
             "workload": workload.name,
             "layers": n,
             "types": T,
@@ -75,7 +78,7 @@ def run_suite(workloads: list[Workload], schedulers: list[str], log=None) -> lis
             cost_model = CostModel(workload.profile, workload.cluster)
             started = time.perf_counter()
             plan = make_scheduler(name, seed=0).plan(cost_model)
-            result = {
+            result: dict[str, Any] = {
                 "feasible": plan.feasible,
                 "cost_per_hour": plan.cost_per_hour if plan.feasible else None,
                 "seconds": time.perf_counter() - started,
@@ -99,7 +102,7 @@ def run_suite(workloads: list[Workload], schedulers: list[str], log=None) -> lis
     return rows
 
 
-def summarise(rows: list[dict], schedulers: list[str]) -> dict:
+def summarise(rows: list[dict[str, Any]], schedulers: list[str]) -> dict[str, Any]:
     summary = {}
     for name in schedulers:
         ratios, seconds, missed, ran = [], [], 0, 0
@@ -125,7 +128,7 @@ def summarise(rows: list[dict], schedulers: list[str]) -> dict:
     return summary
 
 
-def _row_line(row: dict) -> str:
+def _row_line(row: dict[str, Any]) -> str:
     optimum = row["results"]["exact"]["cost_per_hour"]
     parts = [
         f"{row['workload']:<28} {row['layers']:>3}x{row['types']:<3} "
@@ -141,9 +144,7 @@ def _row_line(row: dict) -> str:
     return " ".join(parts)
 
 
-def run(args) -> int:
-    from heterps_paddle.planning.model import PlanningInputError
-
+def run(args: argparse.Namespace) -> int:
     schedulers = [s.strip() for s in args.schedulers.split(",") if s.strip()]
     for name in schedulers:
         if name not in SCHEDULERS:
@@ -152,7 +153,7 @@ def run(args) -> int:
         schedulers.insert(0, "exact")
     workloads = workload_suite(args.count, args.seed)
 
-    def log(line):
+    def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     if not args.no_examples:
@@ -174,7 +175,7 @@ def run(args) -> int:
         )
         for name, s in summary.items():
 
-            def fmt(value, pattern):
+            def fmt(value: float | None, pattern: str) -> str:
                 return "-" if value is None else format(value, pattern)
 
             print(
@@ -185,15 +186,13 @@ def run(args) -> int:
     return 0
 
 
-def plot_bench(rows: list[dict], summary: dict, schedulers: list[str], path: str) -> None:
-    try:
+def plot_bench(rows: list[dict[str, Any]], summary: dict[str, Any], schedulers: list[str], path: str) -> None:
+    try:  # imported here: matplotlib is optional (the plot extra), and only --plot needs it
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from heterps_paddle.planning.model import PlanningInputError
-
         raise PlanningInputError("--plot needs matplotlib (pip install 'heterps-paddle[plot]')") from None
     figure, (ratio_axis, time_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     for position, name in enumerate(schedulers):

@@ -15,12 +15,20 @@ No Paddle import at module level.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 import tempfile
 import threading
 import time
+from typing import Any
+
+import psutil
+
+from heterps_paddle.planning.launch import launch_arguments
+from heterps_paddle.planning.model import load_plan
+from heterps_paddle.tools.jobs import JobSpec, launch, trainer_argv
 
 SPLITS = {
     "unsplit": None,
@@ -36,7 +44,7 @@ SPLITS = {
 }
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=int, default=20000, help="generated training rows (default 20000)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=128, help="batch (micro-batch) size")
@@ -51,8 +59,6 @@ class _Sampler:
     """CPU time of the job's processes (found by a marker in their command line), every 0.2 s."""
 
     def __init__(self, marker: str):
-        import psutil
-
         self.psutil = psutil
         self.marker = marker
         self.samples: dict[int, list[tuple[float, float]]] = {}
@@ -60,7 +66,7 @@ class _Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _loop(self):
+    def _loop(self) -> None:
         while not self._stop.is_set():
             now = time.time()
             for p in self.psutil.process_iter(["cmdline"]):
@@ -81,16 +87,16 @@ class _Sampler:
                     pass
             self._stop.wait(0.2)
 
-    def __enter__(self):
+    def __enter__(self) -> _Sampler:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
 
     @staticmethod
-    def _at(samples, t):
+    def _at(samples: list[tuple[float, float]], t: float) -> float:
         """CPU seconds at wall time t, interpolated between samples."""
         if t <= samples[0][0]:
             return samples[0][1]
@@ -109,11 +115,13 @@ class _Sampler:
         return {r: round(sum(v) / len(v), 3) for r, v in sorted(per_role.items())}
 
 
-def _run_one(name, stages, work, args, microbatches=None) -> dict:
-    from heterps_paddle.planning.launch import launch_arguments
-    from heterps_paddle.planning.model import load_plan
-    from heterps_paddle.tools.jobs import JobSpec, launch, trainer_argv
-
+def _run_one(
+    name: str,
+    stages: list[dict[str, Any]] | None,
+    work: str,
+    args: argparse.Namespace,
+    microbatches: int | None = None,
+) -> dict[str, Any]:
     results = os.path.join(work, f"res_{name}")
     overrides = {
         "generate_rows": args.rows,
@@ -150,7 +158,7 @@ def _run_one(name, stages, work, args, microbatches=None) -> dict:
     }
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     work = args.work_dir or tempfile.mkdtemp(prefix="heterps-bench-sections-")
     os.makedirs(work, exist_ok=True)
     os.environ.setdefault("HETERPS_CACHE", os.path.join(work, "cache"))

@@ -12,12 +12,19 @@ No Paddle import: the table core does not need it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import shutil
 import tempfile
 import time
+from typing import Any, Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from heterps_paddle.table.sparse_table import SparseTable, SparseTableError
 
 TARGETS = {
     "pull_vs_numpy_min": 0.5,  # in-memory pull >= 0.5x the numpy gather
@@ -26,7 +33,7 @@ TARGETS = {
 }
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--dims", default="8,16,64", help="comma-separated row dims (default 8,16,64)")
     parser.add_argument("--rows", type=int, default=1 << 20, help="key space: rows in the table (default 1Mi)")
@@ -38,34 +45,40 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def _zipf_ids(rng, n_keys, size, s=1.1):
+def _zipf_ids(rng: np.random.Generator, n_keys: int, size: int, s: float = 1.1) -> npt.NDArray[np.int64]:
     """Bounded Zipf(s) over n_keys keys; ranks are scattered over the key space by a fixed permutation so
     hot keys are not neighbours in memory (numpy's zipf is unbounded and would clip into the last key)."""
-    import numpy as np
-
     ranks = np.arange(1, n_keys + 1, dtype=np.float64)
     cdf = np.cumsum(ranks**-s)
     cdf /= cdf[-1]
     r = np.searchsorted(cdf, rng.random(size))
     perm = np.random.default_rng(12345).permutation(n_keys)
-    return perm[np.minimum(r, n_keys - 1)].astype(np.int64)
+    ids: npt.NDArray[np.int64] = perm[np.minimum(r, n_keys - 1)].astype(np.int64)
+    return ids
 
 
-def _median(xs):
+def _median(xs: list[float]) -> float:
     xs = sorted(xs)
     return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
 
 
-def _timed(fn, arg):
+def _timed(fn: Callable[..., object], arg: Any) -> float:
     t0 = time.perf_counter()
     fn(arg)
     return time.perf_counter() - t0
 
 
-def _make_table(sparse_table_cls, dim, optimizer, n_keys, budget, ssd_dir, name, eviction="lru"):
-    import numpy as np
-
-    kwargs = {"memory_budget_bytes": budget, "ssd_dir": ssd_dir, "eviction": eviction} if budget else {}
+def _make_table(
+    sparse_table_cls: type[SparseTable],
+    dim: int,
+    optimizer: str,
+    n_keys: int,
+    budget: int,
+    ssd_dir: str,
+    name: str,
+    eviction: str = "lru",
+) -> SparseTable:
+    kwargs: dict[str, Any] = {"memory_budget_bytes": budget, "ssd_dir": ssd_dir, "eviction": eviction} if budget else {}
     table = sparse_table_cls(dim=dim, optimizer=optimizer, lr=0.01, name=name, **kwargs)
     fill = np.arange(n_keys, dtype=np.int64)
     for i in range(0, n_keys, 1 << 18):  # create every row (spilling 3/4 of them in SSD mode)
@@ -73,17 +86,22 @@ def _make_table(sparse_table_cls, dim, optimizer, n_keys, budget, ssd_dir, name,
     return table
 
 
-def _measure(tables, dense, rows_dict, batches, warm, dict_ids):
+def _measure(
+    tables: dict[str, SparseTable],
+    dense: npt.NDArray[np.float32],
+    rows_dict: dict[int, npt.NDArray[np.float32]],
+    batches: list[npt.NDArray[np.int64]],
+    warm: list[npt.NDArray[np.int64]],
+    dict_ids: int,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any]]:
     """Interleaves the references (numpy gather; dict of rows on the first `dict_ids` ids of each batch),
     table pulls and table pushes batch by batch, so that the load of this shared machine hits all of them
     alike.  Rates come from the median batch time; ratios are medians of the per-batch ratios."""
-    import numpy as np
-
     n, dim = len(batches[0]), dense.shape[1]
     out = np.empty((n, dim), np.float32)
     grads = np.random.default_rng(1).normal(0, 0.01, size=(n, dim)).astype(np.float32)
 
-    def naive(ids):
+    def naive(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         return np.stack([rows_dict[k] for k in ids.tolist()])
 
     for b in warm:  # steady state: hot rows resident, buffers faulted in
@@ -93,7 +111,7 @@ def _measure(tables, dense, rows_dict, batches, warm, dict_ids):
             t.pull(b, out=out)
             t.push(b, grads)
     before = {m: t.stats() for m, t in tables.items()}
-    per = {"numpy": [], "dict": []}  # seconds per id
+    per: dict[str, list[float]] = {"numpy": [], "dict": []}  # seconds per id
     for m in tables:
         per[m + "_pull"], per[m + "_push"] = [], []
     for b in batches:
@@ -105,7 +123,7 @@ def _measure(tables, dense, rows_dict, batches, warm, dict_ids):
             per[m + "_push"].append(_timed(lambda x, t=t: t.push(x, grads), b) / n)
     rates = {k: 1.0 / _median(v) for k, v in per.items()}
 
-    def paired(a, b):  # rate(a) / rate(b), batch by batch
+    def paired(a: str, b: str) -> float:  # rate(a) / rate(b), batch by batch
         return _median([tb / ta for ta, tb in zip(per[a], per[b])])
 
     results = {}
@@ -130,11 +148,7 @@ def _measure(tables, dense, rows_dict, batches, warm, dict_ids):
     return refs, results, ratios
 
 
-def run(args) -> int:
-    import numpy as np
-
-    from heterps_paddle.table.sparse_table import SparseTable, SparseTableError
-
+def run(args: argparse.Namespace) -> int:
     try:
         dims = [int(d) for d in str(args.dims).split(",") if d.strip()]
     except ValueError:
@@ -152,10 +166,11 @@ def run(args) -> int:
             d = {i: dense[i].copy() for i in range(args.rows)}
             for dist in ("zipf", "uniform"):
 
-                def draw(dist=dist):
+                def draw(dist: str = dist) -> npt.NDArray[np.int64]:
                     if dist == "zipf":
                         return _zipf_ids(rng, args.rows, args.batch)
-                    return rng.integers(0, args.rows, args.batch, dtype=np.int64)
+                    ids: npt.NDArray[np.int64] = rng.integers(0, args.rows, args.batch, dtype=np.int64)
+                    return ids
 
                 batches = [draw() for _ in range(args.batches)]
                 warm = [draw() for _ in range(2)]

@@ -49,18 +49,18 @@ struct TableConfig {
   std::string to_string() const;
   void validate() const;
 
-  uint32_t state_dim() const;                       // optimizer floats per row
+  uint32_t state_dim() const;                            // optimizer floats per row
   uint32_t stride() const { return dim + state_dim(); }  // floats per stored row
-  uint64_t row_cost_bytes() const;                  // what one resident row counts against the budget
+  uint64_t row_cost_bytes() const;                       // what one resident row counts against the budget
 };
 
 struct TableStats {
   uint64_t rows_in_memory = 0;
   uint64_t rows_on_ssd = 0;
-  uint64_t hits = 0;          // key found resident
-  uint64_t misses = 0;        // key not resident (new row created or promoted from SSD)
+  uint64_t hits = 0;    // key found resident
+  uint64_t misses = 0;  // key not resident (new row created or promoted from SSD)
   uint64_t ssd_promotions = 0;
-  uint64_t evictions = 0;     // rows written to SSD
+  uint64_t evictions = 0;        // rows written to SSD
   uint64_t bytes_in_memory = 0;  // resident rows + their index (what the budget bounds)
   uint64_t bytes_on_ssd = 0;
   uint64_t spill_errors = 0;  // failed SSD writes (rows kept resident over budget)
