@@ -8,7 +8,7 @@ if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then
   # shellcheck disable=SC1091
   . .venv/bin/activate
 fi
-python_files=(heterps_paddle tests examples setup.py)
+python_files=(heterps_paddle tests examples setup.py custom_ops)
 echo "== gates: ruff check"
 ruff check "${python_files[@]}"
 echo "== gates: ruff format --check"

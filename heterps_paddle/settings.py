@@ -64,6 +64,11 @@ _ALL = (
         "launcher tells a process only its own stage's device)",
     ),
     Setting(
+        "HETERPS_LAUNCH_TIMEOUT",
+        "",
+        "set by `heterps launch --timeout S` for the process that runs Paddle's launcher: seconds the job may take",
+    ),
+    Setting(
         "HETERPS_SHARED_OUTPUT_DIR",
         "0",
         "1: heterps_configs['output_dir'] is storage every host of a multi-host launch shares, so one plan "

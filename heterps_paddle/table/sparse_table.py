@@ -26,6 +26,7 @@ from typing import Any, Optional
 import numpy as np
 import numpy.typing as npt
 
+from heterps_paddle import settings
 from heterps_paddle.errors import HeterPSError
 
 __all__ = ["SparseTable", "SparseTableError", "sparse_embedding", "load_ops", "ops_library_path", "core_library_path"]
@@ -61,7 +62,7 @@ _name_counter = itertools.count()
 
 
 def _ops_dir() -> Path:
-    override = os.environ.get("HETERPS_OPS_DIR")
+    override = str(settings.get("HETERPS_OPS_DIR"))
     return Path(override) if override else Path(__file__).resolve().parent.parent / "_ops"
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import psutil
 
+from heterps_paddle import settings
 from heterps_paddle.planning.launch import LAUNCH_ENV
 
 CHILD_FLAG = "--heterps-supervised-child"
@@ -430,7 +431,7 @@ def _child(launch_argv: list[str]) -> int:
     from paddle.distributed.fleet import launch as paddle_launch
     from paddle.distributed.fleet import launch_utils
 
-    timeout = os.environ.get("HETERPS_LAUNCH_TIMEOUT")
+    timeout = str(settings.get("HETERPS_LAUNCH_TIMEOUT"))
     supervisor = Supervisor(float(timeout) if timeout else None)
     launcher_cls = getattr(launch_utils, "ParameterServerLauncher", None)
     if launcher_cls is None or not hasattr(launcher_cls, "start_ps"):
