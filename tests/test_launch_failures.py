@@ -145,3 +145,21 @@ def test_a_plan_that_does_not_fit_the_program_fails_the_job(setup):
     assert "not in the program: ['fc_9']" in output, output[-3000:]
     time.sleep(1)
     assert job_processes(out) == []
+
+
+def test_killing_heterps_launch_itself_stops_the_job(setup):
+    # SIGKILL gives heterps launch no chance to stop the job's session: the process that runs Paddle's launcher
+    # sees its parent go and stops the job itself.
+    proc, out, log_dir = start(setup, "launcher-killed")
+    try:
+        wait_for(os.path.join(log_dir, "workerlog.0"), r"Epoch 0 done", proc)
+        assert len(job_processes(out)) >= 4  # server, 2 CPU trainers, heterogeneous trainer
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + SURFACE_S
+        while job_processes(out) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert job_processes(out) == [], "processes of the job outlived the killed launcher"
+    finally:
+        for leftover in job_processes(out):
+            leftover.kill()

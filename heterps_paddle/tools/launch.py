@@ -303,6 +303,9 @@ class Supervisor:
         self.first_seen: dict[tuple[str, int], float] = {}
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.timeout = timeout
+        # heterps launch's own process: if it is killed (SIGKILL gives it no chance to stop the job's session),
+        # this process sees its parent change and stops the job itself.
+        self.parent = os.getppid()
         self._thread = threading.Thread(target=self._loop, name="heterps-supervisor", daemon=True)
         self._done = threading.Event()
 
@@ -379,6 +382,9 @@ class Supervisor:
 
     def _loop(self) -> None:
         while not self._done.wait(POLL_S):
+            if os.getppid() != self.parent:
+                self.fail(Failure(f"the heterps launch process (pid {self.parent}) went away; stopping the job"))
+                return
             failure = self.check_once()
             if failure is not None:
                 # A process killed from outside can still be on its way out (its threads exiting) when the peers
@@ -389,10 +395,12 @@ class Supervisor:
 
     def fail(self, failure: Failure) -> None:
         self.failure = failure
-        print(f"{OWN_PREFIX} FAILED: {failure.message}", file=sys.stderr, flush=True)
-        if failure.log:
-            print(_tail(failure.log), file=sys.stderr, flush=True)
-        self.stop_all()
+        try:
+            _say(f"{OWN_PREFIX} FAILED: {failure.message}")
+            if failure.log:
+                _say(_tail(failure.log))
+        finally:
+            self.stop_all()
 
     def stop_all(self) -> None:
         entries = self.processes()
@@ -405,6 +413,15 @@ class Supervisor:
         for _, _, tp in entries:
             if tp.proc.poll() is None:
                 tp.proc.kill()
+
+
+def _say(text: str) -> None:
+    """A line for heterps launch's console; when that process is gone (its end of the pipe closed), the job is
+    still stopped: a failed write must not end the supervisor."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def _status(code: int) -> str:
