@@ -46,3 +46,18 @@ def test_local_cluster_file_is_a_valid_cluster(tmp_path):
     assert [(t.name, t.kind) for t in cluster.resource_types] == [("local_cpu", "cpu"), ("local_gpu", "gpu")]
     for t in cluster.resource_types:
         assert t.max_units >= 1 and t.flops > 1e8 and t.mem_bw > 1e7 and t.net_bw > 1e7 and t.memory > 1e8
+
+
+def test_the_cli_runs_from_a_source_checkout():
+    # `python -m heterps_paddle` in the repository's root imports the source tree, which has no
+    # heterps_paddle.examples (setup.py maps examples/ to it on install): the CLI and `heterps plan` (which a
+    # job runs for its report) must not need it at start-up.
+    import sys
+
+    from conftest import REPO
+
+    for args in (["--help"], ["plan", "--help"], ["launch-args", "--help"]):
+        run = subprocess.run(
+            [sys.executable, "-m", "heterps_paddle", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+        )
+        assert run.returncode == 0, run.stderr[-2000:]

@@ -84,7 +84,7 @@ def test_profile_program_measures_every_layer():
     reason="timing check; set HETERPS_SLOW_TESTS=1 (noisy on a shared machine)",
 )
 def test_summed_layer_times_predict_the_step_time_within_20_percent():
-    from heterps_paddle.program.profiler import profile_example
+    from heterps_paddle.tools.profile_command import profile_example
 
     report = profile_example("ctr_dnn", steps=6)
     assert report.prediction_error <= 0.20, (report.predicted_step_seconds, report.measured_step_seconds)

@@ -304,8 +304,14 @@ def _advice(
         "cpu,gpu" if cuda else "cpu",
     ]
     try:
+        # cwd: outside the script's directory, where a source checkout's heterps_paddle would shadow the installed one
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=ADVICE_TIMEOUT_S, env=env_outside_the_launch()
+            command,
+            capture_output=True,
+            text=True,
+            timeout=ADVICE_TIMEOUT_S,
+            env=env_outside_the_launch(),
+            cwd=os.path.dirname(profile_path),
         )
     except subprocess.TimeoutExpired:
         return None, f"`heterps plan` took more than {ADVICE_TIMEOUT_S:.0f} s"

@@ -25,7 +25,6 @@ import numpy as np
 import paddle
 import paddle.profiler as profiler
 
-from heterps_paddle.examples import build_program, random_feed
 from heterps_paddle.planning.model import LayerProfile, ModelProfile
 
 LOOKUP_OPS = {"lookup_table", "lookup_table_v2"}
@@ -360,33 +359,6 @@ def _timed_steps(executor: Any, program: Any, feed: dict[str, Any], fetch_list: 
         executor.run(program, feed=feed, fetch_list=fetch_list)
         seconds.append(time.perf_counter() - started)
     return seconds
-
-
-def profile_example(
-    name: str,
-    batch_size: int = 512,
-    seed: int = 0,
-    time_key: str | None = "local_cpu",
-    steps: int = 4,
-    measure: bool = True,
-    **config: Any,
-) -> ProfileReport:
-    """Profile one of the example CTR models with Adam applied (what training runs)."""
-    main, startup, model = build_program(name, **config)
-    with paddle.static.program_guard(main, startup):
-        paddle.optimizer.Adam(1e-3).minimize(model.loss)
-    feed = random_feed(model, batch_size, seed)
-    return profile_program(
-        main,
-        startup,
-        feed,
-        batch_size,
-        fetch_list=[model.loss],
-        name=name,
-        time_key=time_key,
-        steps=steps,
-        measure=measure,
-    )
 
 
 def is_finite_profile(profile: ModelProfile) -> bool:

@@ -21,7 +21,6 @@ from typing import Any
 import psutil
 
 from heterps_paddle.errors import HeterPSError
-from heterps_paddle.examples import TRAINER_SCRIPT, model_config_path
 
 OUTER_GRACE_S = 30.0  # beyond the job's own --timeout: heterps launch's teardown
 
@@ -154,6 +153,9 @@ def log_tails(log_dir: str, lines: int = 15) -> str:
 
 
 def trainer_argv(spec: JobSpec, result_dir: str) -> list[str]:
+    # lazy: heterps_paddle.examples exists only once installed (setup.py maps examples/ to it)
+    from heterps_paddle.examples import TRAINER_SCRIPT, model_config_path
+
     script = [TRAINER_SCRIPT, "-m", model_config_path(spec.model), "--result-dir", result_dir]
     for key, value in spec.overrides.items():
         script += ["-o", f"{key}={json.dumps(value)}"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
-from heterps_paddle.examples import MODELS
 from heterps_paddle.planning.model import PlanningInputError, model_profile_to_dict, save_yaml
 
 
@@ -28,14 +28,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON summary (prediction check) on stdout")
 
 
+def profile_example(
+    name: str,
+    batch_size: int = 512,
+    seed: int = 0,
+    time_key: str | None = "local_cpu",
+    steps: int = 4,
+    measure: bool = True,
+    **config: Any,
+) -> Any:
+    """Profile one of the example CTR models with Adam applied (what training runs); a ProfileReport."""
+    # Lazy: the profiler and the examples import Paddle (the CLI imports this module at start-up), and
+    # heterps_paddle.examples exists only once installed (setup.py maps examples/ to it).
+    import paddle
+
+    from heterps_paddle.examples import build_program, random_feed
+    from heterps_paddle.program.profiler import profile_program
+
+    main, startup, model = build_program(name, **config)
+    with paddle.static.program_guard(main, startup):
+        paddle.optimizer.Adam(1e-3).minimize(model.loss)
+    feed = random_feed(model, batch_size, seed)
+    return profile_program(
+        main,
+        startup,
+        feed,
+        batch_size,
+        fetch_list=[model.loss],
+        name=name,
+        time_key=time_key,
+        steps=steps,
+        measure=measure,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
+    from heterps_paddle.examples import MODELS  # lazy: see profile_example
+
     if args.example not in MODELS:
         raise PlanningInputError(f"--example: unknown model {args.example!r} (known: {', '.join(MODELS)})")
     if args.batch_size < 1 or args.steps < 1:
         raise PlanningInputError("--batch-size and --steps must be >= 1")
-    # Imported here: the profiler imports Paddle, and the CLI imports this module at start-up (heterps --help).
-    from heterps_paddle.program.profiler import profile_example
-
     report = profile_example(
         args.example, batch_size=args.batch_size, seed=args.seed, time_key=args.time_as, steps=args.steps
     )

@@ -16,7 +16,6 @@ import sys
 import time
 from typing import Any, Callable
 
-from heterps_paddle.examples import EXAMPLES_DIR, MODELS
 from heterps_paddle.planning.catalog import Workload, feasible_target, interesting_throughput, workload_suite
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import PlanningInputError, load_cluster
@@ -41,9 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def example_workloads() -> list[Workload]:
     """The example models' static profiles (sizes only: no timing run) on each example cluster."""
-    # Imported here: the profiler imports Paddle (an ImportError without it: run() leaves the examples out), and
-    # the CLI imports this module at start-up.
-    from heterps_paddle.program.profiler import profile_example
+    # Imported here: the profiler imports Paddle (an ImportError without it: run() leaves the examples out), the
+    # CLI imports this module at start-up, and heterps_paddle.examples exists only once installed.
+    from heterps_paddle.examples import EXAMPLES_DIR, MODELS
+    from heterps_paddle.tools.profile_command import profile_example
 
     clusters = sorted(glob.glob(os.path.join(EXAMPLES_DIR, "clusters", "*.yaml")))
     workloads = []
