@@ -8,6 +8,7 @@ epochs, killed with SIGKILL once it trains.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -147,15 +148,18 @@ def test_a_plan_that_does_not_fit_the_program_fails_the_job(setup):
     assert job_processes(out) == []
 
 
-def test_killing_heterps_launch_itself_stops_the_job(setup):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_killing_heterps_launch_itself_stops_the_job(setup, sig):
     # SIGKILL gives heterps launch no chance to stop the job's session: the process that runs Paddle's launcher
-    # sees its parent go and stops the job itself.
-    proc, out, log_dir = start(setup, "launcher-killed")
+    # sees its parent go and stops the job itself.  SIGTERM (and Ctrl-C) is handled by heterps launch: it stops
+    # the session and exits 128 + the signal.
+    proc, out, log_dir = start(setup, f"launcher-{sig.name}")
     try:
         wait_for(os.path.join(log_dir, "workerlog.0"), r"Epoch 0 done", proc)
         assert len(job_processes(out)) >= 4  # server, 2 CPU trainers, heterogeneous trainer
-        proc.kill()
-        proc.wait(timeout=30)
+        proc.send_signal(sig)
+        code = proc.wait(timeout=SURFACE_S)
+        assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 128 + sig), code
         deadline = time.monotonic() + SURFACE_S
         while job_processes(out) and time.monotonic() < deadline:
             time.sleep(0.5)

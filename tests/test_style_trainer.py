@@ -5,9 +5,14 @@ Launched jobs on the same generated data: plain async PS (1 server, 1 CPU traine
 embedding layer on the CPU trainer, the fc layers, loss and AUC on 1 heterogeneous trainer) and a 3-stage plan
 (fc_0 on a second heterogeneous stage).  The script prints the AUC it fetches; in a split job the last stage's
 heterogeneous trainer prints it (the extension serves the pipeline there, since the script's branches skip it).
-Learning is the held-out AUC of the servers' model after training: within 0.01 of plain PS's (the mean of its two
-runs: async PS alone spreads over ~0.005 between runs of this job, docs/sections.md).  Two CPU trainers under the
-split are covered by tests/test_dropin_split.py and tests/test_launch_failures.py.
+Learning is the held-out AUC of the servers' model after training, against plain PS's (the mean of its two runs):
+no more than 0.01 below it, and no more than 0.03 above it.  The bounds are not symmetric because the split is not
+the same optimisation: its heterogeneous trainer sends every batch's dense gradients and its dense refresh pulls
+fresh weights, where plain PS's communicator works with staler ones, and at this job's 2 epochs the split tends to
+sit a few thousandths above plain PS (docs/sections.md: seven split runs 0.7761-0.7882, plain 0.7754-0.7829; one CI
+run had the 3-stage split 0.0121 above).  Below is what a user must not get; far above (0.03, over twice the largest
+excess seen) would mean the split trained on something plain PS did not.  Two CPU trainers under the split are
+covered by tests/test_dropin_split.py and tests/test_launch_failures.py.
 """
 
 import json
@@ -81,7 +86,8 @@ def test_split_plan_learns_like_plain_ps(jobs, name, stages):
     logs = jobs[name].logs()
     plain, split = plain_auc(jobs), heldout_auc(jobs, name)
     print(f"\n{name}: held-out AUC {split:.4f} vs plain PS {plain:.4f}")
-    assert abs(split - plain) <= 0.01, (split, plain)
+    assert split >= plain - 0.01, f"the split learns worse than plain PS: {split:.4f} vs {plain:.4f}"
+    assert split <= plain + 0.03, f"the split is far above plain PS on the same data: {split:.4f} vs {plain:.4f}"
     # The last stage computes the loss and AUC: its heterogeneous trainer printed the train AUC as it went.
     assert last_auc(logs[f"heterlog.{stages - 2}"]) is not None
     for i in range(stages - 1):

@@ -212,9 +212,13 @@ def _relay(stream: Any, path: str) -> None:
 
 def _session_members(sid: int) -> list[int]:
     members = []
-    for proc in psutil.process_iter(["pid"]):
+    for proc in psutil.process_iter(["pid", "status"]):
         try:
-            if os.getsid(proc.info["pid"]) == sid and proc.info["pid"] != os.getpid():
+            # A zombie (the launcher child this process has not reaped yet, when a signal interrupted its
+            # wait) has ended: counting it made every stop wait out the whole grace period.
+            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.info["pid"] == os.getpid():
+                continue
+            if os.getsid(proc.info["pid"]) == sid:
                 members.append(proc.info["pid"])
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
