@@ -266,7 +266,8 @@ t = SparseTable(dim=16, optimizer="sgd", lr=1.0, init_range=0.0, name="fsize",
                 memory_budget_bytes=200 * 96, ssd_dir=tmp + "/ssd", shards=1)
 resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))   # a "disk" of 20 kB per file
 ids = np.arange(3000)
-t.push(ids, np.ones((3000, 16), np.float32))
+for batch in np.array_split(ids, 30):  # a push spills once its batch is in: batches of 100 spill as they go
+    t.push(batch, np.ones((batch.size, 16), np.float32))
 res = {"stats": t.stats()}
 try:
     t.save(tmp + "/ckpt")

@@ -46,6 +46,7 @@ struct Opt {
   int kind;  // 0 sgd, 1 adagrad, 2 adam
   float lr, beta1, beta2, eps;
   int lfu;
+  float clip;  // > 0: clip each summed gradient value to [-clip, clip] (TableConfig::grad_clip)
 };
 
 __device__ inline int64_t probe_find(const Dev& t, int64_t key) {
@@ -195,7 +196,35 @@ __global__ void apply_kernel(Dev t, const uint64_t* slots, uint32_t m, Opt o, ui
   float* g = t.accum + s * t.dim;
   const uint32_t d = t.dim;
   bool finite = true;
-  for (uint32_t j = 0; j < d; ++j) finite = finite && isfinite(g[j]);
+  for (uint32_t j = 0; j < d; ++j) {
+    finite = finite && isfinite(g[j]);
+    if (o.clip > 0) g[j] = fminf(o.clip, fmaxf(-o.clip, g[j]));
+  }
+  // An update whose weights or optimizer state would not be finite leaves the row as it was (the CPU core
+  // rejects the whole batch; here rows are updated in parallel, so the check is per row): compute first.
+  if (finite) {
+    float c1 = 1.0f, c2 = 1.0f;  // Adam's bias corrections after this step (its row holds beta^t at 3d)
+    if (o.kind == 2) {
+      c1 = 1.0f - row[3 * d] * o.beta1;
+      c2 = 1.0f - row[3 * d + 1] * o.beta2;
+    }
+    for (uint32_t j = 0; j < d && finite; ++j) {
+      float w;
+      if (o.kind == 0) {
+        w = row[j] - o.lr * g[j];
+      } else if (o.kind == 1) {
+        const float acc = row[d + j] + g[j] * g[j];
+        finite = isfinite(acc);
+        w = row[j] - o.lr * g[j] / (sqrtf(acc) + o.eps);
+      } else {
+        const float m = o.beta1 * row[d + j] + (1.0f - o.beta1) * g[j];
+        const float v = o.beta2 * row[2 * d + j] + (1.0f - o.beta2) * g[j] * g[j];
+        finite = isfinite(m) && isfinite(v);
+        w = row[j] - o.lr * (m / c1) / (sqrtf(v / c2) + o.eps);
+      }
+      finite = finite && isfinite(w);
+    }
+  }
   if (finite) {
     if (o.kind == 0) {
       for (uint32_t j = 0; j < d; ++j) row[j] -= o.lr * g[j];
@@ -319,12 +348,14 @@ class GpuTable {
     ck(cudaMemsetAsync(cnt, 0, sizeof(uint32_t), st), "memset");
     accumulate_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, keys, grads, n, cnt, slots);
     uint32_t touched = read_counter(cnt, st);
-    Opt o{static_cast<int>(c_.optimizer), c_.lr, c_.beta1, c_.beta2, c_.epsilon, lfu()};
+    Opt o{static_cast<int>(c_.optimizer), c_.lr, c_.beta1, c_.beta2, c_.epsilon, lfu(), c_.grad_clip};
     ck(cudaMemsetAsync(flag, 0, sizeof(int), st), "memset");
     apply_kernel<<<blocks_for(touched), kThreads, 0, st>>>(t_, slots, touched, o, tick, flag);
     ck(cudaMemcpyAsync(&bad, flag, sizeof(int), cudaMemcpyDeviceToHost, st), "copy flag");
     ck(cudaStreamSynchronize(st), "push");
-    if (bad) throw heterps::TableError("a summed gradient is not finite; those rows were left unchanged");
+    if (bad)
+      throw heterps::TableError(
+          "a summed gradient, or the update it makes, is not finite; those rows were left unchanged");
   }
 
   void find(const int64_t* keys, size_t n, float* out, uint8_t* found, cudaStream_t st) {

@@ -47,6 +47,7 @@ STATS_FIELDS = (
     "capacity_rows",
     "compactions",
     "bytes_ssd_index",
+    "rows_lost",
 )
 CHECKPOINT_SUFFIX = ".htbl"
 
@@ -110,6 +111,8 @@ def _core() -> ctypes.CDLL:
             "heterps_table_stats": ([c_char_p, ctypes.c_void_p, ctypes.c_int], ctypes.c_int),
             "heterps_table_clear": ([c_char_p], ctypes.c_int),
             "heterps_table_config": ([c_char_p, ctypes.c_char_p, c_size_t], ctypes.c_int),
+            "heterps_table_lost": ([c_char_p, ctypes.c_void_p, c_size_t, ctypes.c_void_p], ctypes.c_int),
+            "heterps_table_forget_lost": ([c_char_p, ctypes.c_void_p], ctypes.c_int),
             "heterps_inject_write_failure_after": ([ctypes.c_int64], None),
         }
         for fname, (args, res) in sigs.items():
@@ -214,6 +217,7 @@ class SparseTable:
         beta2: float = 0.999,
         epsilon: float = 1e-8,
         shards: int = 16,
+        grad_clip: float = 0.0,
     ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= 4096:
             raise SparseTableError(f"dim must be an integer in [1, 4096], got {dim!r}")
@@ -224,6 +228,8 @@ class SparseTable:
         for label, value in (("lr", lr), ("epsilon", epsilon)):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise SparseTableError(f"{label} must be a finite positive number, got {value!r}")
+        if not (isinstance(grad_clip, (int, float)) and math.isfinite(grad_clip) and grad_clip >= 0):
+            raise SparseTableError(f"grad_clip must be a finite number >= 0 (0 = off), got {grad_clip!r}")
         if not isinstance(memory_budget_bytes, (int, np.integer)) or memory_budget_bytes < 0:
             raise SparseTableError(f"memory_budget_bytes must be an integer >= 0, got {memory_budget_bytes!r}")
         if memory_budget_bytes and not ssd_dir:
@@ -256,6 +262,8 @@ class SparseTable:
             f"eviction={eviction}",
             f"shards={int(shards)}",
         ]
+        if grad_clip:
+            parts.append(f"grad_clip={float(grad_clip)!r}")
         if self.ssd_dir:
             parts.append(f"ssd_dir={self.ssd_dir}")
         self.config_string = ";".join(parts)
@@ -285,7 +293,9 @@ class SparseTable:
 
     def push(self, ids: Any, grads: npt.ArrayLike) -> None:
         """Apply the optimizer with ``grads`` (float, shape ``ids.shape + (dim,)`` or ``(len, dim)``).
-        Gradients of repeated ids are summed first.  A non-finite gradient rejects the whole batch."""
+        Gradients of repeated ids are summed first (then clipped to ``grad_clip`` when set).  The whole batch
+        is rejected, no row changed, when a gradient is not finite, when an update would make a weight or
+        optimizer state non-finite, or when a spilled row fails its check (see ``lost_ids``)."""
         keys = _as_ids(ids)
         g = np.asarray(grads)
         if not np.issubdtype(g.dtype, np.floating):
@@ -353,6 +363,31 @@ class SparseTable:
         buf = (ctypes.c_uint64 * len(STATS_FIELDS))()
         _check(_core().heterps_table_stats(self._bname, buf, len(STATS_FIELDS)))
         return dict(zip(STATS_FIELDS, (int(v) for v in buf)))
+
+    def lost_ids(self) -> dict[int, str]:
+        """Ids dropped because their SSD record failed its check, with what was wrong (file, byte offset,
+        why).  The other rows keep serving; a lost id touched again starts from its initial row; ``save``
+        refuses while any are listed, until ``forget_lost``."""
+        lib = _core()
+        needed = ctypes.c_size_t(0)
+        _check(lib.heterps_table_lost(self._bname, None, 0, ctypes.byref(needed)))
+        while True:
+            buf = ctypes.create_string_buffer(needed.value)
+            _check(lib.heterps_table_lost(self._bname, buf, len(buf), ctypes.byref(needed)))
+            if needed.value <= len(buf):  # else more were lost meanwhile: ask again
+                break
+        lost = {}
+        for line in buf.value.decode("utf-8", "replace").splitlines():
+            key, _, why = line.partition("\t")
+            lost[int(key)] = why
+        return lost
+
+    def forget_lost(self) -> int:
+        """Accept the loss of the ids ``lost_ids`` lists (so that ``save`` writes the other rows); returns
+        how many there were."""
+        n = ctypes.c_uint64(0)
+        _check(_core().heterps_table_forget_lost(self._bname, ctypes.byref(n)))
+        return n.value
 
     def __len__(self) -> int:
         s = self.stats()

@@ -126,6 +126,17 @@ int heterps_table_config(const char* name, char* buf, size_t len) {
     std::memcpy(buf, s.c_str(), s.size() + 1);
   });
 }
+int heterps_table_lost(const char* name, char* buf, size_t len, size_t* needed) {
+  return guarded([&] {
+    std::string text;  // one "id<TAB>what was wrong" line per lost id
+    for (const auto& [key, why] : need(name)->lost()) text += std::to_string(key) + "\t" + why + "\n";
+    *needed = text.size() + 1;
+    if (text.size() + 1 <= len) std::memcpy(buf, text.c_str(), text.size() + 1);
+  });
+}
+int heterps_table_forget_lost(const char* name, uint64_t* n) {
+  return guarded([&] { *n = need(name)->forget_lost(); });
+}
 void heterps_inject_write_failure_after(int64_t n) {
   heterps::io::inject_write_failure_after(n);
 }

@@ -75,11 +75,23 @@ void SparseTable::save(const std::string& path) {
   // Hold every shard lock for a consistent snapshot (pushes wait; a checkpoint is a rare event).
   std::vector<std::unique_lock<std::mutex>> locks;
   for (auto& sh : shards_) locks.emplace_back(sh->mu);
+  // A checkpoint written now would silently lack (or hold reset) rows lost to bad SSD records.
+  uint64_t lost = 0;
+  const std::string* first_lost = nullptr;
+  for (auto& sh : shards_) {
+    if (!sh->lost.empty() && first_lost == nullptr) first_lost = &sh->lost.front().second;
+    lost += sh->lost.size();
+  }
+  if (lost > 0)
+    throw TableError("saving table to '" + path + "' refused: " + std::to_string(lost) +
+                     " row(s) were lost to unreadable SSD records (first: " + *first_lost +
+                     "); call forget_lost() to accept the loss and save the other rows");
   uint64_t rows = 0;
   for (auto& sh : shards_) rows += sh->count + sh->ssd_index.size();
   const size_t st = config_.stride();
   const size_t rb = kRecordHeader + st * 4;
 
+  io::remove_stale_temps(io::parent_dir(path), kMagic);  // of saves killed before their rename
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw TableError("saving table: cannot create '" + tmp + "': " + std::strerror(errno));
@@ -107,8 +119,22 @@ void SparseTable::save(const std::string& path) {
         std::memcpy(rec.data() + kRecordHeader, sh.row(e.slot), st * 4);
         w.write(rec.data(), rb);
       }
-      for (uint64_t i = 0; i < sh.ssd_index.capacity(); ++i)
-        if (sh.ssd_index.key_at(i) != kEmptyKey) w.write(sh.log.record(sh.ssd_index.value_at(int64_t(i)), rb), rb);
+      // Spilled rows are checked record by record: a bad one fails the save (the previous checkpoint at
+      // `path` stays) and is listed as lost, never copied into a file whose checksum would then vouch for it.
+      ShardOps ops{config_, sh, capacity_per_shard_};
+      for (uint64_t i = 0; i < sh.ssd_index.capacity(); ++i) {
+        const int64_t key = sh.ssd_index.key_at(i);
+        if (key == kEmptyKey) continue;
+        const char* src;
+        try {
+          src = ops.spilled(key, int64_t(i));
+        } catch (const TableError& e) {
+          throw TableError(std::string("saving table to '") + path + "' failed: " + e.what());
+        }
+        std::memcpy(rec.data(), src, rb);
+        std::memset(rec.data() + 12, 0, 4);
+        w.write(rec.data(), rb);
+      }
     }
     uint32_t crc = w.crc();
     char footer[kFooterBytes] = {0};
@@ -135,6 +161,7 @@ void SparseTable::save(const std::string& path) {
 }
 
 void SparseTable::load(const std::string& path) {
+  io::remove_stale_temps(io::parent_dir(path), kMagic);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw TableError("loading table: cannot open '" + path + "': " + std::strerror(errno));
   struct FdCloser {

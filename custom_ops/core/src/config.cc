@@ -64,6 +64,8 @@ TableConfig TableConfig::parse(const std::string& text) {
       c.beta2 = static_cast<float>(parse_number(k, v));
     else if (k == "epsilon")
       c.epsilon = static_cast<float>(parse_number(k, v));
+    else if (k == "grad_clip")
+      c.grad_clip = static_cast<float>(parse_number(k, v));
     else if (k == "init_range")
       c.init_range = static_cast<float>(parse_number(k, v));
     else if (k == "seed")
@@ -99,6 +101,7 @@ void TableConfig::validate() const {
     throw TableError("table config: beta1 and beta2 must be in [0, 1)");
   if (!(std::isfinite(epsilon) && epsilon > 0)) throw TableError("table config: epsilon must be positive");
   if (!(std::isfinite(init_range) && init_range >= 0)) throw TableError("table config: init_range must be >= 0");
+  if (!(std::isfinite(grad_clip) && grad_clip >= 0)) throw TableError("table config: grad_clip must be >= 0 (0 = off)");
   if (shards == 0 || shards > 1024 || (shards & (shards - 1)) != 0)
     throw TableError("table config: shards must be a power of two in [1, 1024]");
   if (ssd_dir.find(';') != std::string::npos) throw TableError("table config: ssd_dir may not contain ';'");
@@ -111,8 +114,8 @@ std::string TableConfig::to_string() const {
   o << "dim=" << dim << ";optimizer=" << opt << ";lr=" << lr << ";beta1=" << beta1 << ";beta2=" << beta2
     << ";epsilon=" << epsilon << ";init_range=" << init_range << ";seed=" << seed
     << ";memory_budget_bytes=" << memory_budget_bytes << ";host_memory_budget_bytes=" << host_memory_budget_bytes
-    << ";ssd_dir=" << ssd_dir << ";eviction=" << (eviction == EvictPolicy::kLRU ? "lru" : "lfu")
-    << ";shards=" << shards;
+    << ";ssd_dir=" << ssd_dir << ";eviction=" << (eviction == EvictPolicy::kLRU ? "lru" : "lfu") << ";shards=" << shards
+    << ";grad_clip=" << grad_clip;
   return o.str();
 }
 
@@ -135,9 +138,20 @@ uint64_t TableConfig::row_cost_bytes() const {
 }
 
 void TableStats::to_array(uint64_t* out) const {
-  const uint64_t v[kFields] = {rows_in_memory, rows_on_ssd,     hits,           misses,       ssd_promotions,
-                               evictions,      bytes_in_memory, bytes_on_ssd,   spill_errors, memory_budget_bytes,
-                               capacity_rows,  compactions,     bytes_ssd_index};
+  const uint64_t v[kFields] = {rows_in_memory,
+                               rows_on_ssd,
+                               hits,
+                               misses,
+                               ssd_promotions,
+                               evictions,
+                               bytes_in_memory,
+                               bytes_on_ssd,
+                               spill_errors,
+                               memory_budget_bytes,
+                               capacity_rows,
+                               compactions,
+                               bytes_ssd_index,
+                               rows_lost};
   for (int i = 0; i < kFields; ++i) out[i] = v[i];
 }
 

@@ -62,6 +62,8 @@ void ShardOps::evict() {
     std::memcpy(rec, &e.key, 8);
     std::memcpy(rec + 8, &e.score, 4);
     std::memcpy(rec + kRecordHeader, sh.row(e.slot), size_t(c.stride()) * 4);
+    const uint32_t crc = record_crc(rec, rb);
+    std::memcpy(rec + 12, &crc, 4);
   }
   std::string err;
   if (!sh.log.append(buf, rb, &err)) {
@@ -111,7 +113,17 @@ void ShardOps::maybe_compact() {
   std::string err;
   bool ok = true;
   for (size_t k = 0; k < order.size() && ok; ++k) {
-    const char* rec = sh.log.record(order[k].first, rb);
+    // Only checked records are carried over: a bad one ends the compaction (the old log stays) and is
+    // reported like any other read of it (ShardOps::spilled).
+    const int64_t key = sh.ssd_index.key_at(uint64_t(order[k].second));
+    const char* rec;
+    try {
+      rec = spilled(key, order[k].second);
+    } catch (...) {
+      ::close(nfd);
+      ::unlink(tmp.c_str());
+      throw;
+    }
     buf.insert(buf.end(), rec, rec + rb);
     if (ok && (buf.size() >= 4096 * rb || k + 1 == order.size())) {
       ok = io::pwrite_full(nfd, buf.data(), buf.size(), written * rb, &err);

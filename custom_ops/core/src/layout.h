@@ -21,7 +21,8 @@ struct Entry {
   uint32_t score;  // LRU: clock of last touch; LFU: touch count (saturating)
 };
 
-// Record of the SSD log and of checkpoints: key, score, 4 bytes padding, then stride floats.
+// Record of the SSD log and of checkpoints: key, score, 4 bytes (the SSD log: the record's CRC-32, see
+// ssd_log.h; checkpoints: zero, the file has its own checksum), then stride floats.
 constexpr size_t kRecordHeader = 16;
 
 // A fixed-size array that asks for transparent huge pages once it spans 2 MiB (the row index of a large

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "heterps/hash.h"
@@ -31,6 +32,9 @@ struct SparseTable::Shard {
   KeyIndex ssd_index;
   uint64_t no_spill_below = 0;  // after a failed spill, do not retry until count exceeds this
   bool spill_warned = false;
+  // Ids whose spilled record failed its check (ShardOps::spilled), with what was wrong: dropped from the
+  // SSD tier, listed until forget_lost(); save() refuses while any are listed.
+  std::vector<std::pair<int64_t, std::string>> lost;
 
   uint64_t hits = 0, misses = 0, promotions = 0, evictions = 0, spill_errors = 0, compactions = 0;
 

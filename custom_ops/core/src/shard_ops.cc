@@ -22,17 +22,10 @@ float* ShardOps::get_h(int64_t key, uint64_t h, uint32_t tick) {
   if (it >= 0) {
     const char* rec;
     try {
-      rec = sh.log.record(sh.ssd_index.value_at(it), record_bytes());
+      rec = spilled(key, it);
     } catch (...) {
       sh.free_slots.push_back(slot);
       throw;
-    }
-    int64_t stored;
-    std::memcpy(&stored, rec, 8);
-    if (stored != key) {
-      sh.free_slots.push_back(slot);
-      throw TableError("SSD tier file '" + sh.log.file + "' is corrupted (record for " + std::to_string(key) +
-                       " holds " + std::to_string(stored) + ")");
     }
     std::memcpy(&score, rec + 8, 4);
     std::memcpy(r, rec + kRecordHeader, size_t(c.stride()) * 4);
@@ -45,6 +38,17 @@ float* ShardOps::get_h(int64_t key, uint64_t h, uint32_t tick) {
   touch(e, tick);
   sh.insert_entry(key, slot, e.score);
   return r;
+}
+
+const char* ShardOps::spilled(int64_t key, int64_t at) {
+  std::string fault;
+  const char* rec = sh.log.checked(sh.ssd_index.value_at(at), record_bytes(), key, &log_size, &fault);
+  if (rec != nullptr) return rec;
+  // The rest of the table keeps serving: this id leaves the SSD tier (a later touch starts it afresh, as
+  // a new id) and is listed, so that no checkpoint is written without the user accepting the loss.
+  sh.ssd_index.erase_at(static_cast<uint64_t>(at));
+  sh.lost.emplace_back(key, fault);
+  throw TableError(fault + "; the row is lost (SparseTable::lost_ids(); save() refuses until forget_lost())");
 }
 
 void ShardOps::put(int64_t key, uint32_t score, const float* src) {
@@ -73,7 +77,7 @@ void ShardOps::take(int64_t key, float* dst) {
   }
   int64_t at = sh.ssd_index.empty() ? -1 : sh.ssd_index.find(key);
   if (at >= 0) {
-    std::memcpy(dst, sh.log.record(sh.ssd_index.value_at(at), record_bytes()) + kRecordHeader, size_t(c.stride()) * 4);
+    std::memcpy(dst, spilled(key, at) + kRecordHeader, size_t(c.stride()) * 4);
     sh.ssd_index.erase_at(static_cast<uint64_t>(at));
     ++sh.promotions;
     return;

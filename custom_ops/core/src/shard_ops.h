@@ -23,8 +23,9 @@ inline uint32_t lfu_touch(uint32_t score, uint32_t tick) {
 struct ShardOps {
   const TableConfig& c;
   Shard& sh;
-  uint64_t capacity;  // 0 = unlimited
-  uint32_t tick = 0;  // the current call's clock (LFU: rows touched by it are evicted last); 0 = none
+  uint64_t capacity;      // 0 = unlimited
+  uint32_t tick = 0;      // the current call's clock (LFU: rows touched by it are evicted last); 0 = none
+  uint64_t log_size = 0;  // the SSD log's size as this call last saw it (SsdLog::checked)
 
   size_t record_bytes() const { return kRecordHeader + size_t(c.stride()) * 4; }
 
@@ -39,6 +40,10 @@ struct ShardOps {
       e.score = lfu_touch(e.score, tick);
     }
   }
+
+  // The checked SSD record of key, whose SSD index position is `at`.  A record that fails its check is
+  // dropped from the SSD tier, listed in sh.lost, and thrown as a TableError naming file, offset and id.
+  const char* spilled(int64_t key, int64_t at);
 
   // Insert or overwrite a full row (weights and optimizer state).
   void put(int64_t key, uint32_t score, const float* src);

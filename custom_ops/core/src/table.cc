@@ -10,8 +10,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,34 @@
 #include "shard_ops.h"
 
 namespace heterps {
+
+namespace {
+// Spill directories of the tables alive in this process.  The table registry is never destroyed (ops may
+// run during interpreter exit), so without this the spill logs of every table not closed would outlive a
+// normal exit.  At exit their files are unlinked: the open descriptors keep working for anything that
+// still runs, and the disk space goes with the process.
+std::mutex g_spill_mu;
+std::set<std::string>& spill_dirs() {
+  static auto* s = new std::set<std::string>();  // never destroyed, like the registry
+  return *s;
+}
+
+void remove_spill_dirs_at_exit() {
+  std::unique_lock<std::mutex> lock(g_spill_mu, std::try_to_lock);
+  if (!lock.owns_lock()) return;  // a thread is creating or closing a table: the next table reclaims these
+  for (const std::string& dir : spill_dirs()) io::remove_dir_files(dir);
+}
+}  // namespace
+
+void SparseTable::track_spill_dir(const std::string& dir, bool add) {
+  std::lock_guard<std::mutex> lock(g_spill_mu);
+  static bool registered = (std::atexit(remove_spill_dirs_at_exit), true);
+  (void)registered;
+  if (add)
+    spill_dirs().insert(dir);
+  else
+    spill_dirs().erase(dir);
+}
 
 SparseTable::SparseTable(const TableConfig& config) : config_(config) {
   config_.validate();
@@ -43,7 +74,8 @@ SparseTable::SparseTable(const TableConfig& config) : config_(config) {
     uint64_t r = share / config_.row_cost_bytes() + 1;
     while (r > 1 && cost(r) > share) --r;
     capacity_per_shard_ = std::max<uint64_t>(1, r);
-    ssd_path_ = io::make_private_dir(config_.ssd_dir);
+    ssd_path_ = io::make_private_dir(config_.ssd_dir, &ssd_lock_fd_);
+    track_spill_dir(ssd_path_, true);
   }
   for (uint32_t s = 0; s < config_.shards; ++s) {
     auto sh = std::make_unique<Shard>();
@@ -59,7 +91,11 @@ SparseTable::SparseTable(const TableConfig& config) : config_(config) {
 
 SparseTable::~SparseTable() {
   for (auto& sh : shards_) sh->log.remove();
-  if (!ssd_path_.empty()) ::rmdir(ssd_path_.c_str());
+  if (!ssd_path_.empty()) {
+    track_spill_dir(ssd_path_, false);
+    ::rmdir(ssd_path_.c_str());
+    ::close(ssd_lock_fd_);
+  }
 }
 
 uint32_t SparseTable::next_tick() {
@@ -149,25 +185,64 @@ void SparseTable::push(const int64_t* keys, size_t n, const float* grads) {
                        " is not finite (the sum overflows); the batch was not applied");
     }
   }
+  if (config_.grad_clip > 0) {
+    const float lim = config_.grad_clip;
+    for (float& g : ugrads) g = std::min(lim, std::max(-lim, g));
+  }
+  // All or nothing: under the locks of every shard the batch touches (ascending, as pull and save take
+  // them), each row is updated in place with its previous value kept aside.  An update whose weights or
+  // optimizer state would not be finite (finite gradients can still overflow a row: 3e38 pushed twenty
+  // times made SGD weights -inf, and Adam's second moment inf for good), or a spilled row that fails its
+  // check, puts every row of the batch back and rejects it.  Eviction waits until the batch is known good:
+  // it could otherwise move an updated row to SSD before the batch is known good.
   const uint32_t tick = next_tick();
+  const size_t st = config_.stride();
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (uint32_t s = 0; s < ns; ++s)
+    if (uoff[s] != uoff[s + 1]) locks.emplace_back(shards_[s]->mu);
+  std::vector<float*> rows(ukeys.size());
+  // Not zero-filled (a vector's memset of it was 7% of a push-heavy run): only rows[0, applied) are read.
+  std::unique_ptr<float[]> before(new float[ukeys.size() * st]);
+  size_t applied = 0;
+  auto put_back = [&] {
+    for (size_t u = 0; u < applied; ++u) std::memcpy(rows[u], before.get() + u * st, st * 4);
+  };
   for (uint32_t s = 0; s < ns; ++s) {
     if (uoff[s] == uoff[s + 1]) continue;
     Shard& sh = *shards_[s];
-    std::lock_guard<std::mutex> lock(sh.mu);
     ShardOps ops{config_, sh, capacity_per_shard_, tick};
     for (size_t u = uoff[s]; u < uoff[s + 1]; ++u) {
       if (u + 8 < uoff[s + 1]) sh.prefetch(ukeys[u + 8]);
-      float* r = ops.get(ukeys[u], tick);
+      float* r;
+      try {
+        r = ops.get(ukeys[u], tick);
+      } catch (...) {
+        put_back();
+        throw;
+      }
+      rows[u] = r;
+      std::memcpy(before.get() + u * st, r, st * 4);
+      ++applied;
       apply_update(config_, r, ugrads.data() + u * d);
-      if (ops.over_budget()) ops.evict();
+      if (__builtin_expect(!all_finite(r, st), 0)) {
+        size_t j = 0;
+        while (std::isfinite(r[j])) ++j;
+        put_back();
+        throw TableError("updating id " + std::to_string(ukeys[u]) + " would make its " +
+                         (j < d ? "weight" : "optimizer state") + " (column " + std::to_string(j < d ? j : j - d) +
+                         ") not finite; the batch was not applied (a smaller lr, or grad_clip in the table config)");
+      }
     }
+  }
+  for (uint32_t s = 0; s < ns; ++s) {
+    if (uoff[s] == uoff[s + 1]) continue;
+    ShardOps ops{config_, *shards_[s], capacity_per_shard_, tick};
+    if (ops.over_budget()) ops.evict();
   }
 }
 
 void SparseTable::peek(const int64_t* keys, size_t n, float* rows, uint8_t* found) {
   const size_t st = config_.stride();
-  const size_t rb = kRecordHeader + st * 4;
-  std::vector<char> rec(rb);
   for (size_t i = 0; i < n; ++i) {
     Shard& sh = *shards_[shard_of(keys[i])];
     std::lock_guard<std::mutex> lock(sh.mu);
@@ -183,7 +258,8 @@ void SparseTable::peek(const int64_t* keys, size_t n, float* rows, uint8_t* foun
     }
     int64_t it = sh.ssd_index.find(keys[i]);
     if (it < 0) continue;
-    std::memcpy(out, sh.log.record(sh.ssd_index.value_at(it), rb) + kRecordHeader, st * 4);
+    ShardOps ops{config_, sh, capacity_per_shard_};
+    std::memcpy(out, ops.spilled(keys[i], it) + kRecordHeader, st * 4);
     found[i] = 2;
   }
 }
@@ -204,6 +280,7 @@ TableStats SparseTable::stats() const {
     t.bytes_on_ssd += sh.log.records_written * (kRecordHeader + size_t(config_.stride()) * 4);
     t.spill_errors += sh.spill_errors;
     t.compactions += sh.compactions;
+    t.rows_lost += sh.lost.size();
   }
   t.memory_budget_bytes = config_.memory_budget_bytes;
   t.capacity_rows = capacity_per_shard_ * config_.shards;
@@ -231,7 +308,27 @@ void SparseTable::clear() {
     sh.ssd_index.reset(16);
     sh.log.reset();
     sh.no_spill_below = 0;
+    sh.lost.clear();  // the table's contents are replaced: nothing of it is missing any more
   }
+}
+
+std::vector<std::pair<int64_t, std::string>> SparseTable::lost() const {
+  std::vector<std::pair<int64_t, std::string>> all;
+  for (auto& shp : shards_) {
+    std::lock_guard<std::mutex> lock(shp->mu);
+    all.insert(all.end(), shp->lost.begin(), shp->lost.end());
+  }
+  return all;
+}
+
+uint64_t SparseTable::forget_lost() {
+  uint64_t n = 0;
+  for (auto& shp : shards_) {
+    std::lock_guard<std::mutex> lock(shp->mu);
+    n += shp->lost.size();
+    shp->lost.clear();
+  }
+  return n;
 }
 
 void SparseTable::assign(const int64_t* keys, size_t n, const float* weights) {

@@ -23,6 +23,9 @@ int heterps_table_load(const char* name, const char* path);
 int heterps_table_stats(const char* name, uint64_t* out, int n_fields);
 int heterps_table_clear(const char* name);
 int heterps_table_config(const char* name, char* buf, size_t len);
+// Lost ids as text, one "id<TAB>what was wrong" line each; *needed: the buffer size it takes (with the NUL).
+int heterps_table_lost(const char* name, char* buf, size_t len, size_t* needed);
+int heterps_table_forget_lost(const char* name, uint64_t* n);
 void heterps_inject_write_failure_after(int64_t n);
 
 #ifdef __cplusplus

@@ -9,6 +9,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace heterps {
@@ -42,6 +43,9 @@ struct TableConfig {
   std::string ssd_dir;
   EvictPolicy eviction = EvictPolicy::kLRU;
   uint32_t shards = 16;
+  // > 0: each (summed) gradient value is clipped to [-grad_clip, grad_clip] before the update, for users
+  // who prefer clipping to push's error on an update that would make a row non-finite.  0 = off.
+  float grad_clip = 0.0f;
 
   // "dim=8;optimizer=adam;lr=0.01;...": one textual form shared by the C API and the Paddle op
   // attribute, so a table is described identically everywhere.
@@ -68,7 +72,8 @@ struct TableStats {
   uint64_t capacity_rows = 0;  // resident-row cap derived from the budget (0 = unlimited)
   uint64_t compactions = 0;
   uint64_t bytes_ssd_index = 0;  // in-memory index of the SSD tier (outside the budget)
-  static constexpr int kFields = 13;
+  uint64_t rows_lost = 0;        // ids dropped because their SSD record failed its check (lost())
+  static constexpr int kFields = 14;
   void to_array(uint64_t* out) const;
 };
 
@@ -83,8 +88,10 @@ class SparseTable {
 
   // out: n * dim floats.  Creates missing rows (deterministic init), promotes SSD rows.
   void pull(const int64_t* keys, size_t n, float* out);
-  // grads: n * dim floats.  Gradients of repeated keys are summed, then the fused optimizer is applied
-  // once per key.  The whole batch is rejected (nothing changes) if any gradient is not finite.
+  // grads: n * dim floats.  Gradients of repeated keys are summed (then clipped, config grad_clip), then
+  // the fused optimizer is applied once per key.  The whole batch is rejected (no row's values change) if
+  // any gradient is not finite, if an update would make a weight or optimizer state non-finite, or if a
+  // spilled row fails its check.
   void push(const int64_t* keys, size_t n, const float* grads);
   // Full stored rows (weights then optimizer state, stride() floats each) without touching scores;
   // missing keys give found[i] = 0 and zeros.  For tests and inspection.
@@ -108,6 +115,11 @@ class SparseTable {
   void load(const std::string& path);
 
   TableStats stats() const;
+  // Ids whose SSD record failed its check, with what was wrong (file, offset, why).  The rest of the
+  // table keeps serving; a lost id touched again starts from its initial row; save() refuses while any
+  // are listed.  forget_lost() accepts the loss (returns how many were listed).
+  std::vector<std::pair<int64_t, std::string>> lost() const;
+  uint64_t forget_lost();
   uint64_t size() const;  // rows resident + on SSD
   void clear();
 
@@ -121,6 +133,7 @@ class SparseTable {
   TableConfig config_;
   uint64_t capacity_per_shard_ = 0;  // 0 = unlimited
   std::string ssd_path_;             // this table's private directory under ssd_dir
+  int ssd_lock_fd_ = -1;             // flock()ed while the table lives (io::make_private_dir)
   std::vector<std::unique_ptr<Shard>> shards_;
   uint32_t shard_bits_ = 6;
   uint64_t clock_ = 1;  // LRU clock, advanced once per pull/push call (atomic access in .cc)
@@ -130,6 +143,7 @@ class SparseTable {
                       std::vector<uint32_t>& offsets) const;
   uint32_t next_tick();
   uint32_t shard_of(int64_t key) const;
+  static void track_spill_dir(const std::string& dir, bool add);
 };
 
 // Process-wide registry so that ops in any thread (and the Python binding) reach the same table by name.
