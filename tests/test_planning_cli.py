@@ -60,8 +60,8 @@ def test_plan_summary_shows_stages_and_the_best_single_type(capsys, model_file):
     assert "stage" in out and "units" in out and "best single-type plan" in out
 
 
-def test_infeasible_is_a_valid_answer(capsys, model_file):
-    code, out, _ = run_cli(
+def test_infeasible_is_an_answer_with_exit_1(capsys, model_file):
+    code, out, err = run_cli(
         capsys,
         "plan",
         "--model",
@@ -74,8 +74,9 @@ def test_infeasible_is_a_valid_answer(capsys, model_file):
         "1e12",
         "--json",
     )
-    document = json.loads(out)
-    assert code == 0 and document["feasible"] is False and "reason" in document
+    document = json.loads(out)  # still the answer, on stdout; the status says it is not a plan
+    assert code == 1 and document["feasible"] is False and "reason" in document
+    assert "no plan meets the target of 1,000,000,000,000 samples/s" in err
 
 
 def test_invalid_input_exits_2_with_the_error_on_stderr(capsys, model_file, tmp_path):

@@ -8,7 +8,8 @@ Every line must have exactly one ``click`` (0 or 1), exactly 13 ``dense_feature`
 one id for each of the 26 sparse slots (a slot may repeat: multi-hot).  PaddleRec pads a missing slot
 with zeros; we never do that, because a zero is a real feature id and a silent zero is wrong data.  A
 malformed line stops the read with an error naming the file and line, or, when the caller asks for it,
-is skipped and counted.
+is skipped and counted.  Bytes that are not UTF-8, and numbers not written in ASCII (``٣٣``, ``1_000``, which
+Python's ``int`` reads as 33 and 1000), make a line malformed too.
 
 Paddle's datasets read "MultiSlot" text (per slot: a count, then the values), so a slot-format file is
 converted once (validated here, in Python, where errors can be reported properly) and the training job
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.text_numbers import ascii_float, ascii_int
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -33,6 +35,9 @@ DENSE_SLOT = "dense_feature"
 SPARSE_SLOTS = tuple(str(i) for i in range(1, NUM_SPARSE + 1))
 _SPARSE_INDEX = {name: i for i, name in enumerate(SPARSE_SLOTS)}
 INT64_MAX = 2**63 - 1
+# Bumped when the reader's rules change (2: ASCII-only numbers), so a conversion cached under older rules
+# (data/dataset.py) is made again instead of feeding ids the reader now refuses.
+READER_RULES = 2
 
 # Names of the model inputs, in the order the converted MultiSlot lines carry them.  The example
 # models create their feed variables in this same order (one home: this tuple).
@@ -59,9 +64,9 @@ class Sample:
 
 def _parse_id(slot: str, text: str) -> int:
     try:
-        value = int(text)
+        value = ascii_int(text)  # not int(): it reads "٣٣" and "1_000" (heterps_paddle/text_numbers.py)
     except ValueError:
-        raise MalformedLine(f"slot {slot}: id {text!r} is not an integer") from None
+        raise MalformedLine(f"slot {slot}: id {text!r} is not an integer (ASCII digits 0-9 only)") from None
     if value < 0 or value > INT64_MAX:
         raise MalformedLine(f"slot {slot}: id {text} is outside 0..2^63-1")
     return value
@@ -69,9 +74,9 @@ def _parse_id(slot: str, text: str) -> int:
 
 def _parse_float(text: str) -> float:
     try:
-        value = float(text)
+        value = ascii_float(text)
     except ValueError:
-        raise MalformedLine(f"{DENSE_SLOT}: {text!r} is not a number") from None
+        raise MalformedLine(f"{DENSE_SLOT}: {text!r} is not a number (ASCII decimal only)") from None
     if not math.isfinite(value):
         raise MalformedLine(f"{DENSE_SLOT}: {text!r} is not a finite number")
     return value
@@ -140,20 +145,25 @@ def read_samples(path: str, skip_malformed: bool = False, report: ReadReport | N
     with open(path, "rb") as f:  # decoded line by line, so a bad byte is reported at its own line
         for lineno, raw in enumerate(f, start=1):
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataFormatError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from None
-            if not line.strip():
-                continue
-            try:
-                sample = parse_line(line)
+                # An undecodable line is one more malformed line: skipped and counted like the others.
+                sample = _parse_raw(raw)
             except MalformedLine as exc:
                 if not skip_malformed:
                     raise DataFormatError(f"{path}:{lineno}: {exc}") from None
                 report.add_skip(f"{path}:{lineno}", str(exc))
                 continue
-            report.rows += 1
-            yield sample
+            if sample is not None:
+                report.rows += 1
+                yield sample
+
+
+def _parse_raw(raw: bytes) -> Sample | None:
+    """One line as read from the file: None for a blank line, MalformedLine for bytes that are not UTF-8."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedLine(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    return parse_line(line) if line.strip() else None
 
 
 def format_multislot(sample: Sample) -> str:

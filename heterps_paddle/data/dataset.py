@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import paddle
 
 from heterps_paddle import settings
-from heterps_paddle.data.criteo import ReadReport, convert_file
+from heterps_paddle.data.criteo import READER_RULES, ReadReport, convert_file
 from heterps_paddle.data.generator import GeneratedDataset, generate, load_meta
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import locked, write_atomic
@@ -44,7 +44,7 @@ def ensure_generated(rows: int, seed: int, root: str | None = None) -> Generated
 
 def _conversion_key(path: str, skip_malformed: bool) -> str:
     st = os.stat(path)
-    ident = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{int(skip_malformed)}"
+    ident = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{int(skip_malformed)}|{READER_RULES}"
     return hashlib.sha1(ident.encode()).hexdigest()[:16]
 
 

@@ -54,6 +54,7 @@ from heterps_paddle.planning.model import (
 )
 from heterps_paddle.planning.report import JobReportInputs, job_report
 from heterps_paddle.program.job_profile import PROFILE_METHOD, JobProfile, measure_job, program_digest
+from heterps_paddle.tools.plan_command import EXIT_INFEASIBLE
 
 PLAN_FILE = "plan.json"
 REPORT_FILE = "plan_report.txt"
@@ -315,7 +316,8 @@ def _advice(
         )
     except subprocess.TimeoutExpired:
         return None, f"`heterps plan` took more than {ADVICE_TIMEOUT_S:.0f} s"
-    if done.returncode != 0:
+    # EXIT_INFEASIBLE: no plan meets the target, which is advice too ("feasible": false, with the reason, on stdout).
+    if done.returncode not in (0, EXIT_INFEASIBLE):
         return None, f"`heterps plan` failed ({done.stderr.strip().splitlines()[-1:] or done.returncode})"
     try:
         return plan_from_dict(json.loads(done.stdout), "heterps plan --json"), None

@@ -23,11 +23,10 @@ import paddle
 # through this hook, a circular import.)
 from paddle.distributed.fleet.meta_optimizers.meta_optimizer_base import MetaOptimizerBase
 
-from heterps_paddle.fleet.strategy import LOCAL_CLUSTER, HeterPSConfigError, validate_heterps_configs
+from heterps_paddle.fleet.strategy import HeterPSConfigError, configured_plan, validate_heterps_configs
 from heterps_paddle.log import configure as configure_logging
-from heterps_paddle.measure.local_cluster import LOCAL_KINDS
 from heterps_paddle.planning.launch import check_launch_matches, launch_from_env
-from heterps_paddle.planning.model import Plan, PlanningInputError, load_plan
+from heterps_paddle.planning.model import Plan
 from heterps_paddle.runtime.seam import set_heterps_flag
 
 
@@ -89,13 +88,7 @@ class HeterPSOptimizer(MetaOptimizerBase):  # type: ignore[misc]  # Paddle ships
     def _plan(self, loss: Any, startup_program: Any, configs: dict[str, Any]) -> Plan | None:
         """The plan this job runs: a saved one, one made within the launch, or None (program unchanged)."""
         if configs["plan"] is not None:
-            # with "local" the resource types are this machine's
-            local = configs["cluster"] == LOCAL_CLUSTER
-            cluster = None if local or configs["cluster"] is None else configs["cluster"]
-            try:
-                plan = load_plan(configs["plan"], cluster, kinds=LOCAL_KINDS if local else None)
-            except PlanningInputError as exc:
-                raise HeterPSConfigError(f"strategy.heterps_configs['plan']: {exc}") from None
+            plan = configured_plan(configs)  # validate_heterps_configs has read it: a bad plan was refused there
             check_launch_matches(plan, launch_from_env(), source=f"plan {configs['plan']}")
             return plan
         if configs["cluster"] is not None:

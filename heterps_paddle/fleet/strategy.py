@@ -1,20 +1,20 @@
 """``strategy.heterps`` / ``strategy.heterps_configs``: the fields, their schema and their validation.
 
 Validation is pure Python, so it is tested and reused without Paddle, and it happens when the user assigns the
-configs: a missing or malformed cluster file, a plan file that is not a JSON object, an unknown key or a wrong
-type is an error at that line of the fleet script, naming the key, the value and what is allowed, not later
-inside a launched job.  runtime/seam.install_fleet_surface attaches the fields to fleet's DistributedStrategy.
+configs: a missing or malformed cluster or plan file (read by the loader ``heterps plan`` uses, so with its
+messages), an unknown key or a wrong type is an error at that line of the fleet script, naming the key, the value
+and what is allowed, not later inside a launched job.  runtime/seam.install_fleet_surface attaches the fields to
+fleet's DistributedStrategy.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from heterps_paddle.errors import HeterPSError
-from heterps_paddle.planning.model import PlanningInputError, load_cluster
+from heterps_paddle.measure.local_cluster import LOCAL_KINDS
+from heterps_paddle.planning.model import Plan, PlanningInputError, load_cluster, load_plan
 from heterps_paddle.planning.schedulers import SCHEDULERS
 
 
@@ -37,39 +37,23 @@ class ConfigKey:
 LOCAL_CLUSTER = "local"  # heterps_configs["cluster"]: describe this machine (heterps local-cluster) at plan time
 
 
-def _readable_file(value: str) -> str | None:
-    if os.path.isdir(value):
-        return f"{value!r} is a directory, not a file"
-    if not os.path.isfile(value):
-        return f"file {value!r} does not exist"
-    return None
-
-
 def _cluster_file(value: str) -> str | None:
     if value == LOCAL_CLUSTER:
         return None
-    reason = _readable_file(value)
-    if reason:
-        return reason
-    try:
+    try:  # the loader `heterps plan` uses: the same file gets the same message, at the user's line
         load_cluster(value)
     except PlanningInputError as exc:
         return str(exc)
     return None
 
 
-def _plan_file(value: str) -> str | None:
-    reason = _readable_file(value)
-    if reason:
-        return reason
-    try:
-        with open(value, encoding="utf-8") as f:
-            document = json.load(f)
-    except (OSError, ValueError) as exc:
-        return f"{value}: not a readable JSON plan ({exc})"
-    if not isinstance(document, dict):
-        return f"{value}: a plan is a JSON object, got {type(document).__name__}"
-    return None
+def configured_plan(configs: dict[str, Any]) -> Plan:
+    """The saved plan ``configs["plan"]`` names, the kinds of stages that carry none taken from the configured
+    cluster (this machine's types with "local").  Read when the configs are assigned, so a bad plan is an error at
+    that line, and again by minimize, which runs it."""
+    local = configs["cluster"] == LOCAL_CLUSTER
+    cluster = None if local or configs["cluster"] is None else configs["cluster"]
+    return load_plan(configs["plan"], cluster, kinds=LOCAL_KINDS if local else None)
 
 
 def _positive(value: float) -> str | None:
@@ -123,7 +107,7 @@ CONFIG_KEYS: dict[str, ConfigKey] = {
             (str,),
             None,
             "a saved plan JSON to run instead of planning (checked against the launch)",
-            _plan_file,
+            None,  # read with the cluster, which says the kinds of its stages: validate_heterps_configs
         ),
         ConfigKey(
             "replan",
@@ -173,4 +157,9 @@ def validate_heterps_configs(configs: Any) -> dict[str, Any]:
             if reason:
                 raise HeterPSConfigError(f"strategy.heterps_configs[{name!r}]: {reason} ({key.help})")
         full[name] = value
+    if full["plan"] is not None:
+        try:
+            configured_plan(full)
+        except PlanningInputError as exc:
+            raise HeterPSConfigError(f"strategy.heterps_configs['plan']: {exc} ({CONFIG_KEYS['plan'].help})") from None
     return full

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.text_numbers import ascii_float
 
 FORMAT_VERSION = 1
 LAYER_KINDS = ("sparse", "dense")
@@ -189,10 +190,11 @@ class _Reader:
 
     def number(self, value: Any, key: str, positive: bool = False) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            # YAML reads 2.1e9 as a float but "2.1e9" quoted, or 1e9 without a dot, as a string.
+            # YAML reads 2.1e9 as a float but "2.1e9" quoted, or 1e9 without a dot, as a string.  ascii_float, not
+            # float(): float() also reads "١٢" and "1_000" (heterps_paddle/text_numbers.py).
             if isinstance(value, str):
                 try:
-                    value = float(value)
+                    value = ascii_float(value)
                 except ValueError:
                     raise self.fail(key, f"must be a number, got {value!r}") from None
             else:
@@ -252,14 +254,29 @@ def _join(prefix: str, name: str) -> str:
 
 
 def _load_document(path: str) -> Any:
+    """The one reader of profile, cluster and plan files: ``heterps plan``, ``heterps launch-args`` and
+    ``strategy.heterps_configs`` all report a bad file with these messages."""
+    if os.path.isdir(path):
+        raise PlanningInputError(f"{path}: is a directory, not a file")
     if not os.path.isfile(path):
         raise PlanningInputError(f"{path}: file does not exist")
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:  # unreadable (permissions, a dangling mount): the user's file, not a crash
+        raise PlanningInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise PlanningInputError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     try:
         if path.endswith(".json"):
             return json.loads(text)
         return yaml.safe_load(text)  # JSON is YAML too, so any suffix but .json goes through the YAML reader
+    except yaml.MarkedYAMLError as exc:
+        # One line with the place, rather than PyYAML's multi-line text that points at "<unicode string>".
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        why = "; ".join(part for part in (exc.problem, exc.context) if part)
+        raise PlanningInputError(f"{path}: cannot parse as YAML: {where}{why}") from None
     except (ValueError, yaml.YAMLError) as exc:
         raise PlanningInputError(f"{path}: cannot parse: {exc}") from None
 

@@ -1,8 +1,9 @@
 """``heterps plan``: a model profile and a cluster in, a plan out (docs/plan-formats.md).
 
 Human-readable summary by default, ``--json`` for exactly one JSON object on stdout (logs on stderr).
-Invalid input raises ``PlanningInputError`` (exit 2 from the CLI); an infeasible target is a valid answer
-(``"feasible": false`` with a ``"reason"``, exit 0).
+Invalid input raises ``PlanningInputError`` (exit 2 from the CLI); an infeasible target is still printed
+(``"feasible": false`` with a ``"reason"``) but exits 1, with the target, the reason and the most samples/s any
+plan reaches on stderr.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ from heterps_paddle.planning.model import (
 )
 from heterps_paddle.planning.report import best_single_type, format_summary
 from heterps_paddle.planning.schedulers import SCHEDULERS, make_scheduler
+from heterps_paddle.planning.schedulers.exact import REACH_TOLERANCE, reachable_throughput
+from heterps_paddle.text_numbers import ascii_float
+
+# Exit statuses: 0 a plan for every target; 1 some target has none (the answer is still printed, with
+# "feasible": false); 2 invalid input (the CLI, for every HeterPSError).  As grep's 0/1/2.
+EXIT_INFEASIBLE = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +68,7 @@ def parse_throughputs(text: str | None) -> list[float | None]:
     values: list[float | None] = []
     for part in text.split(","):
         try:
-            value = float(part)
+            value = ascii_float(part.strip())  # spaces after the commas are the list's, not the number's
         except ValueError:
             raise PlanningInputError(f"--throughput: {part!r} is not a number") from None
         if not (value > 0 and math.isfinite(value)):
@@ -88,13 +95,48 @@ def make_plans(
 ) -> list[tuple[CostModel, Plan]]:
     results = []
     for throughput in throughputs:
-        # The runtime's rules (a split plan's first stage runs on the CPU trainers; what the trainers of a
-        # one-stage plan can be), so the plan can be launched.
-        cost_model = CostModel(
-            profile, cluster, throughput, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS, one_stage_kinds=trainer_kinds
-        )
+        cost_model = launchable_cost_model(profile, cluster, throughput, trainer_kinds)
         results.append((cost_model, make_scheduler(scheduler, seed=seed).plan(cost_model)))
     return results
+
+
+def launchable_cost_model(
+    profile: ModelProfile, cluster: Cluster, throughput: float | None, trainer_kinds: tuple[str, ...]
+) -> CostModel:
+    """The cost model with the runtime's rules (a split plan's first stage runs on the CPU trainers; what the
+    trainers of a one-stage plan can be), so the plan can be launched."""
+    return CostModel(
+        profile, cluster, throughput, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS, one_stage_kinds=trainer_kinds
+    )
+
+
+def infeasible_lines(
+    results: list[tuple[CostModel, Plan]], scheduler: str, trainer_kinds: tuple[str, ...]
+) -> list[str]:
+    """One line per target no plan meets: the target, why, and what is reachable (exact's answer, so a user
+    knows whether to lower the target, change the cluster, or try another scheduler)."""
+    missed = [(cost_model, plan) for cost_model, plan in results if not plan.feasible]
+    if not missed:
+        return []
+    profile, cluster = missed[0][0].profile, missed[0][0].cluster
+    reachable = reachable_throughput(
+        lambda throughput: launchable_cost_model(profile, cluster, throughput, trainer_kinds),
+        max(cost_model.throughput for cost_model, _ in missed),
+    )
+    lines = []
+    for cost_model, plan in missed:
+        target = cost_model.throughput
+        if reachable is None:
+            reach = "no plan runs the model on this cluster at any throughput"
+        elif reachable >= target:
+            reach = f"the exact scheduler finds one (--scheduler exact); {scheduler} did not"
+        else:
+            reach = (
+                f"the most any plan reaches on this cluster is about {math.floor(reachable):,} samples/s "
+                f"(exact, within {REACH_TOLERANCE:.0%})"
+            )
+        lines.append(f"no plan meets the target of {target:,.0f} samples/s: {plan.reason}; {reach}")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if throughputs == [None] and cluster.throughput is None:
         raise PlanningInputError(f"{args.cluster}: throughput: missing (give it in the file or with --throughput)")
-    results = make_plans(profile, cluster, args.scheduler, throughputs, args.seed, parse_kinds(args.trainer_kinds))
+    trainer_kinds = parse_kinds(args.trainer_kinds)
+    results = make_plans(profile, cluster, args.scheduler, throughputs, args.seed, trainer_kinds)
     if args.out:
         save_plan(results[-1][1], args.out)
     if args.plot:
@@ -130,7 +173,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         for cost_model, plan in results:
             print(format_summary(cost_model, plan))
-    return 0
+    # An infeasible target is an answer (printed above) but not a plan: a script or a job that goes on to launch
+    # must not take it for one, so the exit status says so, and stderr why.
+    missed = infeasible_lines(results, args.scheduler, trainer_kinds)
+    for line in missed:
+        print(f"heterps plan: infeasible: {line}", file=sys.stderr)
+    return EXIT_INFEASIBLE if missed else 0
 
 
 def plot_plans(results: list[tuple[CostModel, Plan]], path: str) -> None:

@@ -14,9 +14,10 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -257,6 +258,37 @@ class ExactScheduler(Scheduler):
         if incumbent is not None and not (evaluation.feasible and evaluation.cost_per_hour <= upper):
             assignment = incumbent
         return Schedule(assignment, proven_optimal=result.status == 0)
+
+
+REACH_TOLERANCE = 0.01  # reachable_throughput's answer is within 1% below the true limit
+# samples/s below any real target: a plan that cannot reach it cannot run the model at all (fits on no type)
+_REACH_FLOOR = 1e-6
+
+
+def reachable_throughput(cost_model_at: Callable[[float], CostModel], upper: float) -> float | None:
+    """The most samples/s some plan reaches, searched up to ``upper`` (returned as is when a plan reaches it),
+    within ``REACH_TOLERANCE`` below the true limit; None when no plan reaches even ``_REACH_FLOOR`` (the model
+    fits on no type).  ``cost_model_at(t)``: the cost model with the same rules at throughput ``t``.
+
+    What ``heterps plan`` tells a user whose target no plan meets.  A proven answer, so exact's: a plan exists at
+    ``t`` iff exact finds one, and raising ``t`` never lowers a stage's units, so feasibility only falls as ``t``
+    rises and a bisection (over log ``t``: targets span decades) finds the limit in a dozen or so searches."""
+
+    def feasible(throughput: float) -> bool:
+        return ExactScheduler().search(cost_model_at(throughput)).assignment is not None
+
+    if feasible(upper):
+        return upper
+    low, high = min(_REACH_FLOOR, upper / 2), upper
+    if not feasible(low):
+        return None
+    while high > low * (1 + REACH_TOLERANCE):
+        middle = math.sqrt(low * high)
+        if feasible(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 @contextlib.contextmanager
