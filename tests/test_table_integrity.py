@@ -293,3 +293,19 @@ def test_killed_processes_leave_nothing_that_grows(tmp_path, capfd):
     assert said.count("a checkpoint left half-written by process") == 2, said
     t.close()
     assert not glob.glob(str(ssd / "heterps-table-*"))  # closing removes the table's own spill directory
+
+
+_EXITS_WITHOUT_CLOSE = """
+import sys, numpy as np
+from heterps_paddle.table.sparse_table import SparseTable
+t = SparseTable(16, memory_budget_bytes=64 << 10, ssd_dir=sys.argv[1], name="no_close", shards=2)
+t.assign(np.arange(50_000), np.ones((50_000, 16), np.float32))
+assert t.stats()["rows_on_ssd"] > 0
+"""
+
+
+def test_a_normal_exit_without_close_leaves_no_spill_files(tmp_path):
+    ssd = tmp_path / "ssd"
+    done = subprocess.run([sys.executable, "-c", _EXITS_WITHOUT_CLOSE, str(ssd)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert ssd.is_dir() and list(ssd.iterdir()) == []
