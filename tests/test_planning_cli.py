@@ -150,3 +150,13 @@ def test_bench_scheduler_json(capsys, tmp_path):
     assert document["summary"]["exact"]["worst_ratio"] == 1.0
     assert document["summary"]["greedy"]["median_ratio"] >= 1.0
     assert os.path.getsize(plot) > 1000
+
+
+@pytest.mark.parametrize("target", ["1e300", "1e20"])
+def test_a_target_beyond_any_cluster_is_infeasible_not_a_crash(capsys, model_file, target):
+    # units for 1e300 samples/s do not fit an int64 (it was an OverflowError in the cost model)
+    code, out, err = run_cli(
+        capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "greedy", "--throughput", target
+    )
+    assert code == 1, err
+    assert f"no plan meets the target of {float(target):.3g} samples/s" in err or "target of 100,000" in err, err

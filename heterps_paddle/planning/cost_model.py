@@ -262,10 +262,11 @@ class CostModel:
             if i == self.num_layers or assignment[i] != assignment[start]:
                 stages.append(self.stage(start, i, assignment[start]))
                 start = i
-        used = np.zeros(self.num_types, dtype=np.int64)
+        # Python ints: a target far beyond the cluster (--throughput 1e300) asks for more units than int64 holds.
+        used = [0] * self.num_types
         for s in stages:
             used[s.type_index] += s.units
-        excess = np.maximum(0, used - self.max_units)
+        excess = [max(0, u - int(m)) for u, m in zip(used, self.max_units)]
         cost = float(sum(s.cost_per_hour for s in stages))
         reason = None
         impossible = next((s for s in stages if math.isinf(s.time_per_sample)), None)
@@ -280,12 +281,12 @@ class CostModel:
                 if impossible.start == 0 and t.kind not in allowed
                 else "no parameter memory and no SSD tier"
             )
-        elif excess.any():
-            worst = int(np.argmax(excess))
+        elif any(excess):
+            worst = max(range(self.num_types), key=lambda t: excess[t])
             reason = (
-                f"{self.types[worst].name} needs {int(used[worst])} units, max_units is {int(self.max_units[worst])}"
+                f"{self.types[worst].name} needs {used[worst]:.4g} units, max_units is {int(self.max_units[worst])}"
             )
-        return Evaluation(assignment, tuple(stages), not excess.any(), cost, int(excess.sum()), reason)
+        return Evaluation(assignment, tuple(stages), not any(excess), cost, sum(excess), reason)
 
     def stage_tables(self) -> StageTables:
         """Every candidate stage provisioned once (what exact and the batch evaluation index into)."""

@@ -135,7 +135,8 @@ def infeasible_lines(
                 f"the most any plan reaches on this cluster is about {math.floor(reachable):,} samples/s "
                 f"(exact, within {REACH_TOLERANCE:.0%})"
             )
-        lines.append(f"no plan meets the target of {target:,.0f} samples/s: {plan.reason}; {reach}")
+        shown = f"{target:,.0f}" if target < 1e15 else f"{target:.3g}"  # not 300 digits for --throughput 1e300
+        lines.append(f"no plan meets the target of {shown} samples/s: {plan.reason}; {reach}")
     return lines
 
 
