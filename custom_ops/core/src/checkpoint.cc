@@ -109,6 +109,8 @@ void SparseTable::save(const std::string& path) {
     h.eviction = static_cast<uint32_t>(config_.eviction);
     w.write(&h, sizeof h);
     std::vector<char> rec(rb, 0);
+    uint64_t bad = 0;
+    std::string first_bad;
     for (auto& shp : shards_) {
       Shard& sh = *shp;
       for (const Entry& e : sh.entries) {
@@ -119,23 +121,35 @@ void SparseTable::save(const std::string& path) {
         std::memcpy(rec.data() + kRecordHeader, sh.row(e.slot), st * 4);
         w.write(rec.data(), rb);
       }
-      // Spilled rows are checked record by record: a bad one fails the save (the previous checkpoint at
-      // `path` stays) and is listed as lost, never copied into a file whose checksum would then vouch for it.
+      // Spilled rows are checked record by record: bad ones fail the save (the previous checkpoint at
+      // `path` stays) and are listed as lost, never copied into a file whose checksum would then vouch for
+      // them.  The scan goes on past a bad record so that one failed save lists them all (a cut log holds
+      // thousands): forget_lost() then lets the next save write the rest.
       ShardOps ops{config_, sh, capacity_per_shard_};
-      for (uint64_t i = 0; i < sh.ssd_index.capacity(); ++i) {
+      for (uint64_t i = 0; i < sh.ssd_index.capacity();) {
         const int64_t key = sh.ssd_index.key_at(i);
-        if (key == kEmptyKey) continue;
+        if (key == kEmptyKey) {
+          ++i;
+          continue;
+        }
         const char* src;
         try {
           src = ops.spilled(key, int64_t(i));
         } catch (const TableError& e) {
-          throw TableError(std::string("saving table to '") + path + "' failed: " + e.what());
+          if (bad++ == 0) first_bad = e.what();
+          continue;  // dropping it shifted the next entry of its probe run into slot i: look at i again
         }
+        ++i;
+        if (bad > 0) continue;  // this file is going to be discarded: stop writing it
         std::memcpy(rec.data(), src, rb);
         std::memset(rec.data() + 12, 0, 4);
         w.write(rec.data(), rb);
       }
     }
+    if (bad > 0)
+      throw TableError("saving table to '" + path + "' failed: " + std::to_string(bad) +
+                       " spilled row(s) could not be verified (first: " + first_bad +
+                       "); the previous checkpoint is untouched");
     uint32_t crc = w.crc();
     char footer[kFooterBytes] = {0};
     std::memcpy(footer, kFooterMagic, 8);
