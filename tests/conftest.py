@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 80 real rows in PaddleRec's slot format, shipped with the tests (origin and licence in its README)
@@ -38,3 +39,34 @@ def run_python(code, env=None, timeout=300):
 def heterps_cli():
     exe = shutil.which("heterps", path=os.path.dirname(sys.executable))
     return [exe] if exe else [sys.executable, "-m", "heterps_paddle"]
+
+
+def run_cli(capsys, *argv):
+    """`heterps ARGV...` in this process: (exit status, stdout, stderr)."""
+    from heterps_paddle.tools.cli import main  # lazy: conftest stays importable before the package is built
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# A tiny CTR model profile and a cluster file, for `heterps plan` as a user runs it.
+CLUSTER = os.path.join(REPO, "examples", "clusters", "cpu_t4.yaml")
+PROFILE = {
+    "format": 1,
+    "name": "tiny_ctr",
+    "batch_size": 512,
+    "layers": [
+        {"name": "embedding", "kind": "sparse", "flops": 0, "param_bytes": 6.0e10, "io_bytes": 832, "out_bytes": 1000},
+        {"name": "fc_0", "kind": "dense", "flops": 2.0e6, "param_bytes": 4.0e6, "out_bytes": 3200},
+        {"name": "fc_1", "kind": "dense", "flops": 2.0e6, "param_bytes": 4.0e6, "out_bytes": 3200},
+        {"name": "fc_2", "kind": "dense", "flops": 1.0e4, "param_bytes": 1.0e4, "out_bytes": 8},
+    ],
+}
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(PROFILE))
+    return str(path)

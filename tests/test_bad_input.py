@@ -3,11 +3,10 @@ assigned, with the messages ``heterps plan`` gives; ``heterps plan``'s exit stat
 undecodable lines under ``skip_malformed``; numbers that only Python's int()/float() would read."""
 
 import json
-import os
 
 import pytest
 import yaml
-from conftest import REPO, run_python
+from conftest import CLUSTER, run_cli, run_python
 
 from heterps_paddle.data.criteo import NUM_DENSE, NUM_SPARSE, DataFormatError, read_all, read_samples
 from heterps_paddle.data.dataset import prepare_multislot
@@ -15,20 +14,8 @@ from heterps_paddle.fleet.strategy import HeterPSConfigError, validate_heterps_c
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import Plan, load_cluster, load_model_profile
 from heterps_paddle.text_numbers import ascii_float, ascii_int
-from heterps_paddle.tools.cli import main
 from heterps_paddle.tools.plan_command import EXIT_INFEASIBLE, infeasible_lines
 
-CLUSTER = os.path.join(REPO, "examples", "clusters", "cpu_t4.yaml")
-PROFILE = {
-    "format": 1,
-    "name": "tiny_ctr",
-    "batch_size": 512,
-    "layers": [
-        {"name": "embedding", "kind": "sparse", "flops": 0, "param_bytes": 6.0e10, "io_bytes": 832, "out_bytes": 1000},
-        {"name": "fc_0", "kind": "dense", "flops": 2.0e6, "param_bytes": 4.0e6, "out_bytes": 3200},
-        {"name": "fc_1", "kind": "dense", "flops": 2.0e6, "param_bytes": 4.0e6, "out_bytes": 3200},
-    ],
-}
 RESOURCE = {
     "name": "cpu",
     "kind": "cpu",
@@ -39,19 +26,6 @@ RESOURCE = {
     "memory": 1e11,
     "net_bw": 1e9,
 }
-
-
-@pytest.fixture
-def model_file(tmp_path):
-    path = tmp_path / "model.yaml"
-    path.write_text(yaml.safe_dump(PROFILE))
-    return str(path)
-
-
-def run_cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def plan_exact(capsys, model_file, *argv):

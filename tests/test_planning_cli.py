@@ -7,36 +7,11 @@ import sys
 
 import pytest
 import yaml
+from conftest import CLUSTER, run_cli
 
 from heterps_paddle.planning.model import load_plan
-from heterps_paddle.tools.cli import main
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLUSTER = os.path.join(REPO, "examples", "clusters", "cpu_t4.yaml")
-PROFILE = {
-    "format": 1,
-    "name": "tiny_ctr",
-    "batch_size": 512,
-    "layers": [
-        {"name": "embedding", "kind": "sparse", "flops": 0, "param_bytes": 6.0e10, "io_bytes": 832, "out_bytes": 1000},
-        {"name": "fc_0", "kind": "dense", "flops": 2.0e6, "param_bytes": 4.0e6, "out_bytes": 3200},
-        {"name": "fc_1", "kind": "dense", "flops": 2.0e6, "param_bytes": 4.0e6, "out_bytes": 3200},
-        {"name": "fc_2", "kind": "dense", "flops": 1.0e4, "param_bytes": 1.0e4, "out_bytes": 8},
-    ],
-}
-
-
-@pytest.fixture
-def model_file(tmp_path):
-    path = tmp_path / "model.yaml"
-    path.write_text(yaml.safe_dump(PROFILE))
-    return str(path)
-
-
-def run_cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_plan_json_is_one_object_and_round_trips(capsys, model_file, tmp_path):
