@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-import native_ops  # noqa: F401  (builds the native libraries in a source checkout)
+import native_ops  # builds the native libraries in a source checkout; package_env() for subprocesses
 import numpy as np
 import pytest
 
@@ -275,7 +275,14 @@ def test_killed_processes_leave_nothing_that_grows(tmp_path, capfd):
     next table in those directories (the dead process cannot)."""
     ssd, ckpt = tmp_path / "ssd", tmp_path / "ckpt"
     for _ in range(2):
-        proc = subprocess.Popen([sys.executable, "-c", _SAVER, str(ssd), str(ckpt)], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SAVER, str(ssd), str(ckpt)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # a saver says what it cleaned up too: only this process's words are counted
+            text=True,
+            cwd=tmp_path,  # not the checkout: its heterps_paddle may have no built libraries (an installed copy does)
+            env=native_ops.package_env(),
+        )
         assert proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 60
         while not glob.glob(str(ckpt / "*.tmp.*")) and time.monotonic() < deadline:
@@ -314,6 +321,12 @@ assert t.stats()["rows_on_ssd"] > 0
 
 def test_a_normal_exit_without_close_leaves_no_spill_files(tmp_path):
     ssd = tmp_path / "ssd"
-    done = subprocess.run([sys.executable, "-c", _EXITS_WITHOUT_CLOSE, str(ssd)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _EXITS_WITHOUT_CLOSE, str(ssd)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=native_ops.package_env(),
+    )
     assert done.returncode == 0, done.stderr
     assert ssd.is_dir() and list(ssd.iterdir()) == []
