@@ -35,6 +35,36 @@ def test_plan_summary_shows_stages_and_the_best_single_type(capsys, model_file):
     assert "stage" in out and "units" in out and "best single-type plan" in out
 
 
+def test_plan_summary_prices_all_cpu_and_all_gpu(capsys, model_file):
+    """Beside the best single type, the cheapest all-CPU and all-GPU plans and the plan's cost against each."""
+    from heterps_paddle.planning.model import load_cluster, load_model_profile
+    from heterps_paddle.planning.report import best_single_type, best_single_type_of_kind
+    from heterps_paddle.tools.plan_command import launchable_cost_model, make_plans
+
+    code, out, _ = run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact")
+    assert code == 0
+    profile, cluster = load_model_profile(model_file), load_cluster(CLUSTER)
+    model = launchable_cost_model(profile, cluster, None, ("cpu", "gpu"))
+    plan = make_plans(profile, cluster, "exact", [None])[0][1]
+    single = best_single_type(model)
+    assert single is not None
+    ratios = [f"{plan.cost_per_hour / single.cost_per_hour:.3f}x the best single-type plan"]
+    for kind in ("cpu", "gpu"):
+        alt = best_single_type_of_kind(model, kind)
+        assert alt is not None and {s.kind for s in alt.stages} == {kind}
+        units = sum(s.units for s in alt.stages)
+        line = f"all-{kind.upper()} ({alt.stages[0].resource}): {units} unit{'s' * (units != 1)}, "
+        assert line + f"{alt.throughput:,.0f} samples/s, {alt.cost_per_hour:.4g}/h" in out
+        assert alt.cost_per_hour >= single.cost_per_hour
+        ratios.append(f"{plan.cost_per_hour / alt.cost_per_hour:.3f}x all-{kind.upper()}")
+    assert f"heterogeneous plan costs {', '.join(ratios)}" in out
+    # Trainers that may only be CPUs: no all-GPU plan to weigh against (not "none meets the target").
+    code, out, _ = run_cli(
+        capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact", "--trainer-kinds", "cpu"
+    )
+    assert code == 0 and "all-CPU (" in out and "all-GPU" not in out
+
+
 def test_infeasible_is_an_answer_with_exit_1(capsys, model_file):
     code, out, err = run_cli(
         capsys,

@@ -12,28 +12,55 @@ from dataclasses import dataclass
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.launch import shape_of
 from heterps_paddle.planning.launch_fit import LaunchFit
-from heterps_paddle.planning.model import Cluster, Plan, Stage
+from heterps_paddle.planning.model import RESOURCE_KINDS, Cluster, Plan, Stage
 
 
-def best_single_type(cost_model: CostModel) -> Plan | None:
-    """The cheapest plan that runs every layer on one type (what heterogeneity is compared with)."""
-    best = None
-    for evaluation in cost_model.single_type_evaluations():
-        if evaluation.feasible and (best is None or evaluation.cost_per_hour < best.cost_per_hour):
-            best = evaluation
-    return None if best is None else cost_model.to_plan(best.assignment, "single-type", evaluations=0)
-
-
-def best_single_type_of_kind(cost_model: CostModel, kind: str) -> Plan | None:
+def _cheapest_single_type(cost_model: CostModel, kinds: tuple[str, ...], scheduler: str) -> Plan | None:
+    """The cheapest feasible plan that runs every layer on one type of one of ``kinds``."""
     best = None
     for evaluation, rtype in zip(cost_model.single_type_evaluations(), cost_model.types):
         if (
-            rtype.kind == kind
+            rtype.kind in kinds
             and evaluation.feasible
             and (best is None or evaluation.cost_per_hour < best.cost_per_hour)
         ):
             best = evaluation
-    return None if best is None else cost_model.to_plan(best.assignment, f"all-{kind}", evaluations=0)
+    return None if best is None else cost_model.to_plan(best.assignment, scheduler, evaluations=0)
+
+
+def best_single_type(cost_model: CostModel) -> Plan | None:
+    """The cheapest plan that runs every layer on one type (what heterogeneity is compared with)."""
+    return _cheapest_single_type(cost_model, RESOURCE_KINDS, "single-type")
+
+
+def best_single_type_of_kind(cost_model: CostModel, kind: str) -> Plan | None:
+    """The cheapest plan that runs every layer on one type of ``kind`` (all-CPU, all-GPU)."""
+    return _cheapest_single_type(cost_model, (kind,), f"all-{kind}")
+
+
+def single_kind_plans(cost_model: CostModel) -> dict[str, Plan | None]:
+    """Kind (cpu, gpu) -> the cheapest plan on one type of that kind: "a CPU cluster" and "a GPU cluster" are
+    what a mixed one is usually weighed against, and the best single type alone hides the other kind's price.
+    Only kinds the cluster has and a one-stage plan may run on (``--trainer-kinds``): for the others "none meets
+    the target" would be the wrong reason."""
+    allowed = cost_model.one_stage_kinds or RESOURCE_KINDS
+    present = {t.kind for t in cost_model.types}
+    return {
+        kind: best_single_type_of_kind(cost_model, kind)
+        for kind in RESOURCE_KINDS
+        if kind in present and kind in allowed
+    }
+
+
+def single_kind_line(kind: str, alt: Plan | None, stand_ins: tuple[str, ...] = ()) -> str:
+    """``all-CPU (type): N units, <price>``, or that there is none; ``stand_ins`` are the gpu types this
+    machine's cores stand in for (the job's report says so)."""
+    if alt is None:
+        return f"all-{kind.upper()}: no single {kind} type meets it within max_units"
+    name = alt.stages[0].resource
+    note = ", standing in for a GPU on this machine's cores" if name in stand_ins else ""
+    units = sum(s.units for s in alt.stages)
+    return f"all-{kind.upper()} ({name}{note}): {units} unit{'s' * (units != 1)}, {_price(alt)}"
 
 
 def _layers(stage: Stage) -> str:
@@ -77,10 +104,18 @@ def format_summary(cost_model: CostModel, plan: Plan) -> str:
         lines.append(f"best single-type plan ({single.stages[0].resource}):")
         lines.extend(stage_table(single))
         lines.append(f"  throughput {_price(single)}")
-        if plan.feasible and single.cost_per_hour > 0:
-            lines.append(
-                f"heterogeneous plan costs {plan.cost_per_hour / single.cost_per_hour:.3f}x the best single-type plan"
-            )
+    by_kind = single_kind_plans(cost_model)
+    lines.extend(single_kind_line(kind, alt) for kind, alt in by_kind.items())
+    if plan.feasible and single is not None and single.cost_per_hour > 0:
+        against = "".join(
+            f", {plan.cost_per_hour / alt.cost_per_hour:.3f}x all-{kind.upper()}"
+            for kind, alt in by_kind.items()
+            if alt is not None and alt.cost_per_hour > 0
+        )
+        lines.append(
+            f"heterogeneous plan costs {plan.cost_per_hour / single.cost_per_hour:.3f}x the best single-type plan"
+            + against
+        )
     return "\n".join(lines)
 
 
@@ -152,15 +187,8 @@ def job_report(r: JobReportInputs) -> str:
 
     if r.alternatives is not None:
         lines += ["", f"SINGLE-TYPE ALTERNATIVES at {r.alternatives.throughput:,.0f} samples/s (any launch)"]
-        for kind in ("cpu", "gpu"):
-            alt = best_single_type_of_kind(r.alternatives, kind)
-            if alt is None:
-                lines.append(f"  all-{kind.upper()}: no single {kind} type meets it within max_units")
-            else:
-                name = alt.stages[0].resource
-                note = ", standing in for a GPU on this machine's cores" if name in r.stand_ins else ""
-                units = sum(s.units for s in alt.stages)
-                lines.append(f"  all-{kind.upper()} ({name}{note}): {units} unit{'s' * (units != 1)}, {_price(alt)}")
+        alternatives = single_kind_plans(r.alternatives).items()
+        lines.extend(f"  {single_kind_line(kind, alt, r.stand_ins)}" for kind, alt in alternatives)
 
     lines += [
         "",

@@ -26,7 +26,7 @@ from heterps_paddle.planning.model import (
     save_plan,
     unknown_time_keys,
 )
-from heterps_paddle.planning.report import best_single_type, format_summary
+from heterps_paddle.planning.report import best_single_type, format_summary, single_kind_plans
 from heterps_paddle.planning.schedulers import SCHEDULERS, make_scheduler
 from heterps_paddle.planning.schedulers.exact import REACH_TOLERANCE, reachable_throughput
 from heterps_paddle.text_numbers import ascii_float
@@ -203,6 +203,11 @@ def plot_plans(results: list[tuple[CostModel, Plan]], path: str) -> None:
         singles = [(m.throughput, s.cost_per_hour) for m, _ in results if (s := best_single_type(m))]
         if singles:
             curve.plot(*zip(*singles), "s--", label="best single type")
+        # All-CPU and all-GPU too, as the summary prints them: what a mixed cluster saves against either kind.
+        for kind, marker in zip(RESOURCE_KINDS, ("v:", "^:")):
+            alts = [(m.throughput, a.cost_per_hour) for m, _ in results if (a := single_kind_plans(m).get(kind))]
+            if alts:
+                curve.plot(*zip(*alts), marker, label=f"all-{kind.upper()}")
     targets = [m.throughput for m, _ in results]
     if max(targets) > 20 * min(targets):  # a sweep over decades reads better on a log axis
         curve.set_xscale("log")
