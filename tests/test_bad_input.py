@@ -212,7 +212,7 @@ def test_a_scheduler_that_missed_a_plan_exact_finds_is_told(model_file):
 def test_the_jobs_advice_takes_an_infeasible_answer_as_advice(tmp_path, model_file):
     from heterps_paddle.fleet.auto_plan import _advice  # imports Paddle: only this test needs it
 
-    plan, error = _advice(model_file, CLUSTER, 1e12, "exact", 0, cuda=True)
+    plan, error = _advice(model_file, CLUSTER, ("--throughput", 1e12), {"scheduler": "exact", "seed": 0}, cuda=True)
     assert error is None and plan is not None
     assert plan.feasible is False and "1e+12 samples/s" in (plan.reason or "")
 

@@ -167,6 +167,28 @@ def test_fit_matches_a_brute_force_of_the_objective(target):
     assert [s.units for s in chosen.stages] in ([2], [2, 1])
 
 
+@pytest.mark.parametrize("budget", [2.0, 4.5, 5.0, 100.0])
+def test_a_budget_gets_the_fastest_fitting_plan_within_it(budget):
+    prof = profile([1e-4, 8e-4, 8e-4, 2e-4], [5e-5, 1e-4, 1e-4, 3e-5])
+    launch = LaunchShape(2, (HeterGroup(1, None),))  # a group of unknown device: any type, as the brute force
+    fit = fit_to_launch(prof, cluster(), launch, budget=budget)
+    within = [o for o in brute_force(prof, cluster(), launch, None) if o[1] <= budget]
+    best = max(r for r, _, _ in within)
+    chosen = fit.chosen.plan
+    assert chosen.cost_per_hour <= budget and chosen.throughput >= best * (1 - THROUGHPUT_TIE)
+    assert fit.budget == budget and any("budget" in note for note in fit.notes)
+
+
+def test_a_budget_below_every_fitting_plan_names_the_cheapest():
+    prof = profile([1e-4, 8e-4], [5e-5, 1e-4])
+    with pytest.raises(
+        PlanningInputError, match=r"fits the budget of 1/h: the cheapest, 2 x cpu \(l0, l1\), costs 2/h"
+    ):
+        fit_to_launch(prof, cluster(), LaunchShape(2, (HeterGroup(1, "gpu"),)), budget=1.0)
+    with pytest.raises(PlanningInputError, match="not both"):
+        fit_to_launch(prof, cluster(), LaunchShape(2), target=10.0, budget=5.0)
+
+
 def test_a_cheap_enough_target_leaves_the_heterogeneous_trainers_unused():
     prof = profile([1e-4, 8e-4], [5e-5, 1e-4])
     fit = fit_to_launch(prof, cluster(), LaunchShape(2, (HeterGroup(1, "gpu"),)), target=500.0)

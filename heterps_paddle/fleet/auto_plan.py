@@ -190,7 +190,12 @@ def _plan_locked(
     loss: Any, startup_program: Any, optimizer: Any, configs: dict[str, Any], out_dir: str, launch: LaunchShape
 ) -> JobPlan:
     cluster, cluster_source, host_cores = _cluster(configs, out_dir)
-    target = configs["throughput"] if configs["throughput"] is not None else cluster.throughput
+    budget = configs["budget"]
+    # A budget replaces the target, the cluster file's included: the user asked for the most samples/s within it.
+    if budget is not None:
+        target = None
+    else:
+        target = configs["throughput"] if configs["throughput"] is not None else cluster.throughput
     time_keys = [name for name in cluster.type_names() if name in LOCAL_TYPES]
     cuda = _cuda()
     depends_on = {
@@ -207,6 +212,7 @@ def _plan_locked(
             "profile": depends_on,
             "cluster": cluster_to_dict(cluster),
             "target": target,
+            "budget": budget,
             "launch": launch.to_dict(),
             "scheduler": configs["scheduler"],
             "seed": configs["seed"],
@@ -244,15 +250,25 @@ def _plan_locked(
     profile = measured.profile
     stand_in = not cuda
     fit = fit_to_launch(
-        profile, cluster, launch, target, stand_in_gpu=stand_in, trainers_on_gpu=cuda, host_cores=host_cores
+        profile,
+        cluster,
+        launch,
+        target,
+        budget=budget,
+        stand_in_gpu=stand_in,
+        trainers_on_gpu=cuda,
+        host_cores=host_cores,
     )
-    plan = replace(fit.chosen.plan, inputs_digest=inputs_digest)
-    # Advice: the best plan on any launch, at the target (or at this plan's throughput without one).
+    plan = replace(fit.chosen.plan, inputs_digest=inputs_digest, budget_per_hour=budget)
+    # Advice: the best plan on any launch, at the target (or at this plan's throughput without one; within the
+    # budget with one).
     at = target if target is not None else plan.throughput
     profile_path, cluster_path = os.path.join(out_dir, PROFILE_FILE), os.path.join(out_dir, CLUSTER_FILE)
     save_yaml(model_profile_to_dict(profile), profile_path)
     save_yaml(cluster_to_dict(cluster), cluster_path)
-    advice, advice_error = _advice(profile_path, cluster_path, at, configs["scheduler"], configs["seed"], cuda)
+    advice, advice_error = _advice(
+        profile_path, cluster_path, ("--budget", budget) if budget is not None else ("--throughput", at), configs, cuda
+    )
     inputs = _input_lines(measured, measurement, time_keys)
     report = job_report(
         JobReportInputs(
@@ -278,7 +294,7 @@ def _plan_locked(
 
 
 def _advice(
-    profile_path: str, cluster_path: str, at: float, scheduler: str, seed: int, cuda: bool
+    profile_path: str, cluster_path: str, goal: tuple[str, float], configs: dict[str, Any], cuda: bool
 ) -> tuple[Plan | None, str | None]:
     """The best plan on any launch of the cluster, made by `heterps plan` in a process of its own (the command
     the report then names): no scheduler runs inside a training process.  rl would seed and use Paddle's
@@ -295,11 +311,11 @@ def _advice(
         "--cluster",
         cluster_path,
         "--scheduler",
-        scheduler,
+        configs["scheduler"],
         "--seed",
-        str(seed),
-        "--throughput",
-        repr(float(at)),
+        str(configs["seed"]),
+        goal[0],  # --throughput T or --budget B
+        repr(float(goal[1])),
         "--json",
         "--trainer-kinds",
         "cpu,gpu" if cuda else "cpu",

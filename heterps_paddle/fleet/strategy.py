@@ -96,6 +96,14 @@ CONFIG_KEYS: dict[str, ConfigKey] = {
             _positive,
         ),
         ConfigKey(
+            "budget",
+            (int, float),
+            None,
+            "price per hour (the cluster file's currency) to stay within, instead of a throughput target: the "
+            "job plans the most samples/s its launch can give at no more than this",
+            _positive,
+        ),
+        ConfigKey(
             "scheduler",
             (str,),
             "rl",
@@ -157,6 +165,11 @@ def validate_heterps_configs(configs: Any) -> dict[str, Any]:
             if reason:
                 raise HeterPSConfigError(f"strategy.heterps_configs[{name!r}]: {reason} ({key.help})")
         full[name] = value
+    if full["budget"] is not None and full["throughput"] is not None:
+        raise HeterPSConfigError(
+            "strategy.heterps_configs: give 'throughput' (the cheapest plan that meets it) or 'budget' (the most "
+            f"samples/s within it), not both (got throughput={full['throughput']!r}, budget={full['budget']!r})"
+        )
     if full["plan"] is not None:
         try:
             configured_plan(full)

@@ -11,6 +11,7 @@ one cost model (``CostModel.stage_time``).  Two shapes fit any launch:
 Objective, in this order (ties of float predictions are not left to chance):
 
 - with a target: the cheapest plan that meets it; then fewer stages, fewer units, more samples/s;
+- with a budget (a price per hour instead of a target): among plans that cost no more, as without a target;
 - a target no fitting plan meets, or no target at all: the most samples/s, predictions within
   ``THROUGHPUT_TIE`` of the best counting as equal (the cost model's own error is larger), then the cheapest,
   fewer stages, fewer units;
@@ -70,6 +71,7 @@ class LaunchFit:
     target: float | None
     host_cores: int | None
     notes: tuple[str, ...]  # what the fit assumed, in plain words (the plan report prints them)
+    budget: float | None = None  # price per hour the plan stays within (budget mode, instead of a target)
 
     @property
     def leaves_heter_unused(self) -> bool:
@@ -107,6 +109,7 @@ def fit_to_launch(
     launch: LaunchShape,
     target: float | None = None,
     *,
+    budget: float | None = None,
     stand_in_gpu: bool = False,
     trainers_on_gpu: bool = False,
     host_cores: int | None = None,
@@ -118,6 +121,10 @@ def fit_to_launch(
     """
     if target is not None and not (target > 0 and math.isfinite(target)):
         raise PlanningInputError(f"throughput target must be a positive finite number, got {target!r}")
+    if budget is not None and not (budget > 0 and math.isfinite(budget)):
+        raise PlanningInputError(f"budget must be a positive finite price per hour, got {budget!r}")
+    if target is not None and budget is not None:
+        raise PlanningInputError("give a throughput target or a budget, not both")
     if launch.cpu_trainers < 1:
         raise PlanningInputError(f"the launch has {launch.cpu_trainers} CPU trainers; stage 1 needs at least one")
     types = cluster.resource_types
@@ -172,15 +179,29 @@ def fit_to_launch(
         raise PlanningInputError(
             f"no plan fits this launch: the cluster's types cannot hold the program's parameters ({launch.describe()})"
         )
+    one_stage, split_options = options[:one_stage_count], options[one_stage_count:]
+    if budget is not None:
+        within = [o for o in options if o.cost_per_hour <= budget * (1 + 1e-12)]
+        if not within:
+            cheapest = min(options, key=lambda o: (o.cost_per_hour, o.order))
+            raise PlanningInputError(
+                f"no plan for this launch ({launch.describe()}) fits the budget of {budget:.4g}/h: the cheapest, "
+                f"{_describe(cheapest.plan)}, costs {cheapest.cost_per_hour:.4g}/h; raise the budget or launch "
+                "fewer processes"
+            )
+        options = within
+        one_stage = [o for o in one_stage if o in within]
+        split_options = [o for o in split_options if o in within]
+        notes.append(f"budget {budget:.4g}/h: plans that cost more were left out")
     chosen = _best(options, target)
-    one = _best(options[:one_stage_count], target) if one_stage_count else None
-    split = _best(options[one_stage_count:], target) if len(options) > one_stage_count else None
+    one = _best(one_stage, target) if one_stage else None
+    split = _best(split_options, target) if split_options else None
     if host_cores is not None:
         notes.append(
             f"every process runs on this machine's {host_cores} cores: a plan gives at most "
             f"{host_cores} / (sum of its stages' seconds per sample) samples/s"
         )
-    return LaunchFit(chosen, one, split, launch, target, host_cores, tuple(notes))
+    return LaunchFit(chosen, one, split, launch, target, host_cores, tuple(notes), budget)
 
 
 def _group_note(
@@ -249,6 +270,10 @@ def _option(
         launch=launch.to_dict(),
     )
     return FitOption(plan, uses_heter=len(stages) > 1, meets_target=meets, order=order)
+
+
+def _describe(plan: Plan) -> str:
+    return " | ".join(f"{s.units} x {s.resource} ({', '.join(s.layers)})" for s in plan.stages)
 
 
 def _best(options: list[FitOption], target: float | None) -> FitOption:

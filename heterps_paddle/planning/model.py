@@ -120,6 +120,7 @@ class Plan:
     reason: str | None = None  # why it is infeasible
     refined_from_cost: float | None = None  # rl: cost of the policy's best sample before local refinement
     required_throughput: float | None = None
+    budget_per_hour: float | None = None  # budget mode: the price per hour the plan had to stay within
     # What the plan was made from (fleet.auto_plan): same digest, same plan; and the launch it was fitted to.
     inputs_digest: str | None = None
     launch: Mapping[str, Any] | None = None
@@ -152,6 +153,7 @@ class Plan:
         }
         optional = {
             "required_throughput": self.required_throughput,
+            "budget_per_hour": self.budget_per_hour,
             "reason": self.reason,
             "refined_from_cost": self.refined_from_cost,
             "inputs_digest": self.inputs_digest,
@@ -427,6 +429,7 @@ _PLAN_KEYS = {
     "reason",
     "refined_from_cost",
     "required_throughput",
+    "budget_per_hour",
     "inputs_digest",
     "launch",
 }
@@ -503,6 +506,7 @@ def plan_from_dict(document: Any, source: str = "<plan>", kinds: Mapping[str, st
         reason=None if doc.get("reason") is None else r.string(doc["reason"], "reason"),
         refined_from_cost=optional_number("refined_from_cost"),
         required_throughput=optional_number("required_throughput"),
+        budget_per_hour=optional_number("budget_per_hour"),
         inputs_digest=None if doc.get("inputs_digest") is None else r.string(doc["inputs_digest"], "inputs_digest"),
         launch=launch,
     )

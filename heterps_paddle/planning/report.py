@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.launch import shape_of
-from heterps_paddle.planning.launch_fit import LaunchFit
+from heterps_paddle.planning.launch_fit import THROUGHPUT_TIE, LaunchFit
 from heterps_paddle.planning.model import RESOURCE_KINDS, Cluster, Plan, Stage
 
 
@@ -156,7 +156,9 @@ def job_report(r: JobReportInputs) -> str:
         )
     lines.extend(stage_table(plan, unit_word="processes"))
     lines.append(f"  predicted {_price(plan)}")
-    if fit.target is None:
+    if fit.budget is not None:
+        lines.append(f"  budget {fit.budget:.4g}/h: planned for the most samples/s this launch gives within it")
+    elif fit.target is None:
         lines.append("  no throughput target: planned for the most samples/s this launch gives, at the least cost")
     else:
         met = "met" if fit.chosen.meets_target else "NOT met: this launch cannot reach it (see below)"
@@ -213,6 +215,16 @@ def _advice_lines(r: JobReportInputs) -> list[str]:
     args = " ".join(shape_of(advice, gpu_available=r.cuda, server_num=fit.launch.servers).arguments())
     summary = " | ".join(f"{s.resource} x{s.units}: {_layers(s)}" for s in advice.stages)
     target_missed = fit.target is not None and not fit.chosen.meets_target
+    if fit.budget is not None:  # the advice is the fastest plan on any launch within the same budget
+        if advice.throughput > plan.throughput * (1 + THROUGHPUT_TIE):
+            return [
+                f"  faster within {fit.budget:.4g}/h: {summary}, predicted {_price(advice)}",
+                f"    launch with: {args}  (scheduler {r.advice_scheduler})",
+            ]
+        return [
+            f"  none faster within {fit.budget:.4g}/h: the best plan on any launch gives {advice.throughput:,.0f} "
+            f"samples/s (scheduler {r.advice_scheduler})"
+        ]
     saving = plan.cost_per_hour - advice.cost_per_hour
     if target_missed:
         return [

@@ -12,7 +12,9 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 
+from heterps_paddle.planning.budget import BUDGET_TOLERANCE, fastest_within_budget
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.launch import SPLIT_FIRST_STAGE_KINDS
 from heterps_paddle.planning.model import (
@@ -44,6 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--throughput",
         default=None,
         help="required samples/s, overriding the cluster file's; a comma list (1e5,2e5,4e5) sweeps",
+    )
+    parser.add_argument(
+        "--budget",
+        default=None,
+        metavar="PRICE_PER_HOUR",
+        help="instead of a throughput: the most samples/s a plan gives at no more than this price per hour "
+        "(the cluster file's currency)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomised schedulers")
     parser.add_argument(
@@ -140,9 +149,58 @@ def infeasible_lines(
     return lines
 
 
+def parse_budget(text: str) -> float:
+    try:
+        budget = ascii_float(text)
+    except ValueError:
+        raise PlanningInputError(f"--budget: {text!r} is not a number") from None
+    if not (budget > 0 and math.isfinite(budget)):
+        raise PlanningInputError(f"--budget: must be a positive finite price per hour, got {text!r}")
+    return budget
+
+
+def run_budget(
+    args: argparse.Namespace, profile: ModelProfile, cluster: Cluster, trainer_kinds: tuple[str, ...]
+) -> int:
+    """--budget: the fastest plan within the price, with the same outputs as a target's plan."""
+    if args.throughput is not None:
+        raise PlanningInputError("give --throughput (the cheapest plan that meets it) or --budget, not both")
+    budget = parse_budget(args.budget)
+    answer = fastest_within_budget(
+        budget,
+        lambda throughput: launchable_cost_model(profile, cluster, throughput, trainer_kinds),
+        make_scheduler(args.scheduler, seed=args.seed).plan,
+    )
+    plan = replace(answer.plan, budget_per_hour=budget)
+    if args.out:
+        save_plan(plan, args.out)
+    if args.plot:
+        plot_plans([(answer.cost_model, plan)], args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(plan.to_dict()))
+    else:
+        print(
+            f"budget {budget:.4g}/h: the most samples/s a plan gives within it ({args.scheduler}, "
+            f"{answer.searches} searches over the target, within {BUDGET_TOLERANCE:.1%})"
+        )
+        # Shown against the plan's own samples/s: the single-type line then says what the same speed costs on one
+        # type (the search's last target can sit far below what its plan gives).
+        shown = answer.cost_model
+        if plan.feasible:
+            shown = launchable_cost_model(profile, cluster, plan.throughput, trainer_kinds)
+        print(format_summary(shown, plan))
+    if not plan.feasible:
+        print(f"heterps plan: infeasible: {plan.reason}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     profile = load_model_profile(args.model)
     cluster = load_cluster(args.cluster)
+    if args.budget is not None:
+        return run_budget(args, profile, cluster, parse_kinds(args.trainer_kinds))
     throughputs = parse_throughputs(args.throughput)
     unknown = unknown_time_keys(profile, cluster)
     if unknown:
