@@ -4,45 +4,11 @@ them), and every scheduler is run through the one interface."""
 import numpy as np
 import pytest
 
-from heterps_paddle.planning.catalog import workload_suite
+from heterps_paddle.planning.catalog import CATALOG, generate_workload, random_case, workload_suite
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import Cluster, LayerProfile, ModelProfile, PlanningInputError, ResourceType
 from heterps_paddle.planning.schedulers import exact as exact_module
 from heterps_paddle.planning.schedulers import make_scheduler
-
-
-def random_case(seed, n=None, T=None, time_scale=-9.0):
-    """Arbitrary measured times per layer and type, tight limits: many cases where stages share a limit."""
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(2, 8)) if n is None else n
-    T = int(rng.integers(2, 4)) if T is None else T
-    types = [
-        ResourceType(
-            f"t{i}",
-            "cpu",
-            float(rng.uniform(0.5, 3)),
-            int(rng.integers(1, 8)),
-            1e12,
-            1e11,
-            float(rng.choice([1e9, 5e9, 1e11])),
-            1e9,
-            float(rng.choice([0, 1e9])),
-        )
-        for i in range(T)
-    ]
-    layers = [
-        LayerProfile(
-            f"l{i}",
-            str(rng.choice(["sparse", "dense"])),
-            1e6,
-            float(rng.choice([0, 1e8, 3e9])),
-            float(rng.choice([0, 1e3])),
-            float(rng.uniform(0, 1e4)),
-            {f"t{t}": float(rng.lognormal(time_scale, 1)) for t in range(T) if rng.random() < 0.9},
-        )
-        for i in range(n)
-    ]
-    return ModelProfile("random", 512, tuple(layers)), Cluster(tuple(types), float(rng.uniform(1e3, 3e4)))
 
 
 def test_exact_matches_brute_force_on_random_small_cases(monkeypatch):
@@ -143,3 +109,16 @@ def test_batch_evaluation_agrees_with_evaluate():
             assert one.feasible == batch.feasible[k]
             assert one.cost_per_hour == pytest.approx(batch.cost_per_hour[k])
             assert one.excess_units == batch.excess_units[k]
+
+
+def test_workloads_beyond_the_catalog_add_other_offers_of_its_machines():
+    # 64 types (the scale suite's) from 16 catalog kinds: the same machines at other prices, fewer units
+    workload = generate_workload(7, 6, 40)
+    types = workload.cluster.resource_types
+    assert len({t.name for t in types}) == 40
+    catalog_kinds = {t.name: t for t in types if t.name in CATALOG}
+    assert len(catalog_kinds) == len(CATALOG)
+    for offer in types:
+        base = CATALOG[offer.name.split("_offer")[0]]
+        assert offer.flops == base.flops and offer.max_units <= base.max_units
+    assert make_scheduler("exact").plan(CostModel(workload.profile, workload.cluster)).feasible
