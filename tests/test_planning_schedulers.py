@@ -1,6 +1,8 @@
 """exact is checked against brute force on random small cases (the shared unit limit binding in many of
 them), and every scheduler is run through the one interface."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -32,7 +34,7 @@ def test_exact_matches_brute_force_on_random_small_cases(monkeypatch):
     assert feasible > 40 and len(milp_calls) >= 5, (feasible, len(milp_calls))
 
 
-def test_shared_limit_binds_and_exact_pays_for_it():
+def shared_limit_case():
     # Cheap type "a" is best for layers 0 and 2, "b" for layer 1; two "a" stages need 2+2 units but a has 3.
     a = ResourceType("a", "gpu", 1.0, 3, flops=1e12, mem_bw=1e12, memory=1e12, net_bw=1e12)
     b = ResourceType("b", "cpu", 1.5, 10, flops=1e12, mem_bw=1e12, memory=1e12, net_bw=1e12)
@@ -41,12 +43,40 @@ def test_shared_limit_binds_and_exact_pays_for_it():
         LayerProfile("y", "sparse", 0, 0, 0, 0, {"a": 1e-3, "b": 1e-6}),
         LayerProfile("z", "sparse", 0, 0, 0, 0, {"a": 1.5e-5, "b": 3e-5}),
     )
+    return layers, a, b
+
+
+def test_shared_limit_binds_and_exact_pays_for_it():
+    layers, a, b = shared_limit_case()
     cm = CostModel(ModelProfile("m", 1, layers), Cluster((a, b)), throughput=1e5)
     assert not cm.evaluate([0, 1, 0]).feasible  # the unlimited optimum
     plan = make_scheduler("exact").plan(cm)
     brute = make_scheduler("brute").plan(CostModel(ModelProfile("m", 1, layers), Cluster((a, b)), 1e5))
     assert plan.feasible and plan.cost_per_hour == pytest.approx(brute.cost_per_hour)
     assert sum(s.units for s in plan.stages if s.resource == "a") <= 3
+
+
+def test_a_plan_above_the_guessed_cutoff_is_only_an_incumbent(monkeypatch):
+    # The MILP over the candidates below a guessed cutoff holds every plan up to the cutoff, not the others: a plan
+    # it finds above the cutoff proves nothing.  Here each case's first solve returns its dearest feasible plan.
+    dearest: list = []
+    original = exact_module.ExactScheduler._solve
+    monkeypatch.setattr(
+        exact_module.ExactScheduler, "_solve", lambda self, *args: dearest.pop() if dearest else original(self, *args)
+    )
+    injected = 0
+    for seed in range(60):
+        cm = CostModel(*random_case(seed, n=5, T=3))
+        feasible = [e for e in map(cm.evaluate, itertools.product(range(3), repeat=5)) if e.feasible]
+        if not feasible:
+            continue
+        optimum = min(e.cost_per_hour for e in feasible)
+        dear = max(feasible, key=lambda e: e.cost_per_hour)
+        dearest[:] = [list(dear.assignment)]
+        plan = make_scheduler("exact").plan(cm)
+        assert plan.cost_per_hour == pytest.approx(optimum, rel=1e-9), seed
+        injected += not dearest and dear.cost_per_hour > optimum * (1 + 1e-6)
+    assert injected >= 3, injected
 
 
 def test_exact_plans_the_largest_workloads(monkeypatch):
@@ -122,3 +152,42 @@ def test_workloads_beyond_the_catalog_add_other_offers_of_its_machines():
         base = CATALOG[offer.name.split("_offer")[0]]
         assert offer.flops == base.flops and offer.max_units <= base.max_units
     assert make_scheduler("exact").plan(CostModel(workload.profile, workload.cluster)).feasible
+
+
+def constrained_optimum(cm):
+    """The cheapest feasible plan's cost by a DP whose state carries the units used of every type (exponential in
+    the types, so mid-size cases only): independent of exact's relaxations, bounds and MILP."""
+    n, T = cm.num_layers, cm.num_types
+    limits = [int(m) for m in cm.max_units]
+    states = [{} for _ in range(n + 1)]  # boundary -> {(type of the stage ending there, units used): cost}
+    states[0][(-1, (0,) * T)] = 0.0
+    for i in range(n):
+        for (last, used), cost in states[i].items():
+            for t in range(T):
+                for j in range(i + 1, n + 1):
+                    stage = cm.stage(i, j, t)
+                    if t == last or not stage.within_limit or used[t] + stage.units > limits[t]:
+                        continue
+                    key = (t, used[:t] + (used[t] + stage.units,) + used[t + 1 :])
+                    states[j][key] = min(states[j].get(key, np.inf), cost + stage.cost_per_hour)
+    return min(states[n].values(), default=None)
+
+
+@pytest.mark.parametrize("margins", [exact_module._CUTOFF_MARGINS, (1e-7, 1e-5), ()])
+def test_exact_matches_an_independent_optimum_on_mid_size_cases(monkeypatch, margins):
+    # margins: exact's first cutoffs above the Lagrangian bound; tiny ones make it raise its guess, none is the
+    # plain MILP over every candidate that can beat the incumbent
+    monkeypatch.setattr(exact_module, "_CUTOFF_MARGINS", margins)
+    solves = []
+    original = exact_module.ExactScheduler._solve
+    monkeypatch.setattr(
+        exact_module.ExactScheduler, "_solve", lambda self, *args: solves.append(1) or original(self, *args)
+    )
+    for seed in range(40):
+        cm = CostModel(*random_case(seed, n=12, T=4, time_scale=-10.0))
+        plan = make_scheduler("exact").plan(cm)
+        optimum = constrained_optimum(cm)
+        assert plan.feasible == (optimum is not None), seed
+        if optimum is not None:
+            assert plan.cost_per_hour == pytest.approx(optimum, rel=1e-9), seed
+    assert len(solves) >= 10, len(solves)  # the shared limits bound, and the MILP decided, in many of them
