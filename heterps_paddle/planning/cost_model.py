@@ -494,10 +494,16 @@ class StageTables:
         types = np.repeat(np.arange(T), starts.size)
         starts, ends = np.tile(starts, T), np.tile(ends, T)
         units, time = cost_model._provision(starts, ends, types)
-        self.units: NDArray[np.float64] = np.zeros((T, n + 1, n + 1))
+
+        def table(fill: float) -> NDArray[np.float64]:
+            # Indexed [type, start, end], laid out [end, start, type] in memory: exact's DP reads every stage
+            # ending at one boundary at a time (a contiguous block so), and arithmetic on the tables keeps it.
+            return np.full((n + 1, n + 1, T), fill).transpose(2, 1, 0)
+
+        self.units: NDArray[np.float64] = table(0.0)
         self.units[types, starts, ends] = units
-        self.time: NDArray[np.float64] = np.full((T, n + 1, n + 1), np.inf)
+        self.time: NDArray[np.float64] = table(np.inf)
         self.time[types, starts, ends] = time
         within = np.isfinite(time) & (units <= cost_model.max_units[types])
-        self.cost: NDArray[np.float64] = np.full((T, n + 1, n + 1), np.inf)
+        self.cost: NDArray[np.float64] = table(np.inf)
         self.cost[types[within], starts[within], ends[within]] = units[within] * cost_model.price[types[within]]

@@ -34,14 +34,10 @@ _CUTOFF_MARGINS = (0.005, 0.02, 0.08)
 
 def _other_type_min(values: NDArray[np.float64]) -> NDArray[np.float64]:
     """out[..., t] = min over t' != t of values[..., t'] (inf when there is a single type)."""
-    T = values.shape[-1]
-    if T == 1:
+    if values.shape[-1] == 1:
         return np.full_like(values, np.inf)
-    order = np.argsort(values, axis=-1)
-    best = np.take_along_axis(values, order[..., :1], axis=-1)
-    second = np.take_along_axis(values, order[..., 1:2], axis=-1)
-    is_best = np.arange(T) == order[..., :1]
-    return np.where(is_best, second, best)
+    two = np.partition(values, 1, axis=-1)  # the smallest, then the second smallest (equal to it on a tie)
+    return np.where(values == two[..., :1], two[..., 1:2], two[..., :1])
 
 
 def forward_dp(cost: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
@@ -52,8 +48,9 @@ def forward_dp(cost: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[
     start = np.zeros((n + 1, T), dtype=np.int64)
     G = np.full((n + 1, T), np.inf)  # cheapest cover of [0, i) whose last stage is NOT of type t
     G[0] = 0.0
+    by_end = np.ascontiguousarray(cost.transpose(2, 1, 0))  # no copy for the stage tables' layout
     for j in range(1, n + 1):
-        candidates = G[:j] + cost[:, :j, j].T  # [start, type]
+        candidates = G[:j] + by_end[j, :j]  # [start, type]
         start[j] = np.argmin(candidates, axis=0)
         F[j] = candidates[start[j], np.arange(T)]
         G[j] = _other_type_min(F[j])
