@@ -289,13 +289,19 @@ SCALE_SIZES = ((64, 16), (64, 32), (128, 64), (200, 64))
 def scale_suite(seed: int = 0) -> list[Workload]:
     """Each of ``SCALE_SIZES`` three times: a catalog workload without and one with a lowered unit limit, and a
     ``random_case`` whose tight limits bind across stages (the catalog's lowered limit often changes only which
-    stages fit, so the unlimited DP's plan already respects it; these need exact's Lagrangian and MILP)."""
+    stages fit, so the unlimited DP's plan already respects it): the first of its seeds where the unlimited DP's
+    plan breaks a shared limit, so that exact needs its Lagrangian and MILP."""
     suite = []
     for index, (n, T) in enumerate(SCALE_SIZES):
         base = seed * 1000 + 900 + 3 * index
         suite += [generate_workload(base + binding, n, T, binding=bool(binding)) for binding in (0, 1)]
-        profile, cluster = random_case(base + 2, n, T, time_scale=-11.0)
-        name = f"tight_{base + 2}"
+        for case_seed in range(base + 2, base + 2 + 100 * 20, 100):
+            profile, cluster = random_case(case_seed, n, T, time_scale=-11.0)
+            model = CostModel(profile, cluster)
+            _, unlimited = dp_assignment(model.stage_tables().cost)
+            if unlimited is not None and not model.evaluate(unlimited).feasible:
+                break
+        name = f"tight_{case_seed}"
         suite.append(Workload(name, dataclasses.replace(profile, name=name), cluster, True))
     return suite
 
