@@ -180,6 +180,7 @@ class ExactScheduler(Scheduler):
         while True:
             margin = next(margins, None)
             cutoff = upper if margin is None else min(upper, lower + margin * max(abs(lower), 1e-12))
+            final = cutoff >= upper  # every plan that could beat the incumbent (all plans, with none) is in
             slack = _TOLERANCE * max(abs(cutoff), 1.0) if np.isfinite(cutoff) else np.inf
             solved = self._solve(cost_model, tables, candidates & (bound <= cutoff + slack))
             if isinstance(solved, str):  # the solver stopped (time limit): the best known, not proven
@@ -188,9 +189,9 @@ class ExactScheduler(Scheduler):
                 evaluation = cost_model.evaluate(solved)
                 if evaluation.feasible and evaluation.cost_per_hour < upper:
                     upper, best = evaluation.cost_per_hour, solved
-                if evaluation.cost_per_hour <= cutoff + slack:
+                if final or evaluation.cost_per_hour <= cutoff + slack:
                     return Schedule(best, proven_optimal=True)
-            elif cutoff >= upper:  # no plan beats the incumbent (or, with none, no plan at all)
+            elif final:  # no plan beats the incumbent (or, with none, no plan at all)
                 return Schedule(
                     best,
                     proven_optimal=True,
