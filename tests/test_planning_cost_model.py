@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from heterps_paddle.planning.cost_model import CostModel
@@ -93,3 +94,31 @@ def test_a_type_without_parameter_memory():
     spilling = ResourceType("y", "cpu", 1.0, 8, flops=1e12, mem_bw=1e10, memory=0, net_bw=1e9, ssd_bw=1e9)
     option = CostModel(model(layer), Cluster((spilling,)), throughput=10.0).stage(0, 1, 0)
     assert option.units == 1 and option.time_per_sample == pytest.approx(100 / 1e9)  # everything from SSD
+
+
+@pytest.mark.parametrize("ssd_bw", [1e8, 1e11])
+def test_every_stage_gets_the_fewest_units_that_reach_the_throughput(ssd_bw):
+    # Tables far bigger than one unit's memory, read from memory or SSD: the fewest units lie anywhere between 1
+    # and the count that holds them (100 for a table alone).  The provisioning bisects over the spilling counts
+    # (and scans them one by one when, as with 1e11, the SSD is faster than memory): checked here by trying every
+    # smaller count with stage_time.
+    ssd = ResourceType("ssd", "cpu", 1.0, 1000, flops=1e11, mem_bw=1e10, memory=1e9, net_bw=1e9, ssd_bw=ssd_bw)
+    layers = (
+        LayerProfile("emb", "sparse", flops=1e3, param_bytes=1e11, io_bytes=1e4, out_bytes=1e3),
+        LayerProfile("emb2", "sparse", flops=1e3, param_bytes=5e10, io_bytes=3e4, out_bytes=1e3, time={"ssd": 1e-6}),
+        LayerProfile("fc", "dense", flops=1e6, param_bytes=4e6, out_bytes=1e3),
+    )
+    spilling = set()
+    for throughput in np.geomspace(1e3, 1e7, 25):
+        cm = CostModel(model(*layers), Cluster((ssd,)), throughput=float(throughput))
+        for start in range(3):
+            for end in range(start + 1, 4):
+                stage = cm.stage(start, end, 0)
+                assert stage.time_per_sample == cm.stage_time(start, end, 0, stage.units)
+                assert stage.units / stage.time_per_sample >= cm.throughput
+                for fewer in range(1, stage.units):
+                    time = cm.stage_time(start, end, 0, fewer)
+                    assert time is None or fewer / time < cm.throughput, (throughput, start, end, fewer)
+                if stage.units * ssd.memory < cm.param_prefix[end] - cm.param_prefix[start]:
+                    spilling.add(stage.units)
+    assert len(spilling) > 10, spilling  # many spilling answers, not only the ends of the range

@@ -4,8 +4,8 @@ in the one cost model; a one-stage plan may run on any type."""
 import dataclasses
 
 import pytest
-from test_planning_schedulers import random_case
 
+from heterps_paddle.planning.catalog import random_case
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import Cluster
 from heterps_paddle.planning.schedulers import make_scheduler

@@ -156,6 +156,7 @@ def generate_workload(
     T = int(num_types if num_types is not None else rng.integers(2, 17))
     names = list(CATALOG)
     chosen = [CATALOG[names[i]] for i in sorted(rng.choice(len(names), size=min(T, len(names)), replace=False))]
+    chosen += _other_offers(rng, T - len(chosen))
     layers = _ctr_like_layers(rng, n)
     batch_size = int(rng.choice([256, 512, 1024, 2048]))
     profile = ModelProfile(name=f"synthetic_{seed}", batch_size=batch_size, layers=tuple(layers))
@@ -165,6 +166,24 @@ def generate_workload(
     if binding:
         cluster = _bind_limit(profile, cluster)
     return Workload(profile.name, profile, cluster, binding)
+
+
+def _other_offers(rng: np.random.Generator, count: int) -> list[ResourceType]:
+    """``count`` more types beyond the catalog's kinds: the same machines bought another way (spot capacity,
+    another region, a reserved term), so the same speed at another price and with fewer units to be had.  What
+    makes a cluster of 64 types realistic; cheap offers with few units are where shared limits bind."""
+    offers = []
+    for k in range(count):
+        base = CATALOG[list(CATALOG)[k % len(CATALOG)]]
+        offers.append(
+            dataclasses.replace(
+                base,
+                name=f"{base.name}_offer{k // len(CATALOG) + 1}",
+                price_per_hour=base.price_per_hour * float(rng.uniform(0.3, 1.3)),
+                max_units=int(rng.integers(1, base.max_units + 1)),
+            )
+        )
+    return offers
 
 
 def interesting_throughput(
@@ -223,6 +242,68 @@ def _bind_limit(profile: ModelProfile, cluster: Cluster) -> Cluster:
         if ExactScheduler().plan(CostModel(profile, candidate)).feasible:
             return candidate
     return cluster
+
+
+def random_case(
+    seed: int, n: int | None = None, T: int | None = None, time_scale: float = -9.0
+) -> tuple[ModelProfile, Cluster]:
+    """Arbitrary measured times per layer and type (log-normal around ``exp(time_scale)`` seconds) and tight
+    unit limits: many cases where several stages share a limit, unlike the catalog's machines (the tests' cases
+    against brute force; with ``time_scale=-11`` large ones where exact needs its MILP)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 8)) if n is None else n
+    T = int(rng.integers(2, 4)) if T is None else T
+    types = [
+        ResourceType(
+            f"t{i}",
+            "cpu",
+            float(rng.uniform(0.5, 3)),
+            int(rng.integers(1, 8)),
+            1e12,
+            1e11,
+            float(rng.choice([1e9, 5e9, 1e11])),
+            1e9,
+            float(rng.choice([0, 1e9])),
+        )
+        for i in range(T)
+    ]
+    layers = [
+        LayerProfile(
+            f"l{i}",
+            str(rng.choice(["sparse", "dense"])),
+            1e6,
+            float(rng.choice([0, 1e8, 3e9])),
+            float(rng.choice([0, 1e3])),
+            float(rng.uniform(0, 1e4)),
+            {f"t{t}": float(rng.lognormal(time_scale, 1)) for t in range(T) if rng.random() < 0.9},
+        )
+        for i in range(n)
+    ]
+    return ModelProfile("random", 512, tuple(layers)), Cluster(tuple(types), float(rng.uniform(1e3, 3e4)))
+
+
+# (layers, types) of the scale suite: the sizes exact must prove optimal quickly (issue 14), largest last.
+SCALE_SIZES = ((64, 16), (64, 32), (128, 64), (200, 64))
+
+
+def scale_suite(seed: int = 0) -> list[Workload]:
+    """Each of ``SCALE_SIZES`` three times: a catalog workload without and one with a lowered unit limit, and a
+    ``random_case`` whose tight limits bind across stages (the catalog's lowered limit often changes only which
+    stages fit, so the unlimited DP's plan already respects it): the first of its seeds where the unlimited DP's
+    plan breaks a shared limit, so that exact needs its Lagrangian and MILP."""
+    suite = []
+    for index, (n, T) in enumerate(SCALE_SIZES):
+        base = seed * 1000 + 900 + 3 * index
+        suite += [generate_workload(base + binding, n, T, binding=bool(binding)) for binding in (0, 1)]
+        for case_seed in range(base + 2, base + 2 + 100 * 20, 100):
+            profile, cluster = random_case(case_seed, n, T, time_scale=-11.0)
+            model = CostModel(profile, cluster)
+            _, unlimited = dp_assignment(model.stage_tables().cost)
+            if unlimited is not None and not model.evaluate(unlimited).feasible:
+                break
+        name = f"tight_{case_seed}"
+        suite.append(Workload(name, dataclasses.replace(profile, name=name), cluster, True))
+    return suite
 
 
 def workload_suite(count: int = 24, seed: int = 0) -> list[Workload]:

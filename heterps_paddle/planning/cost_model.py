@@ -19,6 +19,9 @@ from heterps_paddle.planning.model import Cluster, ModelProfile, Plan, PlanningI
 
 # More units than this are never useful to explore: it bounds the spill scan of one stage.
 _UNIT_SCAN_LIMIT = 1_000_000
+# Candidate stages (types x layer pairs) up to which a single stage is looked up in the stage tables (built on
+# first use); 200 layers x 64 types is 1.3M (three [types, layers + 1, layers + 1] float arrays: 60 MB).
+_TABULATE_LIMIT = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -140,111 +143,191 @@ class CostModel:
             np.flatnonzero(~self.measured[ti] & (self.io > 0)) for ti in range(T)
         ]
         self.price: NDArray[np.float64] = np.array([t.price_per_hour for t in self.types])
+        self.memory: NDArray[np.float64] = np.array([t.memory for t in self.types], dtype=float)
+        self.mem_bw: NDArray[np.float64] = np.array([t.mem_bw for t in self.types], dtype=float)
+        self.ssd_bw: NDArray[np.float64] = np.array([t.ssd_bw for t in self.types], dtype=float)
+        self.net_bw: NDArray[np.float64] = np.array([t.net_bw for t in self.types], dtype=float)
+        self.has_ssd: NDArray[np.bool_] = np.array([t.has_ssd for t in self.types])
         self.max_units: NDArray[np.int64] = np.array([t.max_units for t in self.types])
 
     # ------------------------------------------------------------------------------------ one stage
 
     def stage_time(self, start: int, end: int, type_index: int, units: int) -> float | None:
         """Per-sample time of layers [start, end) on ``units`` units; None if they cannot hold its parameters."""
-        t = self.types[type_index]
-        params = self.param_prefix[end] - self.param_prefix[start]
-        spill = max(0.0, params - units * t.memory) / params if params > 0 else 0.0
-        if spill > 0 and not t.has_ssd:
-            return None
-        time = self.base_prefix[type_index, end] - self.base_prefix[type_index, start]
-        if spill > 0:
-            measured_io = self.measured_io_prefix[type_index, end] - self.measured_io_prefix[type_index, start]
-            time += measured_io * spill * (1.0 / t.ssd_bw - 1.0 / t.mem_bw)
-            idx = self.spill_sensitive[type_index]
-            idx = idx[(idx >= start) & (idx < end)]
-            if idx.size:
-                memory_time = self.io[idx] * ((1.0 - spill) / t.mem_bw + spill / t.ssd_bw)
+        time = float(self._stage_times(*_one(start, end, type_index), np.array([float(units)]))[0])
+        return None if math.isnan(time) else time
+
+    def _stage_times(
+        self, starts: NDArray[np.intp], ends: NDArray[np.intp], types: NDArray[np.intp], units: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """``stage_time`` of many stages at once (NaN where the units cannot hold the parameters): the one
+        implementation, so the stage tables and a single stage agree to the last bit."""
+        params = self.param_prefix[ends] - self.param_prefix[starts]
+        memory = self.memory[types]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            spill = np.where(params > 0, np.maximum(0.0, params - units * memory) / params, 0.0)
+        time = self.base_prefix[types, ends] - self.base_prefix[types, starts]
+        time[(spill > 0) & ~self.has_ssd[types]] = np.nan
+        spilling = np.flatnonzero((spill > 0) & self.has_ssd[types])
+        if spilling.size:
+            t, f = types[spilling], spill[spilling]
+            measured_io = self.measured_io_prefix[t, ends[spilling]] - self.measured_io_prefix[t, starts[spilling]]
+            time[spilling] += measured_io * f * (1.0 / self.ssd_bw[t] - 1.0 / self.mem_bw[t])
+            for type_index in np.unique(t):
+                idx = self.spill_sensitive[type_index]
+                if not idx.size:
+                    continue
+                rows = spilling[t == type_index]
+                inside = (idx >= starts[rows, None]) & (idx < ends[rows, None])
+                fraction = spill[rows, None]
+                mem_bw, ssd_bw = self.mem_bw[type_index], self.ssd_bw[type_index]
+                memory_time = self.io[idx] * ((1.0 - fraction) / mem_bw + fraction / ssd_bw)
                 compute = self.compute_time[type_index, idx]
-                time += float(np.sum(np.maximum(compute, memory_time) - self.base_time[type_index, idx]))
-        time += self._fixed_extra(start, end, type_index, units)
-        return float(time)
+                delta = np.maximum(compute, memory_time) - self.base_time[type_index, idx]
+                time[rows] += np.sum(np.where(inside, delta, 0.0), axis=1)
+        net_bw = self.net_bw[types]
+        extra = np.zeros(starts.shape)
+        extra += np.where(starts > 0, self.out[starts - 1] / net_bw, 0.0)
+        extra += np.where(ends < self.num_layers, self.out[ends - 1] / net_bw, 0.0)
+        dense = self.dense_param_prefix[ends] - self.dense_param_prefix[starts]
+        extra += np.where(units > 1, 2.0 * dense / (self.profile.batch_size * net_bw), 0.0)
+        return time + extra
 
-    def _fixed_extra(self, start: int, end: int, type_index: int, units: int) -> float:
-        t = self.types[type_index]
-        extra = 0.0
-        if start > 0:
-            extra += self.out[start - 1] / t.net_bw
-        if end < self.num_layers:
-            extra += self.out[end - 1] / t.net_bw
-        if units > 1:
-            dense = self.dense_param_prefix[end] - self.dense_param_prefix[start]
-            extra += 2.0 * dense / (self.profile.batch_size * t.net_bw)
-        return extra
-
-    def _units_for(self, time: float) -> int:
-        """Smallest k >= 1 with k / time >= throughput (k >= throughput * time, guarded against rounding)."""
-        k = max(1, math.ceil(self.throughput * time))
-        if k > 1 and (k - 1) / time >= self.throughput:
-            k -= 1
-        while time > 0 and k / time < self.throughput:
-            k += 1
+    def _units_for(self, time: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Smallest k >= 1 with k / time >= throughput (k >= throughput * time, guarded against rounding); as
+        floats: a target far beyond the cluster (--throughput 1e300) asks for more units than int64 holds."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k = np.maximum(1.0, np.ceil(self.throughput * time))
+            k = np.where((k > 1) & ((k - 1) / time >= self.throughput), k - 1, k)
+            short = (time > 0) & (k / time < self.throughput)
+            while short.any():
+                k[short] += 1
+                short = (time > 0) & (k / time < self.throughput)
         return k
 
     def stage(self, start: int, end: int, type_index: int) -> StageOption:
         key = (start, end, type_index)
         option = self._cache.get(key)
         if option is None:
-            option = self._provision(start, end, type_index)
+            if self.num_types * self.num_layers * (self.num_layers + 1) // 2 <= _TABULATE_LIMIT:
+                # Searches ask for many stages one by one: provisioning them all at once is cheaper from the
+                # first few hundred on (a numpy call per stage costs about what a whole row costs).
+                tables = self.stage_tables()
+                units, time = tables.units[type_index, start, end], tables.time[type_index, start, end]
+            else:
+                one_units, one_time = self._provision(*_one(start, end, type_index))
+                units, time = one_units[0], one_time[0]
+            option = self._option(start, end, type_index, float(units), float(time))
             self._cache[key] = option
         return option
 
-    def _impossible(self, start: int, end: int, type_index: int) -> StageOption:
-        """A stage no number of units can run (kept, like over-limit stages, so searches can grade it)."""
-        return StageOption(start, end, type_index, _UNIT_SCAN_LIMIT, math.inf, False, float(self.price[type_index]))
-
-    def _provision(self, start: int, end: int, type_index: int) -> StageOption:
-        t = self.types[type_index]
-        if start == 0 and t.kind not in self._first_stage_kinds(end):
-            return self._impossible(start, end, type_index)
-        params = self.param_prefix[end] - self.param_prefix[start]
+    def _provision(
+        self, starts: NDArray[np.intp], ends: NDArray[np.intp], types: NDArray[np.intp]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Units (the fewest that reach the throughput, ignoring max_units) and time per sample of many stages at
+        once; ``_UNIT_SCAN_LIMIT`` units and an infinite time for a stage no number of units can run."""
+        kinds = [t.kind for t in self.types]
+        # [whole model?, type]: the first-stage rule differs for a one-stage plan
+        allowed = np.array([np.isin(kinds, self._first_stage_kinds(end)) for end in (0, self.num_layers)])
+        impossible = (starts == 0) & ~allowed[(ends == self.num_layers).astype(np.intp), types]
+        params = self.param_prefix[ends] - self.param_prefix[starts]
+        memory = self.memory[types]
+        has_ssd = self.has_ssd[types]
         # Units from which the parameters fit in memory (no spill); 1 when they fit in one unit.
-        if params <= t.memory:
-            fit = 1
-        elif t.memory <= 0:  # no parameter memory at all: every unit spills everything
-            if not t.has_ssd:
-                return self._impossible(start, end, type_index)
-            fit = _UNIT_SCAN_LIMIT
-        else:
-            fit = max(1, math.ceil(params / t.memory))
-            while fit > 1 and params - (fit - 1) * t.memory <= 0:  # guard the division's rounding both ways
-                fit -= 1
-            while params - fit * t.memory > 0:
-                fit += 1
-        # Best k among those without spill: time is flat there except the dense sync from k = 2 on.
-        k_one = self.stage_time(start, end, type_index, 1) if fit == 1 else None
-        if k_one is not None and 1 / k_one >= self.throughput:
-            return self._option(start, end, type_index, 1, k_one)
-        many_time = self.stage_time(start, end, type_index, max(2, fit))
-        assert many_time is not None  # from ``fit`` units on the parameters fit, or the type spills to its SSD
-        units = max(2, fit, self._units_for(many_time))
-        best = (units, many_time)
-        # Fewer units may do when the type can spill to SSD: scan the spilling counts below both bounds.
-        if t.has_ssd and fit > 1:
-            for k in range(1, min(units, fit, _UNIT_SCAN_LIMIT)):
-                time = self.stage_time(start, end, type_index, k)
-                if time is not None and k / time >= self.throughput:
-                    best = (k, time)
+        fit = np.ones(starts.shape)
+        over = params > memory
+        no_memory = over & (memory <= 0)  # every unit spills everything
+        impossible |= no_memory & ~has_ssd
+        fit[no_memory] = _UNIT_SCAN_LIMIT
+        sharded = np.flatnonzero(over & (memory > 0))
+        if sharded.size:
+            p, m = params[sharded], memory[sharded]
+            k = np.maximum(1.0, np.ceil(p / m))
+            while True:  # guard the division's rounding both ways
+                down = (k > 1) & (p - (k - 1) * m <= 0)
+                up = p - k * m > 0
+                if not (down.any() or up.any()):
                     break
-        return self._option(start, end, type_index, *best)
+                k = k - down + up
+            fit[sharded] = k
+        units = np.full(starts.shape, float(_UNIT_SCAN_LIMIT))
+        time = np.full(starts.shape, np.inf)
+        todo = ~impossible
+        # Best k among those without spill: time is flat there except the dense sync from k = 2 on.
+        single = np.flatnonzero(todo & (fit == 1))
+        if single.size:
+            one_time = self._stage_times(starts[single], ends[single], types[single], np.ones(single.size))
+            with np.errstate(divide="ignore"):
+                done = single[1.0 / one_time >= self.throughput]
+            units[done], time[done] = 1.0, one_time[1.0 / one_time >= self.throughput]
+            todo[done] = False
+        many = np.flatnonzero(todo)
+        if many.size:
+            k = np.maximum(2.0, fit[many])
+            time[many] = self._stage_times(starts[many], ends[many], types[many], k)
+            units[many] = np.maximum(k, self._units_for(time[many]))
+            # Fewer units may do when the type can spill to SSD: the spilling counts below both bounds.
+            scan = many[has_ssd[many] & (fit[many] > 1)]
+            limit = np.minimum(np.minimum(units[scan], fit[scan]), _UNIT_SCAN_LIMIT)
+            fewest, fewest_time = self._fewest_spilling_units(starts[scan], ends[scan], types[scan], limit)
+            found = fewest < limit
+            units[scan[found]], time[scan[found]] = fewest[found], fewest_time[found]
+        return units, time
+
+    def _fewest_spilling_units(
+        self, starts: NDArray[np.intp], ends: NDArray[np.intp], types: NDArray[np.intp], limit: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Per stage (of a type with an SSD tier), the smallest k in [1, limit) with k / time_k >= throughput and
+        its time; ``limit`` where there is none.
+
+        k = 1 is tried alone (no dense sync term).  From k = 2 on, when the SSD is no faster than memory, time_k
+        only falls as k grows (less spill) and the sync term is constant, so k - throughput * time_k rises by at
+        least 1 per unit: the counts that reach the throughput are all those from some k on, and a bisection finds
+        the first of them, a few dozen stage times instead of up to ``limit``.  A (strange) SSD faster than memory
+        breaks that, and those stages are scanned one count after another."""
+        fewest, fewest_time = limit.copy(), np.full(limit.shape, np.nan)
+
+        def reaches(rows: NDArray[np.intp], k: NDArray[np.float64]) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
+            time = self._stage_times(starts[rows], ends[rows], types[rows], k)
+            with np.errstate(invalid="ignore"):
+                return k / time >= self.throughput, time
+
+        rows = np.flatnonzero(limit > 1)
+        ok, time = reaches(rows, np.ones(rows.size))
+        fewest[rows[ok]], fewest_time[rows[ok]] = 1.0, time[ok]
+        rows = rows[~ok & (limit[rows] > 2)]
+        monotone = self.ssd_bw[types[rows]] <= self.mem_bw[types[rows]]
+        bisect, scan = rows[monotone], rows[~monotone]
+        low, high = np.full(bisect.size, 2.0), limit[bisect]  # the first count that reaches it is in [low, high]
+        while (open_ := low < high).any():
+            middle = np.floor((low + high) / 2)
+            ok, _ = reaches(bisect[open_], middle[open_])
+            high[open_] = np.where(ok, middle[open_], high[open_])
+            low[open_] = np.where(ok, low[open_], middle[open_] + 1)
+        hit = bisect[low < limit[bisect]]
+        if hit.size:
+            fewest[hit] = low[low < limit[bisect]]
+            fewest_time[hit] = self._stage_times(starts[hit], ends[hit], types[hit], fewest[hit])
+        k = 2.0
+        while (scan := scan[k < limit[scan]]).size:
+            ok, time = reaches(scan, np.full(scan.size, k))
+            fewest[scan[ok]], fewest_time[scan[ok]] = k, time[ok]
+            scan, k = scan[~ok], k + 1.0
+        return fewest, fewest_time
 
     def _first_stage_kinds(self, end: int) -> tuple[str, ...]:
         """Kinds allowed for a plan's first stage ending before layer ``end`` (all of it: a one-stage plan)."""
         kinds = self.one_stage_kinds if end == self.num_layers else self.first_stage_kinds
         return kinds if kinds is not None else ("cpu", "gpu")
 
-    def _option(self, start: int, end: int, type_index: int, units: int, time: float) -> StageOption:
+    def _option(self, start: int, end: int, type_index: int, units: float, time: float) -> StageOption:
         return StageOption(
             start,
             end,
             type_index,
-            units,
+            int(units),
             time,
-            units <= self.types[type_index].max_units,
+            math.isfinite(time) and units <= self.types[type_index].max_units,
             float(self.price[type_index]),
         )
 
@@ -396,18 +479,31 @@ class CostModel:
             raise PlanningInputError(f"plan does not fit this model and cluster: {exc.args[0]!r}") from None
 
 
+def _one(start: int, end: int, type_index: int) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]:
+    """One stage as the arrays of the batched stage functions."""
+    return np.array([start]), np.array([end]), np.array([type_index])
+
+
 class StageTables:
     """Every candidate stage of a cost model as arrays indexed [type, start, end]: ``cost`` (inf where the stage
-    needs more than max_units of its type), ``units`` (the unbounded provisioning)."""
+    needs more than max_units of its type), ``units`` (the unbounded provisioning), ``time`` (per sample)."""
 
     def __init__(self, cost_model: CostModel):
         n, T = cost_model.num_layers, cost_model.num_types
-        self.cost: NDArray[np.float64] = np.full((T, n + 1, n + 1), np.inf)
-        self.units: NDArray[np.float64] = np.zeros((T, n + 1, n + 1))
-        for t in range(T):
-            for i in range(n):
-                for j in range(i + 1, n + 1):
-                    option = cost_model.stage(i, j, t)
-                    self.units[t, i, j] = option.units
-                    if option.within_limit:
-                        self.cost[t, i, j] = option.cost_per_hour
+        starts, ends = np.triu_indices(n + 1, 1)
+        types = np.repeat(np.arange(T), starts.size)
+        starts, ends = np.tile(starts, T), np.tile(ends, T)
+        units, time = cost_model._provision(starts, ends, types)
+
+        def table(fill: float) -> NDArray[np.float64]:
+            # Indexed [type, start, end], laid out [end, start, type] in memory: exact's DP reads every stage
+            # ending at one boundary at a time (a contiguous block so), and arithmetic on the tables keeps it.
+            return np.full((n + 1, n + 1, T), fill).transpose(2, 1, 0)
+
+        self.units: NDArray[np.float64] = table(0.0)
+        self.units[types, starts, ends] = units
+        self.time: NDArray[np.float64] = table(np.inf)
+        self.time[types, starts, ends] = time
+        within = np.isfinite(time) & (units <= cost_model.max_units[types])
+        self.cost: NDArray[np.float64] = table(np.inf)
+        self.cost[types[within], starts[within], ends[within]] = units[within] * cost_model.price[types[within]]

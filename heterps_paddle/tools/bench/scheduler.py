@@ -3,6 +3,9 @@
 The suite: generated CTR-like models (4 to 64 layers) on 2 to 16 resource types drawn from the catalog of real
 CPU and GPU kinds (some with a binding shared unit limit), plus the example CTR models' profiles on the example
 clusters. Printed per scheduler: cost ratio to the proven optimum (median, worst) and search time.
+
+``--scale``: instead, the sizes exact must prove optimal quickly (``catalog.scale_suite``: 64x16 to 200 layers x
+64 types, shared limits binding or not), each workload's line giving every scheduler's ratio and seconds.
 """
 
 from __future__ import annotations
@@ -16,7 +19,13 @@ import sys
 import time
 from typing import Any, Callable
 
-from heterps_paddle.planning.catalog import Workload, feasible_target, interesting_throughput, workload_suite
+from heterps_paddle.planning.catalog import (
+    Workload,
+    feasible_target,
+    interesting_throughput,
+    scale_suite,
+    workload_suite,
+)
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import PlanningInputError, load_cluster
 from heterps_paddle.planning.schedulers import SCHEDULERS, make_scheduler
@@ -28,6 +37,11 @@ BRUTE_BENCH_LIMIT = 200_000
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=int, default=24, help="generated workloads (default 24)")
     parser.add_argument("--seed", type=int, default=0, help="suite seed (default 0)")
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="the large workloads instead (64x16, 64x32, 128x64, 200x64; limits binding or not); no examples",
+    )
     parser.add_argument(
         "--schedulers", default=",".join(SCHEDULERS), help=f"comma list (default: {','.join(SCHEDULERS)})"
     )
@@ -131,7 +145,7 @@ def summarise(rows: list[dict[str, Any]], schedulers: list[str]) -> dict[str, An
 def _row_line(row: dict[str, Any]) -> str:
     optimum = row["results"]["exact"]["cost_per_hour"]
     parts = [
-        f"{row['workload']:<28} {row['layers']:>3}x{row['types']:<3} "
+        f"{row['workload']:<28} {row['layers']:>3}x{row['types']:<3} {'bind' if row['binding_limit'] else '    '} "
         f"optimum {'none' if optimum is None else format(optimum, '.4g') + '/h':<9}"
     ]
     for name, result in row["results"].items():
@@ -151,12 +165,12 @@ def run(args: argparse.Namespace) -> int:
             raise PlanningInputError(f"--schedulers: unknown scheduler {name!r}")
     if "exact" not in schedulers:
         schedulers.insert(0, "exact")
-    workloads = workload_suite(args.count, args.seed)
+    workloads = scale_suite(args.seed) if args.scale else workload_suite(args.count, args.seed)
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    if not args.no_examples:
+    if not (args.no_examples or args.scale):
         try:
             workloads += example_workloads()
         except ImportError as exc:  # the examples need Paddle to build their programs
@@ -167,8 +181,21 @@ def run(args: argparse.Namespace) -> int:
         plot_bench(rows, summary, schedulers, args.plot)
         log(f"wrote {args.plot}")
     if args.json:
-        print(json.dumps({"benchmark": "scheduler", "seed": args.seed, "workloads": rows, "summary": summary}))
+        print(
+            json.dumps(
+                {
+                    "benchmark": "scheduler",
+                    "seed": args.seed,
+                    "scale": args.scale,
+                    "workloads": rows,
+                    "summary": summary,
+                }
+            )
+        )
     else:
+        if args.scale:  # few workloads, each its own question: one line each (ratio and seconds per scheduler)
+            for row in rows:
+                print(_row_line(row))
         print(
             f"{'scheduler':<10} {'median ratio':>12} {'worst ratio':>12} {'optimal':>8} {'no plan':>8} "
             f"{'median s':>9} {'max s':>8}  (ratio = cost / exact's proven optimum; {len(rows)} workloads)"
