@@ -6,10 +6,10 @@ import json
 
 import pytest
 from conftest import CLUSTER, run_cli
-from test_planning_schedulers import random_case
 
 from heterps_paddle.fleet.strategy import HeterPSConfigError, validate_heterps_configs
 from heterps_paddle.planning.budget import BUDGET_TOLERANCE, fastest_within_budget
+from heterps_paddle.planning.catalog import random_case
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.schedulers import make_scheduler
 
