@@ -71,19 +71,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def positive_number(option: str, text: str) -> float:
+    """A command-line number that must be positive and finite (--throughput's, --budget's)."""
+    try:
+        value = ascii_float(text.strip())  # spaces after a list's commas are the list's, not the number's
+    except ValueError:
+        raise PlanningInputError(f"{option}: {text!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise PlanningInputError(f"{option}: must be positive and finite, got {text!r}")
+    return value
+
+
 def parse_throughputs(text: str | None) -> list[float | None]:
     if text is None:
         return [None]
-    values: list[float | None] = []
-    for part in text.split(","):
-        try:
-            value = ascii_float(part.strip())  # spaces after the commas are the list's, not the number's
-        except ValueError:
-            raise PlanningInputError(f"--throughput: {part!r} is not a number") from None
-        if not (value > 0 and math.isfinite(value)):
-            raise PlanningInputError(f"--throughput: must be positive and finite, got {part!r}")
-        values.append(value)
-    return values
+    return [positive_number("--throughput", part) for part in text.split(",")]
 
 
 def parse_kinds(text: str) -> tuple[str, ...]:
@@ -149,23 +151,13 @@ def infeasible_lines(
     return lines
 
 
-def parse_budget(text: str) -> float:
-    try:
-        budget = ascii_float(text)
-    except ValueError:
-        raise PlanningInputError(f"--budget: {text!r} is not a number") from None
-    if not (budget > 0 and math.isfinite(budget)):
-        raise PlanningInputError(f"--budget: must be a positive finite price per hour, got {text!r}")
-    return budget
-
-
 def run_budget(
     args: argparse.Namespace, profile: ModelProfile, cluster: Cluster, trainer_kinds: tuple[str, ...]
 ) -> int:
     """--budget: the fastest plan within the price, with the same outputs as a target's plan."""
     if args.throughput is not None:
         raise PlanningInputError("give --throughput (the cheapest plan that meets it) or --budget, not both")
-    budget = parse_budget(args.budget)
+    budget = positive_number("--budget", args.budget)
     answer = fastest_within_budget(
         budget,
         lambda throughput: launchable_cost_model(profile, cluster, throughput, trainer_kinds),
