@@ -6,7 +6,8 @@ budget" by searching the target.  For a proven optimum (``exact``) the answer is
 a plan that meets a target meets every lower one, so the least cost over plans can only rise with the target, and
 "some plan meets t within the budget" is true up to a limit and false above it.  The search doubles the target
 (jumping to twice what the last plan achieved, since a plan often beats its target) until the cost passes the
-budget, then bisects over log throughput between the last target that fitted and the first that did not.  With
+budget, then bisects over log throughput (planning/target_search.py) between the last target that fitted and the
+first that did not.  With
 ``rl`` the same search runs on its (near-optimal) plans, so the answer is as close as rl's plans are.
 """
 
@@ -18,6 +19,7 @@ from typing import Callable
 
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import Plan
+from heterps_paddle.planning.target_search import highest_target
 
 BUDGET_TOLERANCE = 1e-3  # relative: the answer is within 0.1% of the most samples/s the budget buys
 # Where the search starts (samples/s): a plan for it is the cheapest plan there is (one unit a stage); a target
@@ -65,25 +67,22 @@ def fastest_within_budget(
             f"{best.cost_per_hour:.4g}/h"
         )
         return BudgetAnswer(budget, best_model, replace(best, feasible=False, reason=reason), searches)
-    # Grow until a target's cheapest plan no longer fits (or no plan meets it).
-    high = None
-    while high is None:
+
+    def within(target: float) -> bool:
+        # Every plan that fits is kept if it achieves more (a plan may overshoot its target).
+        nonlocal best_model, best
+        model, plan = plan_at(target)
+        if fits(plan) and plan.throughput > best.throughput:
+            best_model, best = model, plan
+        return fits(plan)
+
+    # Grow until a target's cheapest plan no longer fits (or no plan meets it), then bisect below it.
+    while True:
         target = min(_MAX_THROUGHPUT, 2.0 * max(low, best.throughput))
         if target <= low:  # at the cap and still within the budget: the budget is not what binds
+            return BudgetAnswer(budget, best_model, best, searches)
+        if not within(target):
             break
-        model, plan = plan_at(target)
-        if fits(plan):
-            low, best_model, best = target, model, plan
-        else:
-            high = target
-    # Bisect: every plan that fits is kept if it achieves more (a plan may overshoot its target).
-    while high is not None and high > low * (1 + BUDGET_TOLERANCE):
-        middle = math.sqrt(low * high)
-        model, plan = plan_at(middle)
-        if fits(plan):
-            low = middle
-            if plan.throughput > best.throughput:
-                best_model, best = model, plan
-        else:
-            high = middle
+        low = target
+    highest_target(within, low, target, BUDGET_TOLERANCE)
     return BudgetAnswer(budget, best_model, best, searches)

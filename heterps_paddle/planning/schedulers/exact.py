@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 from typing import Callable, Iterator, Sequence
@@ -24,6 +23,7 @@ from numpy.typing import NDArray
 
 from heterps_paddle.planning.cost_model import CostModel, Evaluation, StageTables
 from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, best_feasible, no_plan_reason
+from heterps_paddle.planning.target_search import highest_target
 
 _LAGRANGE_ITERATIONS = 40
 _TOLERANCE = 1e-9
@@ -304,13 +304,7 @@ def reachable_throughput(cost_model_at: Callable[[float], CostModel], upper: flo
     low, high = min(_REACH_FLOOR, upper / 2), upper
     if not feasible(low):
         return None
-    while high > low * (1 + REACH_TOLERANCE):
-        middle = math.sqrt(low * high)
-        if feasible(middle):
-            low = middle
-        else:
-            high = middle
-    return low
+    return highest_target(feasible, low, high, REACH_TOLERANCE)
 
 
 @contextlib.contextmanager
