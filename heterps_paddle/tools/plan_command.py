@@ -151,10 +151,12 @@ def infeasible_lines(
     return lines
 
 
-def run_budget(
+def budget_plan(
     args: argparse.Namespace, profile: ModelProfile, cluster: Cluster, trainer_kinds: tuple[str, ...]
-) -> int:
-    """--budget: the fastest plan within the price, with the same outputs as a target's plan."""
+) -> tuple[CostModel, Plan, int]:
+    """--budget: the fastest plan within the price, the cost model to show it against, and how many searches it
+    took.  Shown against the plan's own samples/s: the single-type lines then say what the same speed costs on
+    one type (the search's last target can sit far below what its plan gives)."""
     if args.throughput is not None:
         raise PlanningInputError("give --throughput (the cheapest plan that meets it) or --budget, not both")
     budget = positive_number("--budget", args.budget)
@@ -164,36 +166,15 @@ def run_budget(
         make_scheduler(args.scheduler, seed=args.seed).plan,
     )
     plan = replace(answer.plan, budget_per_hour=budget)
-    if args.out:
-        save_plan(plan, args.out)
-    if args.plot:
-        plot_plans([(answer.cost_model, plan)], args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(plan.to_dict()))
-    else:
-        print(
-            f"budget {budget:.4g}/h: the most samples/s a plan gives within it ({args.scheduler}, "
-            f"{answer.searches} searches over the target, within {BUDGET_TOLERANCE:.1%})"
-        )
-        # Shown against the plan's own samples/s: the single-type line then says what the same speed costs on one
-        # type (the search's last target can sit far below what its plan gives).
-        shown = answer.cost_model
-        if plan.feasible:
-            shown = launchable_cost_model(profile, cluster, plan.throughput, trainer_kinds)
-        print(format_summary(shown, plan))
-    if not plan.feasible:
-        print(f"heterps plan: infeasible: {plan.reason}", file=sys.stderr)
-        return EXIT_INFEASIBLE
-    return 0
+    shown = answer.cost_model
+    if plan.feasible:
+        shown = launchable_cost_model(profile, cluster, plan.throughput, trainer_kinds)
+    return shown, plan, answer.searches
 
 
 def run(args: argparse.Namespace) -> int:
     profile = load_model_profile(args.model)
     cluster = load_cluster(args.cluster)
-    if args.budget is not None:
-        return run_budget(args, profile, cluster, parse_kinds(args.trainer_kinds))
-    throughputs = parse_throughputs(args.throughput)
     unknown = unknown_time_keys(profile, cluster)
     if unknown:
         print(
@@ -201,10 +182,20 @@ def run(args: argparse.Namespace) -> int:
             f"{args.cluster} does not define; estimates are used for every type",
             file=sys.stderr,
         )
-    if throughputs == [None] and cluster.throughput is None:
-        raise PlanningInputError(f"{args.cluster}: throughput: missing (give it in the file or with --throughput)")
     trainer_kinds = parse_kinds(args.trainer_kinds)
-    results = make_plans(profile, cluster, args.scheduler, throughputs, args.seed, trainer_kinds)
+    heading = None
+    if args.budget is not None:
+        shown, plan, searches = budget_plan(args, profile, cluster, trainer_kinds)
+        results = [(shown, plan)]
+        heading = (
+            f"budget {plan.budget_per_hour:.4g}/h: the most samples/s a plan gives within it ({args.scheduler}, "
+            f"{searches} searches over the target, within {BUDGET_TOLERANCE:.1%})"
+        )
+    else:
+        throughputs = parse_throughputs(args.throughput)
+        if throughputs == [None] and cluster.throughput is None:
+            raise PlanningInputError(f"{args.cluster}: throughput: missing (give it in the file or with --throughput)")
+        results = make_plans(profile, cluster, args.scheduler, throughputs, args.seed, trainer_kinds)
     if args.out:
         save_plan(results[-1][1], args.out)
     if args.plot:
@@ -222,11 +213,17 @@ def run(args: argparse.Namespace) -> int:
             }
         print(json.dumps(document))
     else:
+        if heading is not None:
+            print(heading)
         for cost_model, plan in results:
             print(format_summary(cost_model, plan))
-    # An infeasible target is an answer (printed above) but not a plan: a script or a job that goes on to launch
-    # must not take it for one, so the exit status says so, and stderr why.
-    missed = infeasible_lines(results, args.scheduler, trainer_kinds)
+    # An infeasible target or budget is an answer (printed above) but not a plan: a script or a job that goes on to
+    # launch must not take it for one, so the exit status says so, and stderr why.
+    if args.budget is not None:
+        answer = results[0][1]
+        missed = [] if answer.feasible else [answer.reason or "no plan fits the budget"]
+    else:
+        missed = infeasible_lines(results, args.scheduler, trainer_kinds)
     for line in missed:
         print(f"heterps plan: infeasible: {line}", file=sys.stderr)
     return EXIT_INFEASIBLE if missed else 0
