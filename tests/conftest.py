@@ -70,3 +70,8 @@ def model_file(tmp_path):
     path = tmp_path / "model.yaml"
     path.write_text(yaml.safe_dump(PROFILE))
     return str(path)
+
+
+def plan_exact(capsys, model_file, *argv):
+    """`heterps plan` of the tiny model on cpu_t4.yaml with the exact scheduler: (exit status, stdout, stderr)."""
+    return run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact", *argv)

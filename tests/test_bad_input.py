@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from conftest import CLUSTER, run_cli, run_python
+from conftest import CLUSTER, plan_exact, run_cli, run_python
 
 from heterps_paddle.data.criteo import NUM_DENSE, NUM_SPARSE, DataFormatError, read_all, read_samples
 from heterps_paddle.data.dataset import prepare_multislot
@@ -26,11 +26,6 @@ RESOURCE = {
     "memory": 1e11,
     "net_bw": 1e9,
 }
-
-
-def plan_exact(capsys, model_file, *argv):
-    """`heterps plan` of the tiny model on cpu_t4.yaml with the exact scheduler."""
-    return run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact", *argv)
 
 
 def cluster_text(**price):

@@ -34,23 +34,17 @@ def test_models_build_and_train_a_few_steps(name):
     assert losses[-1] < losses[0]  # fits one batch
 
 
+def one_epoch_on(data):
+    """Trainer arguments: CTR-DNN, one epoch of batch 16 over the files in ``data`` (train and held-out alike)."""
+    return ["-m", model_config_path("ctr_dnn"), "-o", f"train_dir={data}", "-o", f"test_dir={data}",
+            "-o", "batch_size=16", "-o", "epochs=1"]  # fmt: skip
+
+
 def test_single_process_run_on_the_real_criteo_sample(tmp_path, criteo_sample):
     data = tmp_path / "data"
     data.mkdir()
     shutil.copy(criteo_sample, data / "part-0")
-    result = run_trainer(
-        tmp_path,
-        "-m",
-        model_config_path("ctr_dnn"),
-        "-o",
-        f"train_dir={data}",
-        "-o",
-        f"test_dir={data}",
-        "-o",
-        "batch_size=16",
-        "-o",
-        "epochs=1",
-    )
+    result = run_trainer(tmp_path, *one_epoch_on(data))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "RESULT model=ctr_dnn heterps=off workers=1 held-out AUC=" in result.stdout
     assert "(on 80 rows)" in result.stdout
@@ -62,18 +56,7 @@ def test_malformed_data_stops_the_trainer_naming_file_and_line(tmp_path, criteo_
     lines = open(criteo_sample).read().splitlines()
     lines[6] = lines[6].replace("dense_feature:0.0 ", "dense_feature:zero ", 1)
     (data / "part-0").write_text("\n".join(lines) + "\n")
-    args = [
-        "-m",
-        model_config_path("ctr_dnn"),
-        "-o",
-        f"train_dir={data}",
-        "-o",
-        f"test_dir={data}",
-        "-o",
-        "batch_size=16",
-        "-o",
-        "epochs=1",
-    ]
+    args = one_epoch_on(data)
     result = run_trainer(tmp_path, *args)
     assert result.returncode != 0
     assert f"{data / 'part-0'}:7: dense_feature: 'zero' is not a number" in result.stderr

@@ -5,7 +5,7 @@ import itertools
 import json
 
 import pytest
-from conftest import CLUSTER, run_cli
+from conftest import CLUSTER, plan_exact, run_cli
 
 from heterps_paddle.fleet.strategy import HeterPSConfigError, validate_heterps_configs
 from heterps_paddle.planning.budget import BUDGET_TOLERANCE, fastest_within_budget
@@ -86,20 +86,18 @@ def test_a_budget_below_the_cheapest_plan_says_what_the_cheapest_costs():
 
 
 def test_cli_budget_prints_the_plan_and_records_the_budget(capsys, model_file):
-    code, out, err = run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact",
-                             "--budget", "2", "--json")  # fmt: skip
+    code, out, err = plan_exact(capsys, model_file, "--budget", "2", "--json")
     assert code == 0, err
     plan = json.loads(out)
     assert plan["feasible"] and plan["budget_per_hour"] == 2.0 and plan["cost_per_hour"] <= 2.0
     # More budget never buys less; too little is exit 1 with the cheapest plan's price.
-    code, out, _ = run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact",
-                           "--budget", "20", "--json")  # fmt: skip
+    code, out, _ = plan_exact(capsys, model_file, "--budget", "20", "--json")
     assert code == 0 and json.loads(out)["throughput"] >= plan["throughput"]
-    code, _, err = run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact",
-                           "--budget", "0.01")  # fmt: skip
+    code, _, err = plan_exact(capsys, model_file, "--budget", "0.01")
     assert code == 1 and "no plan fits a budget of 0.01/h" in err
-    code, _, err = run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--budget", "2",
-                           "--throughput", "1000")  # fmt: skip
+    code, _, err = run_cli(
+        capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--budget", "2", "--throughput", "1000"
+    )
     assert code == 2 and "not both" in err
 
 

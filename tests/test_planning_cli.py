@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import CLUSTER, run_cli
+from conftest import CLUSTER, plan_exact, run_cli
 
 from heterps_paddle.planning.model import load_plan
 
@@ -16,9 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_plan_json_is_one_object_and_round_trips(capsys, model_file, tmp_path):
     out_path = str(tmp_path / "plan.json")
-    code, out, _ = run_cli(
-        capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact", "--json", "--out", out_path
-    )
+    code, out, _ = plan_exact(capsys, model_file, "--json", "--out", out_path)
     assert code == 0
     document = json.loads(out)  # exactly one JSON object: json.loads refuses trailing text
     assert document["format"] == 1 and document["feasible"] is True and document["scheduler"] == "exact"
@@ -59,22 +57,14 @@ def test_plan_summary_prices_all_cpu_and_all_gpu(capsys, model_file):
         ratios.append(f"{plan.cost_per_hour / alt.cost_per_hour:.3f}x all-{kind.upper()}")
     assert f"heterogeneous plan costs {', '.join(ratios)}" in out
     # Trainers that may only be CPUs: no all-GPU plan to weigh against (not "none meets the target").
-    code, out, _ = run_cli(
-        capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact", "--trainer-kinds", "cpu"
-    )
+    code, out, _ = plan_exact(capsys, model_file, "--trainer-kinds", "cpu")
     assert code == 0 and "all-CPU (" in out and "all-GPU" not in out
 
 
 def test_infeasible_is_an_answer_with_exit_1(capsys, model_file):
-    code, out, err = run_cli(
+    code, out, err = plan_exact(
         capsys,
-        "plan",
-        "--model",
         model_file,
-        "--cluster",
-        CLUSTER,
-        "--scheduler",
-        "exact",
         "--throughput",
         "1e12",
         "--json",
@@ -95,15 +85,9 @@ def test_invalid_input_exits_2_with_the_error_on_stderr(capsys, model_file, tmp_
 
 def test_sweep_and_plot(capsys, model_file, tmp_path):
     plot = str(tmp_path / "sweep.png")
-    code, out, _ = run_cli(
+    code, out, _ = plan_exact(
         capsys,
-        "plan",
-        "--model",
         model_file,
-        "--cluster",
-        CLUSTER,
-        "--scheduler",
-        "exact",
         "--throughput",
         "1e4,5e4,1e5",
         "--json",

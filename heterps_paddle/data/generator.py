@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from heterps_paddle.data.criteo import NUM_DENSE, NUM_SPARSE
 from heterps_paddle.data.metrics import auc_score
+from heterps_paddle.files import write_atomic
 
 # Per-slot cardinalities of the Criteo Kaggle display-advertising set (slots 1..26).
 CRITEO_CARDINALITIES = (
@@ -166,10 +167,7 @@ def _write_split(
         n = min(rows_per_file, rows - start)
         dense, ids, labels, prob = _rows(rng, signal, n)
         path = os.path.join(split_dir, f"part-{part:05d}")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(_format_rows(dense, ids, labels))
-        os.replace(tmp, path)
+        write_atomic(path, _format_rows(dense, ids, labels))
         files.append(path)
         labels_all.append(labels)
         probs_all.append(prob)
@@ -198,10 +196,7 @@ def generate(out_dir: str, rows: int, seed: int = 0, test_fraction: float = 0.1)
         click_rate=float(train_labels.mean()),
         bayes_test_auc=auc_score(test_labels, test_probs) if 0 < test_labels.sum() < test_rows else float("nan"),
     )
-    tmp = os.path.join(out_dir, "meta.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"format": 1, **asdict(result)}, f, indent=1)
-    os.replace(tmp, os.path.join(out_dir, "meta.json"))
+    write_atomic(os.path.join(out_dir, "meta.json"), json.dumps({"format": 1, **asdict(result)}, indent=1))
     return result
 
 
