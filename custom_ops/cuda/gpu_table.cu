@@ -187,7 +187,25 @@ __global__ void accumulate_kernel(Dev t, const int64_t* keys, const float* grads
   if (atomicExch(&t.touched[s], 1u) == 0) touched_slots[atomicAdd(touched_count, 1u)] = uint64_t(s);
 }
 
-// The fused optimizers, same formulas and order of float operations as the CPU core (table.cc).
+// One column's step of the fused optimizers, same formulas and order of float operations as the CPU core
+// (optimizer.h): the new weight and the column's optimizer state (a: Adagrad's sum or Adam's m; b: Adam's v).
+// c1, c2: Adam's bias corrections after this step.
+struct ColumnStep {
+  float w, a, b;
+};
+
+__device__ inline ColumnStep column_step(const Opt& o, const float* row, uint32_t d, uint32_t j, float g, float c1,
+                                         float c2) {
+  if (o.kind == 0) return {row[j] - o.lr * g, 0.0f, 0.0f};
+  if (o.kind == 1) {
+    const float acc = row[d + j] + g * g;
+    return {row[j] - o.lr * g / (sqrtf(acc) + o.eps), acc, 0.0f};
+  }
+  const float m = o.beta1 * row[d + j] + (1.0f - o.beta1) * g;
+  const float v = o.beta2 * row[2 * d + j] + (1.0f - o.beta2) * g * g;
+  return {row[j] - o.lr * (m / c1) / (sqrtf(v / c2) + o.eps), m, v};
+}
+
 __global__ void apply_kernel(Dev t, const uint64_t* slots, uint32_t m, Opt o, uint32_t tick, int* overflow) {
   uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= m) return;
@@ -201,55 +219,31 @@ __global__ void apply_kernel(Dev t, const uint64_t* slots, uint32_t m, Opt o, ui
     if (o.clip > 0) g[j] = fminf(o.clip, fmaxf(-o.clip, g[j]));
   }
   // An update whose weights or optimizer state would not be finite leaves the row as it was (the CPU core
-  // rejects the whole batch; here rows are updated in parallel, so the check is per row): compute first.
-  if (finite) {
-    float c1 = 1.0f, c2 = 1.0f;  // Adam's bias corrections after this step (its row holds beta^t at 3d)
-    if (o.kind == 2) {
-      c1 = 1.0f - row[3 * d] * o.beta1;
-      c2 = 1.0f - row[3 * d + 1] * o.beta2;
-    }
-    for (uint32_t j = 0; j < d && finite; ++j) {
-      float w;
-      if (o.kind == 0) {
-        w = row[j] - o.lr * g[j];
-      } else if (o.kind == 1) {
-        const float acc = row[d + j] + g[j] * g[j];
-        finite = isfinite(acc);
-        w = row[j] - o.lr * g[j] / (sqrtf(acc) + o.eps);
-      } else {
-        const float m = o.beta1 * row[d + j] + (1.0f - o.beta1) * g[j];
-        const float v = o.beta2 * row[2 * d + j] + (1.0f - o.beta2) * g[j] * g[j];
-        finite = isfinite(m) && isfinite(v);
-        w = row[j] - o.lr * (m / c1) / (sqrtf(v / c2) + o.eps);
-      }
-      finite = finite && isfinite(w);
-    }
+  // rejects the whole batch; here rows are updated in parallel, so the check is per row): every column is
+  // stepped once to check, then again to write.
+  float c1 = 1.0f, c2 = 1.0f;
+  if (o.kind == 2) {  // Adam's row holds beta1^t, beta2^t after its columns
+    c1 = 1.0f - row[3 * d] * o.beta1;
+    c2 = 1.0f - row[3 * d + 1] * o.beta2;
+  }
+  for (uint32_t j = 0; j < d && finite; ++j) {
+    const ColumnStep c = column_step(o, row, d, j, g[j], c1, c2);
+    finite = isfinite(c.w) && isfinite(c.a) && isfinite(c.b);
   }
   if (finite) {
-    if (o.kind == 0) {
-      for (uint32_t j = 0; j < d; ++j) row[j] -= o.lr * g[j];
-    } else if (o.kind == 1) {
-      float* acc = row + d;
-      for (uint32_t j = 0; j < d; ++j) {
-        acc[j] += g[j] * g[j];
-        row[j] -= o.lr * g[j] / (sqrtf(acc[j]) + o.eps);
-      }
-    } else {
-      float* m1 = row + d;
-      float* v = row + 2 * d;
-      float* pw = row + 3 * d;
-      pw[0] *= o.beta1;
-      pw[1] *= o.beta2;
-      const float c1 = 1.0f - pw[0], c2 = 1.0f - pw[1];
-      for (uint32_t j = 0; j < d; ++j) {
-        m1[j] = o.beta1 * m1[j] + (1.0f - o.beta1) * g[j];
-        v[j] = o.beta2 * v[j] + (1.0f - o.beta2) * g[j] * g[j];
-        row[j] -= o.lr * (m1[j] / c1) / (sqrtf(v[j] / c2) + o.eps);
-      }
+    for (uint32_t j = 0; j < d; ++j) {
+      const ColumnStep c = column_step(o, row, d, j, g[j], c1, c2);
+      row[j] = c.w;
+      if (o.kind >= 1) row[d + j] = c.a;
+      if (o.kind == 2) row[2 * d + j] = c.b;
+    }
+    if (o.kind == 2) {
+      row[3 * d] *= o.beta1;
+      row[3 * d + 1] *= o.beta2;
     }
     touch(t, s, tick, o.lfu);
   } else {
-    atomicExch(overflow, 1);  // the summed gradient overflowed: this row keeps its values
+    atomicExch(overflow, 1);  // a summed gradient or the update it makes is not finite: the row keeps its values
   }
   for (uint32_t j = 0; j < d; ++j) g[j] = 0.0f;
   t.touched[s] = 0;
