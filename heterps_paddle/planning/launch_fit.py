@@ -181,17 +181,18 @@ def fit_to_launch(
         )
     one_stage, split_options = options[:one_stage_count], options[one_stage_count:]
     if budget is not None:
-        within = [o for o in options if o.cost_per_hour <= budget * (1 + 1e-12)]
-        if not within:
+        limit = budget * (1 + 1e-12)
+        if all(o.cost_per_hour > limit for o in options):
             cheapest = min(options, key=lambda o: (o.cost_per_hour, o.order))
             raise PlanningInputError(
                 f"no plan for this launch ({launch.describe()}) fits the budget of {budget:.4g}/h: the cheapest, "
                 f"{_describe(cheapest.plan)}, costs {cheapest.cost_per_hour:.4g}/h; raise the budget or launch "
                 "fewer processes"
             )
-        options = within
-        one_stage = [o for o in one_stage if o in within]
-        split_options = [o for o in split_options if o in within]
+        # One test per option (a membership test against the kept list compared whole plans, quadratically).
+        options, one_stage, split_options = (
+            [o for o in group if o.cost_per_hour <= limit] for group in (options, one_stage, split_options)
+        )
         notes.append(f"budget {budget:.4g}/h: plans that cost more were left out")
     chosen = _best(options, target)
     one = _best(one_stage, target) if one_stage else None
