@@ -1,4 +1,5 @@
-// A row's initial value and the fused optimizer update, for the CPU core (the CUDA table has its kernels).
+// A row's initial value and the fused optimizer update over a row, for the CPU core (the per-column rules are
+// heterps/update_rules.h, which the CUDA table's kernels call too).
 // Inline: push applies it once per unique id, and the call would cost as much as a dim-8 update.
 #pragma once
 
@@ -43,36 +44,30 @@ inline bool all_finite(const float* x, size_t n) {
   return bad == 0;
 }
 
+// The rules themselves are heterps/update_rules.h, shared with the CUDA table; here they run over a row with
+// the switch outside the column loops.  The constants are copied to locals first: the row's stores could
+// alias the config as far as the compiler knows, and reloading them cost ~2 instructions a column.
 inline void apply_update(const TableConfig& c, float* row, const float* g) {
   const uint32_t d = c.dim;
+  const float lr = c.lr, eps = c.epsilon;
   float* w = row;
   switch (c.optimizer) {
     case Optimizer::kSGD:
-      for (uint32_t j = 0; j < d; ++j) w[j] -= c.lr * g[j];
+      for (uint32_t j = 0; j < d; ++j) sgd_column(w[j], g[j], lr);
       break;
     case Optimizer::kAdagrad: {
       float* acc = row + d;
-      for (uint32_t j = 0; j < d; ++j) {
-        acc[j] += g[j] * g[j];
-        w[j] -= c.lr * g[j] / (std::sqrt(acc[j]) + c.epsilon);
-      }
+      for (uint32_t j = 0; j < d; ++j) adagrad_column(w[j], acc[j], g[j], lr, eps);
       break;
     }
     case Optimizer::kAdam: {
       float* m = row + d;
       float* v = row + 2 * d;
       float* pw = row + 3 * d;
-      pw[0] *= c.beta1;
-      pw[1] *= c.beta2;
-      const float c1 = 1.0f - pw[0], c2 = 1.0f - pw[1];
-      const float b1 = c.beta1, b2 = c.beta2, ob1 = 1.0f - c.beta1, ob2 = 1.0f - c.beta2;
-      for (uint32_t j = 0; j < d; ++j) {
-        m[j] = b1 * m[j] + ob1 * g[j];
-        v[j] = b2 * v[j] + ob2 * g[j] * g[j];
-        float mhat = m[j] / c1;
-        float vhat = v[j] / c2;
-        w[j] -= c.lr * mhat / (std::sqrt(vhat) + c.epsilon);
-      }
+      float c1, c2;
+      adam_powers(pw[0], pw[1], c.beta1, c.beta2, c1, c2);
+      const float b1 = c.beta1, b2 = c.beta2;
+      for (uint32_t j = 0; j < d; ++j) adam_column(w[j], m[j], v[j], g[j], lr, b1, b2, c1, c2, eps);
       break;
     }
   }

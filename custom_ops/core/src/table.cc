@@ -187,7 +187,7 @@ void SparseTable::push(const int64_t* keys, size_t n, const float* grads) {
   }
   if (config_.grad_clip > 0) {
     const float lim = config_.grad_clip;
-    for (float& g : ugrads) g = std::min(lim, std::max(-lim, g));
+    for (float& g : ugrads) g = clip_gradient(g, lim);
   }
   // All or nothing: under the locks of every shard the batch touches (ascending, as pull and save take
   // them), each row is updated in place with its previous value kept aside.  An update whose weights or

@@ -12,9 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include "heterps/update_rules.h"  // Optimizer, and the update rules the CPU and CUDA tables share
+
 namespace heterps {
 
-enum class Optimizer : uint32_t { kSGD = 0, kAdagrad = 1, kAdam = 2 };
 enum class EvictPolicy : uint32_t { kLRU = 0, kLFU = 1 };
 
 // Every user-caused problem (bad config, bad ids, NaN gradient, corrupted checkpoint, failed write)
