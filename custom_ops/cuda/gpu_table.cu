@@ -1,21 +1,31 @@
 // The sparse table on the GPU: keys, eviction scores, rows (weights + optimizer state) and a gradient
 // accumulator live in device memory in one open-addressing table (linear probing, a row stored at its
-// key's slot, so a lookup is one probe sequence plus one row read).  Batched kernels find, insert, sum
-// gradients and apply the fused optimizers.  Rows that do not fit the device budget go to a host tier,
-// which is the CPU core table (heterps::SparseTable) of the same config and itself spills to SSD.
+// key's slot, so a lookup is one probe sequence plus one row read).  Batched kernels find, insert and
+// apply the fused optimizers; rows that do not fit the device budget go to a host tier, which is the CPU
+// core table (heterps::SparseTable) of the same config and itself spills to SSD.
+//
+// Each key is served by a tile of T consecutive threads (T = the row's 16-byte chunks rounded up to a power
+// of two, at most a warp): the tile's lanes probe the same key (one broadcast load) and copy the row
+// together, so a warp's loads and stores cover whole rows (dim 8: 16 keys a warp, dim 128: one).
 //
 // Host-side control flow per batch: a find kernel serves the hits and lists the misses; only when there
 // are misses does the host take their rows from the host tier (or their initial rows: the same
 // deterministic init as the CPU core), make room (grow, or evict the coldest eighth to the host tier) and
-// insert them.  One mutex per table serialises batches; kernels run on the caller's stream.
+// insert them.  A push counts each id's occurrences in its slot as it looks the ids up; an id seen once
+// (most ids) is updated straight from its gradient, the occurrences of a repeated id add their gradients
+// into the slot's accumulator and the last to arrive applies the update: the optimizer runs once per unique
+// id.  The update rules are heterps/update_rules.h, the CPU core's own.  One mutex per table serialises
+// batches; kernels run on the caller's stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
@@ -23,29 +33,33 @@
 #include "heterps/c_api_guard.h"
 #include "heterps/hash.h"
 #include "heterps/table.h"
+#include "heterps/update_rules.h"
 
 namespace {
 
 constexpr int64_t kEmpty = INT64_MIN;
 constexpr int kThreads = 256;
+constexpr unsigned long long kOccurrence = 1ull << 32;
 
 using heterps::key_hash;
 
 struct Dev {
   int64_t* keys = nullptr;
   uint32_t* scores = nullptr;
-  uint32_t* touched = nullptr;  // 1 while the slot has gradients in accum
-  uint32_t* seen = nullptr;     // tick of the last batch that used the row: such rows are never evicted
-  float* rows = nullptr;        // cap * dstride
-  float* accum = nullptr;       // cap * dim
+  // A push's occurrences of the slot's id (high 32 bits, counted by the prepare pass) and how many of them
+  // the apply pass has added up so far (low 32 bits); 0 between pushes.
+  unsigned long long* count = nullptr;
+  uint32_t* seen = nullptr;  // LFU: tick of the last batch that used the row (LRU: the score is that tick)
+  float* rows = nullptr;     // cap * dstride
+  float* accum = nullptr;    // cap * dim: summed gradients of a repeated id during a push (0 between pushes)
   uint64_t cap = 0, mask = 0;
   uint32_t dim = 0, hstride = 0, dstride = 0;  // host stride (packed), device stride (multiple of 4)
+  int lfu = 0;
 };
 
 struct Opt {
-  int kind;  // 0 sgd, 1 adagrad, 2 adam
+  heterps::Optimizer kind;
   float lr, beta1, beta2, eps;
-  int lfu;
   float clip;  // > 0: clip each summed gradient value to [-clip, clip] (TableConfig::grad_clip)
 };
 
@@ -59,45 +73,97 @@ __device__ inline int64_t probe_find(const Dev& t, int64_t key) {
   }
 }
 
-__device__ inline void touch(const Dev& t, uint64_t slot, uint32_t tick, int lfu) {
-  if (lfu) {
+// Rows used by the batch `tick` are never evicted while it runs.  LRU: the score is the tick of the last
+// batch that used the row, so it says so itself; LFU keeps that tick in `seen`.
+__device__ inline void touch(const Dev& t, uint64_t slot, uint32_t tick) {
+  if (t.lfu) {
     if (t.scores[slot] != 0xffffffffu) atomicAdd(&t.scores[slot], 1u);
+    if (t.seen[slot] != tick) t.seen[slot] = tick;
   } else if (t.scores[slot] != tick) {
     t.scores[slot] = tick;
   }
 }
 
-__device__ inline void copy_weights(const Dev& t, uint64_t slot, float* dst) {
-  const float* src = t.rows + slot * t.dstride;
-  if ((t.dim & 3) == 0) {  // dstride is a multiple of 4, so rows are 16-byte aligned
-    const float4* s4 = reinterpret_cast<const float4*>(src);
-    float4* d4 = reinterpret_cast<float4*>(dst);
-    for (uint32_t j = 0; j < t.dim / 4; ++j) d4[j] = s4[j];
-  } else {
-    for (uint32_t j = 0; j < t.dim; ++j) dst[j] = src[j];
-  }
+__device__ inline bool in_use(const Dev& t, uint64_t slot, uint32_t tick) {
+  return (t.lfu ? t.seen[slot] : t.scores[slot]) == tick;
 }
 
-// Hits: copy weights, touch score, found=1.  Misses: zeros, found=0, position appended to miss_pos.
+// A tile of T lanes per key: lane = threadIdx.x % T; `mask` names the tile's lanes in their warp.
+template <int T>
+struct Tile {
+  uint32_t lane, mask;
+  size_t key;  // the index of the tile's key in the batch
+  __device__ Tile() {
+    const size_t g = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+    lane = threadIdx.x % T;
+    key = g / T;
+    mask = T == 32 ? 0xffffffffu : (((1u << T) - 1u) << ((threadIdx.x % 32) / T * T));
+  }
+  __device__ bool all(bool p) const { return __all_sync(mask, p); }
+  __device__ uint32_t first(uint32_t v) const { return __shfl_sync(mask, v, 0, T); }
+};
+
+template <class V>
+struct Unit {  // a tag naming the unit type (std::type_identity is C++20)
+  using type = V;
+};
+
+// V: float4 when rows and the caller's arrays are 16-byte aligned and dim is a multiple of 4, else float.
+template <class V>
+struct Units {
+  static constexpr uint32_t kFloats = sizeof(V) / 4;
+};
+
+template <int T, class V>
+__device__ inline void copy_row(const Dev& t, uint64_t slot, float* dst, uint32_t lane) {
+  const V* s = reinterpret_cast<const V*>(t.rows + slot * t.dstride);
+  V* d = reinterpret_cast<V*>(dst);
+  const uint32_t units = t.dim / Units<V>::kFloats;
+  for (uint32_t c = lane; c < units; c += T) d[c] = s[c];
+}
+
+template <class V>
+__device__ inline V vzero();
+template <>
+__device__ inline float vzero<float>() {
+  return 0.0f;
+}
+template <>
+__device__ inline float4 vzero<float4>() {
+  return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+template <int T, class V>
+__device__ inline void zero_row(uint32_t dim, float* dst, uint32_t lane) {
+  V* d = reinterpret_cast<V*>(dst);
+  const uint32_t units = dim / Units<V>::kFloats;
+  for (uint32_t c = lane; c < units; c += T) d[c] = vzero<V>();
+}
+
+// Hits: copy weights (out may be null), found=1, and with update_scores touch the row.  Misses: found=0
+// and the row left as it was (HierarchicalKV's find does the same), or without `found` zeros; position
+// appended to miss_pos.
+template <int T, class V>
 __global__ void find_kernel(Dev t, const int64_t* __restrict__ keys, size_t n, float* __restrict__ out,
-                            uint8_t* __restrict__ found, uint32_t tick, int lfu, int update_scores,
-                            uint32_t* miss_count, uint32_t* miss_pos) {
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  int64_t s = probe_find(t, keys[i]);
+                            uint8_t* __restrict__ found, uint32_t tick, int update_scores, uint32_t* miss_count,
+                            uint32_t* miss_pos) {
+  const Tile<T> tl;
+  const size_t i = tl.key;
+  if (i >= n) return;  // whole tiles leave together
+  const int64_t s = probe_find(t, keys[i]);
   if (s >= 0) {
-    if (out) copy_weights(t, uint64_t(s), out + i * t.dim);
-    if (update_scores) {
-      touch(t, uint64_t(s), tick, lfu);
-      if (t.seen[s] != tick) t.seen[s] = tick;
+    if (out) copy_row<T, V>(t, uint64_t(s), out + i * t.dim, tl.lane);
+    if (tl.lane == 0) {
+      if (update_scores) touch(t, uint64_t(s), tick);
+      if (found) found[i] = 1;
     }
-    if (found) found[i] = 1;
     return;
   }
-  if (out)
-    for (uint32_t j = 0; j < t.dim; ++j) out[i * t.dim + j] = 0.0f;
-  if (found) found[i] = 0;
-  if (miss_pos) miss_pos[atomicAdd(miss_count, 1u)] = static_cast<uint32_t>(i);
+  if (out && !found) zero_row<T, V>(t.dim, out + i * t.dim, tl.lane);
+  if (tl.lane == 0) {
+    if (found) found[i] = 0;
+    if (miss_pos) miss_pos[atomicAdd(miss_count, 1u)] = static_cast<uint32_t>(i);
+  }
 }
 
 __global__ void gather_keys_kernel(const int64_t* keys, const uint32_t* pos, uint32_t m, int64_t* out) {
@@ -106,12 +172,13 @@ __global__ void gather_keys_kernel(const int64_t* keys, const uint32_t* pos, uin
 }
 
 // Second pass for the misses of a pull, after their rows were inserted.
+template <int T, class V>
 __global__ void fill_kernel(Dev t, const int64_t* keys, const uint32_t* pos, uint32_t m, float* out) {
-  uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= m) return;
-  uint32_t p = pos[i];
-  int64_t s = probe_find(t, keys[p]);
-  if (s >= 0) copy_weights(t, uint64_t(s), out + size_t(p) * t.dim);
+  const Tile<T> tl;
+  if (tl.key >= m) return;
+  const uint32_t p = pos[tl.key];
+  const int64_t s = probe_find(t, keys[p]);
+  if (s >= 0) copy_row<T, V>(t, uint64_t(s), out + size_t(p) * t.dim, tl.lane);
 }
 
 __device__ inline uint64_t claim_slot(const Dev& t, int64_t key) {
@@ -134,13 +201,13 @@ __global__ void insert_kernel(Dev t, const int64_t* keys, const float* rows, con
   const float* src = rows + size_t(i) * t.hstride;
   for (uint32_t j = 0; j < t.hstride; ++j) dst[j] = src[j];
   t.scores[s] = scores[i];
-  t.touched[s] = 0;
+  t.count[s] = 0;
   t.seen[s] = tick;
 }
 
 // Rebuild into `to` (grow, or drop victims): rows scoring below `threshold` (all rows with `all`), except
-// those used by the current batch (seen == protect), go to the staging buffers (key, score, packed row) for
-// the host tier; the rest are re-inserted.
+// those used by the current batch (`protect`), go to the staging buffers (key, score, packed row) for the
+// host tier; the rest are re-inserted.
 __global__ void rehash_kernel(Dev from, Dev to, uint32_t threshold, int all, uint32_t protect, uint32_t max_victims,
                               uint32_t* victim_count, int64_t* v_keys, uint32_t* v_scores, float* v_rows) {
   uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x;
@@ -149,7 +216,7 @@ __global__ void rehash_kernel(Dev from, Dev to, uint32_t threshold, int all, uin
   if (key == kEmpty) return;
   const float* src = from.rows + i * from.dstride;
   uint32_t score = from.scores[i];
-  if (all || (score < threshold && from.seen[i] != protect)) {
+  if (all || (score < threshold && !in_use(from, i, protect))) {
     uint32_t v = atomicAdd(victim_count, 1u);
     if (v < max_victims) {
       v_keys[v] = key;
@@ -162,7 +229,7 @@ __global__ void rehash_kernel(Dev from, Dev to, uint32_t threshold, int all, uin
   float* dst = to.rows + s * to.dstride;
   for (uint32_t j = 0; j < from.hstride; ++j) dst[j] = src[j];
   to.scores[s] = score;
-  to.touched[s] = 0;
+  to.count[s] = 0;
   to.seen[s] = from.seen[i];
 }
 
@@ -171,82 +238,224 @@ __global__ void fill_empty_kernel(int64_t* keys, uint64_t n) {
   if (i < n) keys[i] = kEmpty;
 }
 
-__global__ void nonfinite_kernel(const float* g, size_t n, int* flag) {
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  if (i < n && !isfinite(g[i])) *flag = 1;
+__device__ inline bool finite4(float4 v) {
+  return isfinite(v.x) && isfinite(v.y) && isfinite(v.z) && isfinite(v.w);
+}
+__device__ inline bool finite_v(float v) {
+  return isfinite(v);
+}
+__device__ inline bool finite_v(float4 v) {
+  return finite4(v);
 }
 
-// Sums the gradients of each key into its slot's accumulator and lists each touched slot once.
-__global__ void accumulate_kernel(Dev t, const int64_t* keys, const float* grads, size_t n, uint32_t* touched_count,
-                                  uint64_t* touched_slots) {
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+// Push, the gradients checked first, as one flat coalesced read of the batch: any non-finite value sets
+// *flag and the host rejects the batch before a row changes.
+template <class V>
+__global__ void nonfinite_kernel(const V* __restrict__ g, size_t units, uint32_t* flag) {
+  bool ok = true;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < units; i += size_t(gridDim.x) * blockDim.x)
+    ok = finite_v(g[i]) && ok;
+  if (!__all_sync(0xffffffffu, ok) && threadIdx.x % 32 == 0) atomicExch(flag, 1u);
+}
+
+// Push, first pass (a thread per id, so that a warp has 32 probes in flight): each id's slot (or a miss),
+// its occurrence counted in the slot, the row touched (so that making room for the misses cannot evict
+// it).  flags[0] counts misses.
+__global__ void push_prepare_kernel(Dev t, const int64_t* __restrict__ keys, size_t n, uint32_t tick,
+                                    int64_t* __restrict__ slot_of, uint32_t* flags, uint32_t* __restrict__ miss_pos) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  int64_t s = probe_find(t, keys[i]);
-  if (s < 0) return;  // cannot happen: the host inserted every key first
-  for (uint32_t j = 0; j < t.dim; ++j) atomicAdd(&t.accum[uint64_t(s) * t.dim + j], grads[i * t.dim + j]);
-  if (atomicExch(&t.touched[s], 1u) == 0) touched_slots[atomicAdd(touched_count, 1u)] = uint64_t(s);
-}
-
-// One column's step of the fused optimizers, same formulas and order of float operations as the CPU core
-// (optimizer.h): the new weight and the column's optimizer state (a: Adagrad's sum or Adam's m; b: Adam's v).
-// c1, c2: Adam's bias corrections after this step.
-struct ColumnStep {
-  float w, a, b;
-};
-
-__device__ inline ColumnStep column_step(const Opt& o, const float* row, uint32_t d, uint32_t j, float g, float c1,
-                                         float c2) {
-  if (o.kind == 0) return {row[j] - o.lr * g, 0.0f, 0.0f};
-  if (o.kind == 1) {
-    const float acc = row[d + j] + g * g;
-    return {row[j] - o.lr * g / (sqrtf(acc) + o.eps), acc, 0.0f};
+  const int64_t s = probe_find(t, keys[i]);
+  slot_of[i] = s;
+  if (s >= 0) {
+    atomicAdd(&t.count[s], kOccurrence);
+    touch(t, uint64_t(s), tick);
+  } else {
+    miss_pos[atomicAdd(&flags[0], 1u)] = static_cast<uint32_t>(i);
   }
-  const float m = o.beta1 * row[d + j] + (1.0f - o.beta1) * g;
-  const float v = o.beta2 * row[2 * d + j] + (1.0f - o.beta2) * g * g;
-  return {row[j] - o.lr * (m / c1) / (sqrtf(v / c2) + o.eps), m, v};
 }
 
-__global__ void apply_kernel(Dev t, const uint64_t* slots, uint32_t m, Opt o, uint32_t tick, int* overflow) {
+// After the misses were inserted: their slots and occurrences (pos = null: every id, after a rebuild
+// moved the rows and cleared the counts).
+__global__ void push_resolve_kernel(Dev t, const int64_t* keys, const uint32_t* pos, uint32_t m, int64_t* slot_of) {
   uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= m) return;
-  uint64_t s = slots[i];
-  float* row = t.rows + s * t.dstride;
-  float* g = t.accum + s * t.dim;
+  const uint32_t p = pos ? pos[i] : i;
+  const int64_t s = probe_find(t, keys[p]);
+  slot_of[p] = s;
+  if (s >= 0) atomicAdd(&t.count[s], kOccurrence);
+}
+
+// A rejected batch: the counts go back to 0.
+__global__ void push_reset_kernel(Dev t, const int64_t* slot_of, size_t n) {
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i < n && slot_of[i] >= 0) t.count[slot_of[i]] = 0;
+}
+
+// One column of the fused update (heterps/update_rules.h) on values held in registers.
+struct ColumnState {
+  float w, a, b;  // weight; Adagrad's sum or Adam's m; Adam's v
+};
+
+__device__ inline bool step_column(const Opt& o, ColumnState& x, float g, float c1, float c2) {
+  if (o.clip > 0) g = heterps::clip_gradient(g, o.clip);
+  switch (o.kind) {
+    case heterps::Optimizer::kSGD:
+      heterps::sgd_column(x.w, g, o.lr);
+      return isfinite(x.w);
+    case heterps::Optimizer::kAdagrad:
+      heterps::adagrad_column(x.w, x.a, g, o.lr, o.eps);
+      return isfinite(x.w) && isfinite(x.a);
+    default:
+      heterps::adam_column(x.w, x.a, x.b, g, o.lr, o.beta1, o.beta2, c1, c2, o.eps);
+      return isfinite(x.w) && isfinite(x.a) && isfinite(x.b);
+  }
+}
+
+__device__ inline float comp(const float4& v, int k) {
+  return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+__device__ inline float& comp(float4& v, int k) {
+  return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+__device__ inline float comp(const float& v, int) {
+  return v;
+}
+__device__ inline float& comp(float& v, int) {
+  return v;
+}
+
+// The update of one unit (1 or 4 columns) of a row: new weights and state, whether all are finite.
+template <class V>
+__device__ inline bool step_unit(const Opt& o, const V& g, V& w, V& a, V& b, float c1, float c2) {
+  bool ok = true;
+#pragma unroll
+  for (int k = 0; k < int(Units<V>::kFloats); ++k) {
+    ColumnState x{comp(w, k), comp(a, k), comp(b, k)};
+    ok = step_column(o, x, comp(g, k), c1, c2) && ok;
+    comp(w, k) = x.w;
+    comp(a, k) = x.a;
+    comp(b, k) = x.b;
+  }
+  return ok;
+}
+
+template <class V>
+__device__ inline V load_cg(const V* p) {
+  return __ldcg(p);
+}
+
+template <class V>
+__device__ inline void add_atomic(V* dst, const V& v);
+template <>
+__device__ inline void add_atomic<float>(float* dst, const float& v) {
+  atomicAdd(dst, v);
+}
+template <>
+__device__ inline void add_atomic<float4>(float4* dst, const float4& v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(dst, v);  // one 16-byte atomic (sm_90)
+#else
+  atomicAdd(&dst->x, v.x);
+  atomicAdd(&dst->y, v.y);
+  atomicAdd(&dst->z, v.z);
+  atomicAdd(&dst->w, v.w);
+#endif
+}
+
+// Push, second pass: once per unique id.  An id that occurs once is updated from its gradient; each
+// occurrence of a repeated id adds its gradient into the slot's accumulator, and the last to count itself
+// arrived (all others' additions are then visible: each fenced them before counting itself)
+// applies the update from the sum and clears the accumulator.  The whole row is checked before it is
+// written (an update whose summed gradient, weights or optimizer state would not be finite leaves the row
+// as it was and sets *overflow; rows are updated in parallel, so the check is per row).
+template <int T, class V>
+__global__ void push_apply_kernel(Dev t, const float* __restrict__ grads, const int64_t* __restrict__ slot_of, size_t n,
+                                  Opt o, uint32_t tick, uint32_t* overflow) {
+  const Tile<T> tl;
+  const size_t i = tl.key;
+  if (i >= n) return;
+  const int64_t s = slot_of[i];
+  if (s < 0) return;  // cannot happen: every id was inserted before this pass
   const uint32_t d = t.dim;
-  bool finite = true;
-  for (uint32_t j = 0; j < d; ++j) {
-    finite = finite && isfinite(g[j]);
-    if (o.clip > 0) g[j] = fminf(o.clip, fmaxf(-o.clip, g[j]));
+  const uint32_t units = d / Units<V>::kFloats;
+  const V* gi = reinterpret_cast<const V*>(grads + i * d);
+  V* acc = reinterpret_cast<V*>(t.accum + uint64_t(s) * d);
+  const uint32_t occurrences = static_cast<uint32_t>(t.count[s] >> 32);  // fixed since the prepare pass
+  const bool single = occurrences == 1;
+  if (!single) {
+    for (uint32_t c = tl.lane; c < units; c += T) add_atomic<V>(acc + c, gi[c]);
+    __threadfence();
+    uint32_t arrived = 0;
+    if (tl.lane == 0) arrived = static_cast<uint32_t>(atomicAdd(&t.count[s], 1ull) & 0xffffffffu) + 1u;
+    arrived = tl.first(arrived);
+    if (arrived != occurrences) return;  // a later occurrence applies the sum
+    __threadfence();
   }
-  // An update whose weights or optimizer state would not be finite leaves the row as it was (the CPU core
-  // rejects the whole batch; here rows are updated in parallel, so the check is per row): every column is
-  // stepped once to check, then again to write.
-  float c1 = 1.0f, c2 = 1.0f;
-  if (o.kind == 2) {  // Adam's row holds beta1^t, beta2^t after its columns
-    c1 = 1.0f - row[3 * d] * o.beta1;
-    c2 = 1.0f - row[3 * d + 1] * o.beta2;
+  float* row = t.rows + uint64_t(s) * t.dstride;
+  V* w = reinterpret_cast<V*>(row);
+  V* a = reinterpret_cast<V*>(row + d);
+  V* b = reinterpret_cast<V*>(row + 2 * d);
+  float p1 = 1.0f, p2 = 1.0f, c1 = 1.0f, c2 = 1.0f;
+  if (o.kind == heterps::Optimizer::kAdam) {
+    p1 = row[3 * d];
+    p2 = row[3 * d + 1];
+    heterps::adam_powers(p1, p2, o.beta1, o.beta2, c1, c2);
   }
-  for (uint32_t j = 0; j < d && finite; ++j) {
-    const ColumnStep c = column_step(o, row, d, j, g[j], c1, c2);
-    finite = isfinite(c.w) && isfinite(c.a) && isfinite(c.b);
-  }
-  if (finite) {
-    for (uint32_t j = 0; j < d; ++j) {
-      const ColumnStep c = column_step(o, row, d, j, g[j], c1, c2);
-      row[j] = c.w;
-      if (o.kind >= 1) row[d + j] = c.a;
-      if (o.kind == 2) row[2 * d + j] = c.b;
+  const bool has_a = o.kind != heterps::Optimizer::kSGD, has_b = o.kind == heterps::Optimizer::kAdam;
+  auto load = [&](uint32_t c, V& g, V& wv, V& av, V& bv) {
+    g = single ? gi[c] : load_cg<V>(acc + c);
+    wv = w[c];
+    if (has_a) av = a[c];
+    if (has_b) bv = b[c];
+  };
+  bool ok = true;
+  if (units <= T) {  // dims up to 32 units (128 floats): a lane's unit stays in registers through the vote
+    const uint32_t c = tl.lane;
+    V g = vzero<V>(), wv = vzero<V>(), av = vzero<V>(), bv = vzero<V>();
+    if (c < units) {
+      load(c, g, wv, av, bv);
+      ok = finite_v(g) && step_unit<V>(o, g, wv, av, bv, c1, c2);
     }
-    if (o.kind == 2) {
-      row[3 * d] *= o.beta1;
-      row[3 * d + 1] *= o.beta2;
+    ok = tl.all(ok);
+    if (c < units) {
+      if (ok) {
+        w[c] = wv;
+        if (has_a) a[c] = av;
+        if (has_b) b[c] = bv;
+      }
+      if (!single) acc[c] = vzero<V>();
     }
-    touch(t, s, tick, o.lfu);
+  } else {  // larger rows: every unit stepped once to check, then again to write
+    for (uint32_t c = tl.lane; c < units; c += T) {
+      V g, wv, av = vzero<V>(), bv = vzero<V>();
+      load(c, g, wv, av, bv);
+      ok = finite_v(g) && step_unit<V>(o, g, wv, av, bv, c1, c2) && ok;
+    }
+    ok = tl.all(ok);
+    for (uint32_t c = tl.lane; c < units; c += T) {
+      if (ok) {
+        V g, wv, av = vzero<V>(), bv = vzero<V>();
+        load(c, g, wv, av, bv);
+        step_unit<V>(o, g, wv, av, bv, c1, c2);
+        w[c] = wv;
+        if (has_a) a[c] = av;
+        if (has_b) b[c] = bv;
+      }
+      if (!single) acc[c] = vzero<V>();
+    }
+  }
+  if (tl.lane != 0) return;
+  if (ok) {
+    if (has_b) {
+      row[3 * d] = p1;
+      row[3 * d + 1] = p2;
+    }
+    if (t.lfu) touch(t, uint64_t(s), tick);  // LRU: the prepare pass set the score to this tick
   } else {
-    atomicExch(overflow, 1);  // a summed gradient or the update it makes is not finite: the row keeps its values
+    atomicExch(overflow, 1u);
   }
-  for (uint32_t j = 0; j < d; ++j) g[j] = 0.0f;
-  t.touched[s] = 0;
+  t.count[s] = 0;
 }
 
 inline unsigned blocks_for(uint64_t n) {
@@ -290,16 +499,21 @@ class GpuTable {
     host_ = heterps::get_or_create_table(name, host.to_string());
     hstride_ = c.stride();
     dstride_ = (hstride_ + 3) & ~3u;
-    slot_bytes_ = 8 + 4 + 4 + 4 + uint64_t(dstride_) * 4 + uint64_t(c.dim) * 4;  // key, score, flags, seen, row, accum
+    // key, score, occurrences, seen, row, accumulator
+    slot_bytes_ = 8 + 4 + 8 + 4 + uint64_t(dstride_) * 4 + uint64_t(c.dim) * 4;
     // Half-full table: a resident row costs two slots.
     max_rows_ = c.memory_budget_bytes ? std::max<uint64_t>(1024, c.memory_budget_bytes / (2 * slot_bytes_)) : 0;
     ck(cudaSetDevice(device_), "cudaSetDevice");
+    ck(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
     uint64_t cap = 1024;
     if (max_rows_)
       while (cap < 2 * max_rows_) cap <<= 1;
     t_ = alloc(cap, nullptr);
   }
-  ~GpuTable() { release(t_); }
+  ~GpuTable() {
+    release(t_);
+    if (pinned_) cudaFreeHost(pinned_);
+  }
 
   std::mutex mu;
 
@@ -307,14 +521,22 @@ class GpuTable {
     if (n == 0) return;
     ck(cudaSetDevice(device_), "cudaSetDevice");
     const uint32_t tick = ++tick_;
-    uint32_t* cnt = counter_.get(1);
+    uint32_t* cnt = counter_.get(2);
     uint32_t* pos = pos_.get(n);
-    ck(cudaMemsetAsync(cnt, 0, sizeof(uint32_t), st), "memset");
-    find_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, keys, n, out, nullptr, tick, lfu(), 1, cnt, pos);
-    uint32_t m = read_counter(cnt, st);
+    ck(cudaMemsetAsync(cnt, 0, 2 * sizeof(uint32_t), st), "memset");
+    with_tile(out, [&](auto tile, auto unit) {
+      constexpr int T = decltype(tile)::value;
+      using V = typename decltype(unit)::type;
+      find_kernel<T, V><<<blocks_for(n * T), kThreads, 0, st>>>(t_, keys, n, out, nullptr, tick, 1, cnt, pos);
+    });
+    const uint32_t m = read_counters(cnt, st)[0];
     if (m == 0) return;
     bring_in(keys, pos, m, tick, st);
-    fill_kernel<<<blocks_for(m), kThreads, 0, st>>>(t_, keys, pos, m, out);
+    with_tile(out, [&](auto tile, auto unit) {
+      constexpr int T = decltype(tile)::value;
+      using V = typename decltype(unit)::type;
+      fill_kernel<T, V><<<blocks_for(uint64_t(m) * T), kThreads, 0, st>>>(t_, keys, pos, m, out);
+    });
     ck(cudaGetLastError(), "fill_kernel");
     ck(cudaStreamSynchronize(st), "pull");
   }
@@ -322,39 +544,53 @@ class GpuTable {
   void push(const int64_t* keys, size_t n, const float* grads, cudaStream_t st) {
     if (n == 0) return;
     ck(cudaSetDevice(device_), "cudaSetDevice");
-    int* flag = flag_.get(1);
-    ck(cudaMemsetAsync(flag, 0, sizeof(int), st), "memset");
-    nonfinite_kernel<<<blocks_for(n * c_.dim), kThreads, 0, st>>>(grads, n * c_.dim, flag);
-    int bad = 0;
-    ck(cudaMemcpyAsync(&bad, flag, sizeof(int), cudaMemcpyDeviceToHost, st), "copy flag");
-    ck(cudaStreamSynchronize(st), "push check");
-    if (bad) throw heterps::TableError("a gradient is not finite; the batch was not applied");
     const uint32_t tick = ++tick_;
-    uint32_t* cnt = counter_.get(1);
+    uint32_t* flags = counter_.get(2);  // misses, a gradient not finite
     uint32_t* pos = pos_.get(n);
-    ck(cudaMemsetAsync(cnt, 0, sizeof(uint32_t), st), "memset");
-    // update_scores=1 marks the batch's resident rows as seen, so making room for its misses cannot evict
-    // them before their gradients are accumulated.
-    find_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, keys, n, nullptr, nullptr, tick, lfu(), 1, cnt, pos);
-    uint32_t m = read_counter(cnt, st);
-    if (m) bring_in(keys, pos, m, tick, st);
-    uint64_t* slots = slots_.get(n);
-    ck(cudaMemsetAsync(cnt, 0, sizeof(uint32_t), st), "memset");
-    accumulate_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, keys, grads, n, cnt, slots);
-    uint32_t touched = read_counter(cnt, st);
-    Opt o{static_cast<int>(c_.optimizer), c_.lr, c_.beta1, c_.beta2, c_.epsilon, lfu(), c_.grad_clip};
-    ck(cudaMemsetAsync(flag, 0, sizeof(int), st), "memset");
-    apply_kernel<<<blocks_for(touched), kThreads, 0, st>>>(t_, slots, touched, o, tick, flag);
-    ck(cudaMemcpyAsync(&bad, flag, sizeof(int), cudaMemcpyDeviceToHost, st), "copy flag");
-    ck(cudaStreamSynchronize(st), "push");
-    if (bad)
+    int64_t* slot_of = slots_.get(n);
+    ck(cudaMemsetAsync(flags, 0, 2 * sizeof(uint32_t), st), "memset");
+    with_tile(grads, [&](auto, auto unit) {
+      using V = typename decltype(unit)::type;
+      const size_t units = n * c_.dim / Units<V>::kFloats;
+      const unsigned blocks = static_cast<unsigned>(std::min<uint64_t>(blocks_for(units), 8ull * sms_));
+      nonfinite_kernel<V><<<blocks, kThreads, 0, st>>>(reinterpret_cast<const V*>(grads), units, flags + 1);
+    });
+    push_prepare_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, keys, n, tick, slot_of, flags, pos);
+    const std::array<uint32_t, 2> f = read_counters(flags, st);
+    if (f[1]) {
+      push_reset_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, slot_of, n);
+      ck(cudaGetLastError(), "push_reset_kernel");
+      ck(cudaStreamSynchronize(st), "push reset");
+      throw heterps::TableError("a gradient is not finite; the batch was not applied");
+    }
+    if (f[0]) {
+      // A rebuild while making room moves every row and clears the counts: then every id is looked up
+      // again, else only the misses.
+      const bool moved = bring_in(keys, pos, f[0], tick, st);
+      const uint32_t m = moved ? static_cast<uint32_t>(n) : f[0];
+      push_resolve_kernel<<<blocks_for(m), kThreads, 0, st>>>(t_, keys, moved ? nullptr : pos, m, slot_of);
+      ck(cudaGetLastError(), "push_resolve_kernel");
+    }
+    const Opt o{c_.optimizer, c_.lr, c_.beta1, c_.beta2, c_.epsilon, c_.grad_clip};
+    uint32_t* overflow = flags + 1;  // 0 here: the batch was not rejected
+    with_tile(grads, [&](auto tile, auto unit) {
+      constexpr int T = decltype(tile)::value;
+      using V = typename decltype(unit)::type;
+      push_apply_kernel<T, V><<<blocks_for(n * T), kThreads, 0, st>>>(t_, grads, slot_of, n, o, tick, overflow);
+    });
+    if (read_counters(flags, st)[1])
       throw heterps::TableError(
           "a summed gradient, or the update it makes, is not finite; those rows were left unchanged");
   }
 
   void find(const int64_t* keys, size_t n, float* out, uint8_t* found, cudaStream_t st) {
     if (n == 0) return;
-    find_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, keys, n, out, found, 0, 0, 0, nullptr, nullptr);
+    ck(cudaSetDevice(device_), "cudaSetDevice");
+    with_tile(out, [&](auto tile, auto unit) {
+      constexpr int T = decltype(tile)::value;
+      using V = typename decltype(unit)::type;
+      find_kernel<T, V><<<blocks_for(n * T), kThreads, 0, st>>>(t_, keys, n, out, found, 0, 0, nullptr, nullptr);
+    });
     ck(cudaGetLastError(), "find_kernel");
   }
 
@@ -379,13 +615,51 @@ class GpuTable {
   Dev t_;
   uint64_t count_ = 0, evicted_ = 0, promoted_ = 0;
   uint32_t tick_ = 1;
+  uint64_t rebuilds_ = 0;
+  int sms_ = 1;
   DevBuf<uint32_t> counter_, pos_, vcount_, vscores_, scores_in_;
-  DevBuf<int> flag_;
-  DevBuf<uint64_t> slots_;
+  DevBuf<int64_t> slots_;
+  uint32_t* pinned_ = nullptr;  // 2 words of page-locked host memory for counters read back each batch
   DevBuf<int64_t> mkeys_, vkeys_;
   DevBuf<float> rows_in_, vrows_;
 
   int lfu() const { return c_.eviction == heterps::EvictPolicy::kLFU ? 1 : 0; }
+
+  // Calls f(std::integral_constant<int, T>, unit type) for this table's tile: float4 units where dim is a
+  // multiple of 4 and the caller's array is 16-byte aligned (device rows always are), else floats.
+  template <class F>
+  void with_tile(const float* user, F&& f) const {
+    const bool vec = c_.dim % 4 == 0 && (reinterpret_cast<uintptr_t>(user) & 15) == 0;
+    const uint32_t units = vec ? c_.dim / 4 : c_.dim;
+    int t = 1;
+    while (t < 32 && uint32_t(t) < units) t <<= 1;
+    auto go = [&](auto tile) {
+      if (vec)
+        f(tile, Unit<float4>{});
+      else
+        f(tile, Unit<float>{});
+    };
+    switch (t) {
+      case 1:
+        go(std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        go(std::integral_constant<int, 2>{});
+        break;
+      case 4:
+        go(std::integral_constant<int, 4>{});
+        break;
+      case 8:
+        go(std::integral_constant<int, 8>{});
+        break;
+      case 16:
+        go(std::integral_constant<int, 16>{});
+        break;
+      default:
+        go(std::integral_constant<int, 32>{});
+        break;
+    }
+  }
 
   Dev alloc(uint64_t cap, cudaStream_t st) {
     Dev d;
@@ -394,14 +668,18 @@ class GpuTable {
     d.dim = c_.dim;
     d.hstride = hstride_;
     d.dstride = dstride_;
+    d.lfu = lfu();
     ck(cudaMalloc(&d.keys, cap * 8), "cudaMalloc keys");
     ck(cudaMalloc(&d.scores, cap * 4), "cudaMalloc scores");
-    ck(cudaMalloc(&d.touched, cap * 4), "cudaMalloc flags");
+    ck(cudaMalloc(&d.count, cap * 8), "cudaMalloc counts");
     ck(cudaMalloc(&d.seen, cap * 4), "cudaMalloc seen");
     ck(cudaMalloc(&d.rows, cap * dstride_ * 4), "cudaMalloc rows");
     ck(cudaMalloc(&d.accum, cap * c_.dim * 4), "cudaMalloc accum");
     fill_empty_kernel<<<blocks_for(cap), kThreads, 0, st>>>(d.keys, cap);
-    ck(cudaMemsetAsync(d.touched, 0, cap * 4, st), "memset");
+    // Scores too: evict_coldest copies the whole array to the host (empty slots' scores are skipped
+    // there, but an uninitialised source of a copy is what compute-sanitizer's initcheck reported).
+    ck(cudaMemsetAsync(d.scores, 0, cap * 4, st), "memset");
+    ck(cudaMemsetAsync(d.count, 0, cap * 8, st), "memset");
     ck(cudaMemsetAsync(d.seen, 0, cap * 4, st), "memset");
     ck(cudaMemsetAsync(d.accum, 0, cap * c_.dim * 4, st), "memset");
     return d;
@@ -410,11 +688,20 @@ class GpuTable {
   static void release(Dev& d) {
     cudaFree(d.keys);
     cudaFree(d.scores);
-    cudaFree(d.touched);
+    cudaFree(d.count);
     cudaFree(d.seen);
     cudaFree(d.rows);
     cudaFree(d.accum);
     d = Dev();
+  }
+
+  // Two device words, read once the stream has done everything before (one copy, one sync).
+  std::array<uint32_t, 2> read_counters(const uint32_t* dev, cudaStream_t st) {
+    ck(cudaGetLastError(), "kernel launch");
+    if (!pinned_) ck(cudaMallocHost(&pinned_, 2 * sizeof(uint32_t)), "cudaMallocHost");
+    ck(cudaMemcpyAsync(pinned_, dev, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, st), "copy counters");
+    ck(cudaStreamSynchronize(st), "sync");
+    return {pinned_[0], pinned_[1]};
   }
 
   uint32_t read_counter(uint32_t* cnt, cudaStream_t st) {
@@ -426,7 +713,8 @@ class GpuTable {
   }
 
   // Rows for the keys at pos[0..m) that are not on the device: from the host tier (or initial rows).
-  void bring_in(const int64_t* keys, const uint32_t* pos, uint32_t m, uint32_t tick, cudaStream_t st) {
+  // Returns whether making room rebuilt the table (every row moved to a new slot).
+  bool bring_in(const int64_t* keys, const uint32_t* pos, uint32_t m, uint32_t tick, cudaStream_t st) {
     int64_t* mk = mkeys_.get(m);
     gather_keys_kernel<<<blocks_for(m), kThreads, 0, st>>>(keys, pos, m, mk);
     std::vector<int64_t> hk(m);
@@ -439,6 +727,7 @@ class GpuTable {
       throw heterps::TableError("a batch needs " + std::to_string(u) +
                                 " new device rows, more than the device budget's " + std::to_string(max_rows_) +
                                 "; split the batch or raise memory_budget_bytes");
+    const uint64_t rebuilds = rebuilds_;
     make_room(u, tick, st);
     std::vector<float> rows(u * hstride_);
     host_->take_rows(hk.data(), u, rows.data());
@@ -453,6 +742,7 @@ class GpuTable {
     ck(cudaStreamSynchronize(st), "insert");  // the host buffers above must outlive the copies
     count_ += u;
     promoted_ += u;
+    return rebuilds_ != rebuilds;
   }
 
   void make_room(uint64_t incoming, uint32_t tick, cudaStream_t st) {
@@ -525,6 +815,7 @@ class GpuTable {
     }
     release(t_);
     t_ = fresh;
+    ++rebuilds_;
     count_ -= nv;
     evicted_ += nv;
   }

@@ -20,8 +20,9 @@ int heterps_gpu_table_drop(const char* name);
 int heterps_gpu_table_pull(const char* name, const int64_t* keys, size_t n, float* out, void* stream);
 // grads: device float[n * dim]; repeated keys are summed before the fused optimizer update.
 int heterps_gpu_table_push(const char* name, const int64_t* keys, size_t n, const float* grads, void* stream);
-// Read-only lookup of resident rows (no insert, no score update): found[i] = 1 if resident.  For the
-// throughput benchmark and tests.
+// Read-only lookup of resident rows (no insert, no score update): found[i] = 1 if resident; the out row
+// of an absent id is left as it was (as HierarchicalKV's find leaves it), or zeroed when found is null.
+// For the throughput benchmark and tests.
 int heterps_gpu_table_find(const char* name, const int64_t* keys, size_t n, float* out, uint8_t* found, void* stream);
 // rows resident on the device, rows in the host tier, evictions to host, promotions from host
 int heterps_gpu_table_stats(const char* name, uint64_t* out4);
