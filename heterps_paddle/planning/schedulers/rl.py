@@ -25,6 +25,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from heterps_paddle.planning.cost_model import CostModel, Evaluation
 from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, no_plan_reason
+from heterps_paddle.planning.schedulers.refine import MoveScorer, descend
 
 
 def fractional_cost(cost_model: CostModel) -> NDArray[np.float64]:
@@ -42,17 +43,43 @@ def fractional_cost(cost_model: CostModel) -> NDArray[np.float64]:
     return cost
 
 
-def prior_logits(cost_model: CostModel, strength: float) -> NDArray[np.float32]:
-    """A starting preference per layer for its fractionally cheapest types: -strength * log(cost / cheapest)."""
-    share = fractional_cost(cost_model)
-    logits: NDArray[np.float32] = np.maximum(
-        -strength * np.log(share / share.min(axis=1, keepdims=True)), -20.0
-    ).astype("float32")
+def stage_share(cost_model: CostModel) -> NDArray[np.float64]:
+    """[layers, types]: the least share of any stage of a type that holds the layer, a stage's cost per hour split
+    evenly over its layers (inf where every stage of the type holding it breaks the type's limit alone). Where a
+    layer belongs depends on the stages around it more than on the layer: one that is slow on a cheap type alone
+    can ride in a long stage whose one unit is cheap, and a layer cheap alone on a type may only ever come with
+    neighbours that make every stage of that type dear."""
+    cost = cost_model.stage_tables().cost  # [type, start, end], inf where the stage breaks its type's limit
+    n = cost_model.num_layers
+    bounds = np.arange(n + 1)
+    length = bounds[None, :] - bounds[:, None]  # [start, end]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_layer = np.where(length[None] > 0, cost / np.maximum(length, 1)[None], np.inf)
+    # best[t, s, l] = the cheapest share of a stage [s, e) with e > l; then the cheapest over s <= l.
+    from_end = np.minimum.accumulate(per_layer[:, :, ::-1], axis=2)[:, :, ::-1][:, :, 1:]
+    holding = np.minimum.accumulate(from_end, axis=1)
+    share: NDArray[np.float64] = holding[:, bounds[:n], bounds[:n]].T
+    return share
+
+
+def prior_logits(
+    cost_model: CostModel, strength: float, share: NDArray[np.float64] | None = None
+) -> NDArray[np.float32]:
+    """A starting preference per layer for the types whose stages holding it are cheapest per layer
+    (``stage_share``): -strength * log(share / least share); the fractional cost where no stage fits."""
+    share = (stage_share(cost_model) if share is None else share).copy()
+    fallback = fractional_cost(cost_model)
+    unplaceable = ~np.isfinite(share.min(axis=1))
+    share[unplaceable] = fallback[unplaceable]
+    with np.errstate(divide="ignore"):
+        relative = np.log(share / share.min(axis=1, keepdims=True))
+    logits: NDArray[np.float32] = np.maximum(-strength * relative, -20.0).astype("float32")
     return logits
 
 
 def layer_features(cost_model: CostModel) -> NDArray[np.float32]:
-    """[layers, features]: kind, sizes, and per type: time, price, units limit, memory fit, alone-cost."""
+    """[layers, features]: kind, sizes, and per type: fractional and in-stage cost (and whether least), time,
+    price, units limit, memory fit, alone-cost, whether alone fits the limit."""
     profile = cost_model.profile
     n, T = cost_model.num_layers, cost_model.num_types
 
@@ -71,12 +98,19 @@ def layer_features(cost_model: CostModel) -> NDArray[np.float32]:
         axis=1,
     )
     # Cost of each layer as a stage of its own on each type: the strongest single hint of where it belongs.
-    alone = np.array([[cost_model.stage(i, i + 1, t).cost_per_hour for t in range(T)] for i in range(n)])
-    within = np.array([[cost_model.stage(i, i + 1, t).within_limit for t in range(T)] for i in range(n)], float)
+    tables = cost_model.stage_tables()
+    at, on = np.arange(n)[:, None], np.arange(T)[None, :]
+    alone = tables.units[on, at, at + 1] * cost_model.price[None, :]
+    within = np.isfinite(tables.cost[on, at, at + 1]).astype(float)
     share = fractional_cost(cost_model)
+    in_stage = stage_share(cost_model)
+    finite = np.isfinite(in_stage)
+    in_stage_capped = np.where(finite, in_stage, in_stage[finite].max() * 10 if finite.any() else 1.0)
     per_type = [
         log_standardised(share + 1e-12),
         (share <= share.min(axis=1, keepdims=True) * 1.0001).astype(float),
+        log_standardised(in_stage_capped + 1e-12),
+        (in_stage_capped <= in_stage_capped.min(axis=1, keepdims=True) * 1.0001).astype(float),
         log_standardised(cost_model.base_time.T + 1e-15),
         np.broadcast_to(log_standardised(cost_model.price), (n, T)),
         np.broadcast_to(log_standardised(cost_model.max_units.astype(float)), (n, T)),
@@ -93,6 +127,26 @@ def layer_features(cost_model: CostModel) -> NDArray[np.float32]:
     return features
 
 
+class Elites:
+    """The best distinct samples of the training (fewest units over the limits, then cheapest): the starts of
+    the refinement. Samples of one policy crowd around one mode; those of several restarts do not."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._found: dict[bytes, tuple[float, float, NDArray[np.int64]]] = {}
+
+    def offer(self, samples: NDArray[np.int64], excess: NDArray[np.float64], cost: NDArray[np.float64]) -> None:
+        for index in np.lexsort((cost, excess))[: self.size]:
+            key = samples[index].tobytes()
+            if key not in self._found:
+                self._found[key] = (float(excess[index]), float(cost[index]), samples[index].copy())
+        if len(self._found) > 4 * self.size:
+            self._found = dict(sorted(self._found.items(), key=lambda item: item[1][:2])[: self.size])
+
+    def ranked(self) -> list[NDArray[np.int64]]:
+        return [entry[2] for entry in sorted(self._found.values(), key=lambda entry: entry[:2])[: self.size]]
+
+
 class RLScheduler(Scheduler):
     name = "rl"
 
@@ -102,7 +156,9 @@ class RLScheduler(Scheduler):
         batch_size: int = 128,
         iterations: int = 120,
         restarts: int = 6,
-        time_budget: float = 60.0,
+        time_budget: float = 25.0,
+        training_share: float = 0.6,
+        elites: int = 8,
         hidden_size: int = 32,
         learning_rate: float = 0.02,
         entropy_bonus: float = 0.005,
@@ -114,9 +170,12 @@ class RLScheduler(Scheduler):
         self.batch_size = batch_size
         self.iterations = iterations  # per restart
         self.restarts = restarts
-        # A safety cap on training seconds (the refinement comes after). Normally the fixed restarts x
-        # iterations end first, so a seed gives the same plan on any machine; hitting the cap trades that away.
+        # Seconds for training and refinement together; training stops at ``training_share`` of them. On small
+        # models the fixed restarts x iterations end first, so a seed gives the same plan on any machine; where
+        # the budget binds (hundreds of layers and dozens of types) the plan can depend on the machine's speed.
         self.time_budget = time_budget
+        self.training_share = training_share
+        self.elites = elites  # distinct samples refined, best first, while the budget lasts
         self.hidden_size = hidden_size
         self.learning_rate = learning_rate
         self.entropy_bonus = entropy_bonus
@@ -127,35 +186,47 @@ class RLScheduler(Scheduler):
         self.trace: list[tuple[int, int, float | None, float, float]] | None = None
 
     def search(self, cost_model: CostModel) -> Schedule:
-        best = self._train(cost_model)
+        started = time.perf_counter()
+        elites, sampled = self._train(cost_model, started)
+        scorer = MoveScorer(cost_model)
+        best: Evaluation | None = None
+        deadline = started + self.time_budget
+        for start in elites.ranked():
+            refined = descend(cost_model, start, scorer, deadline)
+            if refined.feasible and (best is None or refined.cost_per_hour < best.cost_per_hour):
+                best = refined
+            if time.perf_counter() > deadline:
+                break
         if best is None:
-            return Schedule(None, reason=no_plan_reason(cost_model) + " (rl sampled none)")
-        sampled_cost = best.cost_per_hour
-        refined = local_search(cost_model, list(best.assignment))
-        return Schedule(list(refined.assignment), refined_from_cost=sampled_cost)
+            return Schedule(None, reason=no_plan_reason(cost_model) + " (rl found none)")
+        return Schedule(list(best.assignment), refined_from_cost=sampled.cost_per_hour if sampled else None)
 
-    def _train(self, cost_model: CostModel) -> Evaluation | None:
+    def _train(self, cost_model: CostModel, started: float) -> tuple[Elites, Evaluation | None]:
+        """Train the policy; the best distinct samples, and the cheapest feasible one."""
         import paddle  # lazy: keeps Paddle out of the planning half (only this scheduler needs it)
 
         was_static = not paddle.in_dynamic_mode()
         if was_static:
             paddle.disable_static()
         try:
-            started = time.perf_counter()
             singles = cost_model.single_type_evaluations()
             feasible_singles = [e.cost_per_hour for e in singles if e.feasible]
             # Single-type plans only set the reward's scale; the answer comes from the policy's own samples.
             reference = min(feasible_singles) if feasible_singles else max(e.cost_per_hour for e in singles)
             features = paddle.to_tensor(layer_features(cost_model)[None])
+            share = stage_share(cost_model)
+            elites = Elites(self.elites)
             best: Evaluation | None = None
+            stop = started + self.training_share * self.time_budget
             # Restarts: one policy converges to one mode of a rugged landscape (unit counts are integers), so
             # fresh policies with differently strong priors explore others; the best sample over all wins.
             for restart in range(self.restarts):
                 strength = self.prior_strengths[restart % len(self.prior_strengths)]
-                best = self._train_one(paddle, cost_model, features, reference, best, restart, strength, started)
-                if time.perf_counter() - started > self.time_budget:
+                prior = prior_logits(cost_model, strength, share)
+                best = self._train_one(paddle, cost_model, features, prior, reference, best, restart, elites, stop)
+                if time.perf_counter() > stop:
                     break
-            return best
+            return elites, best
         finally:
             if was_static:
                 paddle.enable_static()
@@ -165,17 +236,18 @@ class RLScheduler(Scheduler):
         paddle: ModuleType,
         cost_model: CostModel,
         features: Any,
+        prior_values: NDArray[np.float32],
         reference: float,
         best: Evaluation | None,
         restart: int,
-        strength: float,
-        started: float,
+        elites: Elites,
+        stop: float,
     ) -> Evaluation | None:
         seed = self.seed * 1009 + restart
         paddle.seed(seed)
         rng = np.random.default_rng(seed)
         n, T = cost_model.num_layers, cost_model.num_types
-        prior = paddle.to_tensor(prior_logits(cost_model, strength))
+        prior = paddle.to_tensor(prior_values)
         policy = _make_policy(paddle, features.shape[-1], self.hidden_size, T)
         optimizer = paddle.optimizer.Adam(learning_rate=self.learning_rate, parameters=policy.parameters())
         unit_table = cost_model.stage_tables().units
@@ -198,6 +270,7 @@ class RLScheduler(Scheduler):
             )
             samples = rollout.samples
             batch = cost_model.evaluate_batch(samples)
+            elites.offer(samples, batch.excess_units, batch.cost_per_hour)
             penalised = cost_model.penalised_costs(batch, reference)
             rewards = -np.log(np.maximum(penalised, 1e-12) / max(reference, 1e-12))
             improved = False
@@ -233,7 +306,7 @@ class RLScheduler(Scheduler):
                         float(rollout.moves[:, 1:, 0].mean()),
                     )
                 )
-            if time.perf_counter() - started > self.time_budget:
+            if time.perf_counter() > stop:
                 break
             if float(entropy) < 0.2 and since_better >= self.patience:
                 break
@@ -389,28 +462,6 @@ def _log_probability(paddle: ModuleType, policy: Any, log_probs: Any, move_logit
     moves = paddle.to_tensor(rollout.moves)
     step = p[..., 0] * moves[..., 0] + p[..., 1] * moves[..., 1] + p[..., 2] * fresh_prob
     return paddle.sum(paddle.log(step + 1e-12), axis=1)
-
-
-def local_search(cost_model: CostModel, assignment: list[int]) -> Evaluation:
-    """Best-improvement descent: move any contiguous run of layers [i, j) to one type (this covers moving a
-    layer, a whole stage, a stage boundary, or merging stages), until no move lowers the cost. All moves of a
-    round are scored in one batch evaluation."""
-    n, T = cost_model.num_layers, cost_model.num_types
-    segments = [(i, j) for i in range(n) for j in range(i + 1, n + 1)]
-    starts = np.array([i for i, _ in segments])
-    ends = np.array([j for _, j in segments])
-    # mask[m, l]: layer l lies in segment m
-    mask = (np.arange(n)[None, :] >= starts[:, None]) & (np.arange(n)[None, :] < ends[:, None])
-    current = cost_model.evaluate(assignment)
-    while True:
-        base = np.array(current.assignment)
-        moves = np.where(mask[:, None, :], np.arange(T)[None, :, None], base[None, None, :]).reshape(-1, n)
-        batch = cost_model.evaluate_batch(moves)
-        costs = np.where(batch.feasible, batch.cost_per_hour, np.inf)
-        best = int(np.argmin(costs))
-        if not costs[best] < current.cost_per_hour - 1e-12:
-            return current
-        current = cost_model.evaluate(moves[best])
 
 
 SCHEDULER = RLScheduler

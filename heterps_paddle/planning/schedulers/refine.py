@@ -1,0 +1,446 @@
+"""Local refinement of a plan: moves scored incrementally from the stage tables, then best-improvement descent.
+
+Two kinds of move, each changing only the stages next to it, so each is a few lookups in the stage tables
+instead of a whole plan's evaluation (200 layers x 64 types has 1.3 million segment moves: as whole plans that
+is gigabytes and seconds per round, as lookups a few numpy operations per type):
+
+- segment move: layers [i, j) get one type t. The stage holding layer i-1 keeps its part before i (or, when it
+  already has type t, grows into the new stage), the stage holding layer j keeps its part from j on (or joins),
+  every stage in between goes. This covers moving a layer, a whole stage or a boundary, and merging stages.
+- split move: one stage [s, e) becomes [s, m) of type a and [m, e) of type b (either may join its neighbour).
+  A stage pays for at least one whole unit, so replacing an expensive type that holds a long run with cheaper
+  ones often needs two new stages at once: no single segment move lowers the cost on the way there.
+
+Where the shared unit limits bind, the best plans often need two moves at once (one stage gives up a type's units
+so that another can take them). At a local optimum ``descend`` therefore tries an ejection: each of the cheapest
+few moves that break a limit, followed by the best move that repairs it.
+
+A move is feasible when every type that gains units stays within max_units and every type already over its
+limit comes back within it; the rest can only lose units.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from heterps_paddle.planning.cost_model import CostModel, Evaluation
+
+# A move must lower the cost by more than this share to count: plateaus of equal cost would loop otherwise.
+_RELATIVE_GAIN = 1e-12
+# How many limit-breaking moves an ejection tries at a local optimum, cheapest first.
+EJECTION_TRIES = 6
+# How many consecutive stages a re-cover replaces at most, and with how many new stages at most.
+RECOVER_SPAN = 4
+RECOVER_PIECES = 4
+RECOVER_TRIES = 4  # covers tried per window when the cheapest breaks a shared limit
+
+
+@dataclass(frozen=True)
+class _Stages:
+    """A plan's maximal runs of one type, and per layer the run that holds it."""
+
+    start: NDArray[np.intp]
+    end: NDArray[np.intp]
+    type: NDArray[np.intp]
+    units: NDArray[np.float64]
+    cost: NDArray[np.float64]
+    of_layer: NDArray[np.intp]
+    cost_prefix: NDArray[np.float64]  # [stages + 1]
+    units_prefix: NDArray[np.float64]  # [stages + 1, types]: units per type of the stages before each index
+    used: NDArray[np.float64]  # [types]
+
+    @property
+    def total(self) -> float:
+        return float(self.cost_prefix[-1])
+
+
+@dataclass(frozen=True)
+class Move:
+    """One move and the plan's cost after it."""
+
+    cost: float
+    excess: float  # units over the limits after it (0: feasible)
+    kind: str  # "segment" or "split"
+    start: int  # segment: [start, end) gets first_type; split: the stage's [start, cut) and [cut, end)
+    end: int
+    cut: int
+    first_type: int
+    second_type: int
+
+    def apply(self, assignment: NDArray[np.intp]) -> NDArray[np.intp]:
+        moved = np.array(assignment, dtype=np.intp)
+        if self.kind == "segment":
+            moved[self.start : self.end] = self.first_type
+        else:
+            moved[self.start : self.cut] = self.first_type
+            moved[self.cut : self.end] = self.second_type
+        return moved
+
+
+class MoveScorer:
+    """Scores the moves of one cost model's plans (the segment arrays are built once per cost model)."""
+
+    def __init__(self, cost_model: CostModel):
+        self.cost_model = cost_model
+        tables = cost_model.stage_tables()
+        self.n, self.T = cost_model.num_layers, cost_model.num_types
+        starts, ends = np.triu_indices(self.n + 1, 1)
+        self.segment_start, self.segment_end = starts.astype(np.intp), ends.astype(np.intp)
+        # Units of a stage that cannot run (no count reaches the target, or a kind the first stage may not
+        # have) are infinite here, so a move that creates one is never feasible.
+        self.units: NDArray[np.float64] = np.where(np.isfinite(tables.time), tables.units, np.inf)
+        self.price = cost_model.price
+        self.limit = cost_model.max_units.astype(float)
+
+    def stages(self, assignment: NDArray[np.intp]) -> _Stages:
+        a = np.asarray(assignment, dtype=np.intp)
+        boundaries = np.flatnonzero(np.diff(a)) + 1
+        start = np.concatenate([[0], boundaries]).astype(np.intp)
+        end = np.concatenate([boundaries, [self.n]]).astype(np.intp)
+        types = a[start]
+        units = self.units[types, start, end]
+        with np.errstate(invalid="ignore"):
+            cost = units * self.price[types]
+        of_layer = np.repeat(np.arange(start.size), end - start)
+        per_type = np.zeros((start.size + 1, self.T))
+        per_type[np.arange(1, start.size + 1), types] = units
+        units_prefix = np.cumsum(per_type, axis=0)
+        cost_prefix = np.concatenate([[0.0], np.cumsum(cost)])
+        return _Stages(start, end, types, units, cost, of_layer, cost_prefix, units_prefix, units_prefix[-1])
+
+    def segment_moves(self, stages: _Stages) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """[types, segments]: the plan's cost after each segment move, and its units over the limits (inf where
+        a new stage cannot run). Everything that does not depend on the new type is worked out once per segment;
+        per type it is a lookup of the new stage and a few operations."""
+        seg_start, seg_end = self.segment_start, self.segment_end
+        has_left, has_right = seg_start > 0, seg_end < self.n
+        left = stages.of_layer[np.maximum(seg_start - 1, 0)]  # the stage holding layer i-1 (first removed)
+        right = stages.of_layer[np.minimum(seg_end, self.n - 1)]  # the stage holding layer j (last removed)
+        first = np.where(has_left, left, 0)
+        last = np.where(has_right, right, stages.start.size - 1)
+        kept_cost = stages.total - (stages.cost_prefix[last + 1] - stages.cost_prefix[first])
+        left_type, right_type = stages.type[left], stages.type[right]
+        left_start, right_end = stages.start[left], stages.end[right]
+
+        def removed(kind: NDArray[np.intp]) -> NDArray[np.float64]:
+            """Units of type ``kind`` (per segment) in the stages the move takes out."""
+            taken: NDArray[np.float64] = stages.units_prefix[last + 1, kind] - stages.units_prefix[first, kind]
+            return taken
+
+        # The pieces of the neighbouring stages that stay when the new type differs from theirs.
+        left_units = np.where(has_left, self.units[left_type, left_start, seg_start], 0.0)
+        right_units = np.where(has_right, self.units[right_type, seg_end, right_end], 0.0)
+        same_neighbour = has_left & has_right & (left_type == right_type)
+        with np.errstate(invalid="ignore"):
+            pieces_cost = left_units * self.price[left_type], right_units * self.price[right_type]
+            # Units over the limit of a neighbour's type with its piece kept (when the left piece stays and the
+            # right neighbour has the same type, the right piece stays too: both differ from the new type).
+            left_over = np.maximum(
+                0.0,
+                stages.used[left_type]
+                - removed(left_type)
+                + left_units
+                + np.where(same_neighbour, right_units, 0.0)
+                - self.limit[left_type],
+            )
+            right_over = np.maximum(
+                0.0, stages.used[right_type] - removed(right_type) + right_units - self.limit[right_type]
+            )
+        right_over = np.where(same_neighbour, 0.0, right_over)  # counted with the left one
+        # Types already over their limit that the move does not add to: what is left of their excess.
+        rest = np.zeros(seg_start.size)
+        rest_of: dict[int, NDArray[np.float64]] = {}
+        for y in np.flatnonzero(stages.used > self.limit):
+            left_over_y = np.maximum(0.0, stages.used[y] - removed(np.full(seg_start.size, y)) - self.limit[y])
+            rest_of[int(y)] = np.where(
+                (has_left & (left_type == y)) | (has_right & (right_type == y)), 0.0, left_over_y
+            )
+            rest += rest_of[int(y)]
+        costs = np.empty((self.T, seg_start.size))
+        excess = np.empty((self.T, seg_start.size))
+        for t in range(self.T):
+            left_piece = has_left & (left_type != t)
+            right_piece = has_right & (right_type != t)
+            middle_units = self.units[
+                t,
+                np.where(has_left & ~left_piece, left_start, seg_start),
+                np.where(has_right & ~right_piece, right_end, seg_end),
+            ]
+            with np.errstate(invalid="ignore"):
+                cost = (
+                    kept_cost
+                    + middle_units * self.price[t]
+                    + np.where(left_piece, pieces_cost[0], 0.0)
+                    + np.where(right_piece, pieces_cost[1], 0.0)
+                )
+                over = (
+                    np.maximum(0.0, stages.used[t] - removed(np.full(seg_start.size, t)) + middle_units - self.limit[t])
+                    + np.where(left_piece, left_over, 0.0)
+                    + np.where(right_piece, right_over, 0.0)
+                    + rest
+                    - rest_of.get(t, 0.0)
+                )
+            costs[t] = cost
+            excess[t] = np.where(np.isfinite(cost), over, np.inf)
+        return costs, excess
+
+    def split_moves(self, stages: _Stages, q: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """[cuts, a, b]: the plan's cost after stage ``q`` becomes [start, cut) on type a and [cut, end) on b (cut
+        from start + 1 on), and its units over the limits (inf for a == b, a segment move, and where a new stage
+        cannot run)."""
+        s, e, x = int(stages.start[q]), int(stages.end[q]), int(stages.type[q])
+        cuts = np.arange(s + 1, e)
+        types = np.arange(self.T)
+        has_left, has_right = q > 0, q < stages.start.size - 1
+        left_type = int(stages.type[q - 1]) if has_left else -1
+        right_type = int(stages.type[q + 1]) if has_right else -1
+        # The first piece starts at the left neighbour's start when it takes the neighbour's type (they merge).
+        first_start = np.where(types == left_type, stages.start[q - 1] if has_left else s, s)
+        second_end = np.where(types == right_type, stages.end[q + 1] if has_right else e, e)
+        first_units = self.units[types[None, :], first_start[None, :], cuts[:, None]]  # [cuts, a]
+        second_units = self.units[types[None, :], cuts[:, None], second_end[None, :]]  # [cuts, b]
+        left_cost = stages.cost[q - 1] if has_left else 0.0
+        right_cost = stages.cost[q + 1] if has_right else 0.0
+        base = stages.total - stages.cost[q] - np.where(types == left_type, left_cost, 0.0)  # [a]
+        with np.errstate(invalid="ignore"):
+            first = base[None, :] + first_units * self.price[None, :]  # [cuts, a]
+            second = second_units * self.price[None, :] - np.where(types == right_type, right_cost, 0.0)  # [cuts, b]
+            costs = first[:, :, None] + second[:, None, :]
+        # Units after the move of type a (first piece) and of type b (second piece); a != b.
+        left_units = stages.units[q - 1] if has_left else 0.0
+        right_units = stages.units[q + 1] if has_right else 0.0
+        own = stages.units[q]
+        a_use = (
+            stages.used[None, :]
+            - np.where(types == x, own, 0.0)[None, :]
+            - np.where(types == left_type, left_units, 0.0)[None, :]
+            + first_units
+        )  # [cuts, a]
+        b_use = (
+            stages.used[None, :]
+            - np.where(types == x, own, 0.0)[None, :]
+            - np.where(types == right_type, right_units, 0.0)[None, :]
+            + second_units
+        )  # [cuts, b]
+        with np.errstate(invalid="ignore"):
+            a_over = np.maximum(0.0, a_use - self.limit[None, :])
+            b_over = np.maximum(0.0, b_use - self.limit[None, :])
+        excess = a_over[:, :, None] + b_over[:, None, :]
+        for y in np.flatnonzero(stages.used > self.limit):  # a type over its limit that is neither a nor b
+            use_y = (
+                stages.used[y]
+                - (x == y) * own
+                - np.where(types == left_type, float(left_type == y) * left_units, 0.0)[None, :, None]
+                - np.where(types == right_type, float(right_type == y) * right_units, 0.0)[None, None, :]
+            )
+            neither = (types != y)[None, :, None] & (types != y)[None, None, :]
+            excess = excess + np.where(neither, np.maximum(0.0, use_y - self.limit[y]), 0.0)
+        same = types[:, None] == types[None, :]  # a == b is a segment move, scored there
+        excess = np.where(np.isfinite(costs) & ~same[None], excess, np.inf)
+        return costs, excess
+
+    def recover(
+        self, stages: _Stages, first: int, last: int, surcharge: NDArray[np.float64] | None = None
+    ) -> NDArray[np.intp] | None:
+        """The plan with stages ``first``..``last`` replaced by the cheapest cover of their layers with two to
+        ``RECOVER_PIECES`` stages (the outer ones may join the neighbouring stage of their type), ignoring the
+        shared limits (``surcharge``, a factor per type on the new stages' costs, steers it off types whose limit
+        the last cover broke); None if no such cover is cheaper than them. A window of a few stages: it finds the
+        replacement of an expensive type by a sequence of cheaper ones that no chain of single moves reaches
+        downhill (each step would add a stage, and a stage pays for a whole unit)."""
+        s, e = int(stages.start[first]), int(stages.end[last])
+        if e - s < 2:
+            return None
+        cost = self.cost_model.stage_tables().cost  # inf where a stage breaks its type's limit alone
+        types = np.arange(self.T)
+        cuts = np.arange(s + 1, e)
+        has_left, has_right = first > 0, last < stages.start.size - 1
+        left_type = int(stages.type[first - 1]) if has_left else -1
+        right_type = int(stages.type[last + 1]) if has_right else -1
+        head = cost[types[None, :], s, cuts[:, None]]  # [cuts, a]: the first piece [s, cut)
+        tail = cost[types[None, :], cuts[:, None], e]  # [cuts, z]: the last piece [cut, e)
+        if has_left:  # a first piece of the left neighbour's type joins it
+            head[:, left_type] = cost[left_type, stages.start[first - 1], cuts] - stages.cost[first - 1]
+        if has_right:
+            tail[:, right_type] = cost[right_type, cuts, stages.end[last + 1]] - stages.cost[last + 1]
+        middle = cost[types[:, None, None], cuts[None, :, None], cuts[None, None, :]]  # [b, c1, c2]
+        replaced = float(stages.cost_prefix[last + 1] - stages.cost_prefix[first])
+        if surcharge is not None:
+            head, tail, middle = head * surcharge[None, :], tail * surcharge[None, :], middle * surcharge[:, None, None]
+
+        def best_other(values: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
+            """[rows, t]: the least of values[row, t'] over t' != t, and that t'."""
+            order = np.argsort(values, axis=1)[:, :2]
+            rows = np.arange(values.shape[0])
+            least, second = values[rows, order[:, 0]], values[rows, order[:, 1]]
+            is_least = types[None, :] == order[:, :1]
+            return np.where(is_least, second[:, None], least[:, None]), np.where(is_least, order[:, 1:2], order[:, :1])
+
+        # cover[k][c, t]: the cheapest cover of [s, cut c) by k + 1 pieces whose last has type t; starts[k - 1]
+        # [t, c]: the cut where that last piece starts.
+        cover = [head]
+        starts: list[NDArray[np.intp]] = []
+        best_value, best_pieces, best_end = np.inf, 0, (0, 0)
+        for pieces in range(2, RECOVER_PIECES + 1):
+            other, _ = best_other(cover[-1])  # [cuts, t]: the best cover ending in a type other than t
+            with np.errstate(invalid="ignore"):
+                closing = other + tail  # [cut, z]: close the cover with a last piece [cut, e) of type z
+            flat = int(np.argmin(closing))
+            if closing.flat[flat] < best_value:
+                best_value, best_pieces, best_end = float(closing.flat[flat]), pieces, divmod(flat, self.T)
+            if pieces == RECOVER_PIECES:
+                break
+            with np.errstate(invalid="ignore"):
+                through = other.T[:, :, None] + middle  # [b, c1, c2]
+            start_cut = np.argmin(through, axis=1)  # [b, c2]
+            cover.append(np.take_along_axis(through, start_cut[:, None, :], axis=1)[:, 0, :].T)  # [c2, b]
+            starts.append(start_cut)
+        if not np.isfinite(best_value) or not best_value < replaced - _RELATIVE_GAIN * max(1.0, replaced):
+            return None
+        moved = np.array(stages.type[stages.of_layer], dtype=np.intp)
+        cut_index, kind = best_end
+        moved[cuts[cut_index] : e] = kind
+        # Walk back: the piece before a piece of type ``kind`` starting at ``cut_index`` is the best other-type
+        # cover with one piece fewer, ending there.
+        for k in range(best_pieces - 2, -1, -1):
+            previous_kind = int(best_other(cover[k])[1][cut_index, kind])
+            start_index = int(starts[k - 1][previous_kind, cut_index]) if k > 0 else -1
+            moved[s if k == 0 else cuts[start_index] : cuts[cut_index]] = previous_kind
+            cut_index, kind = start_index, previous_kind
+        return moved
+
+    def best_move(self, assignment: NDArray[np.intp]) -> Move | None:
+        """The move that leaves the fewest units over the limits, the cheapest among those."""
+        found = self._candidates(assignment, 1, breaking=False)
+        return min(found, key=lambda move: (move.excess, move.cost)) if found else None
+
+    def breaking_moves(self, assignment: NDArray[np.intp], count: int) -> list[Move]:
+        """The ``count`` cheapest moves of a plan that leave some units over the limits."""
+        return sorted(self._candidates(assignment, count, breaking=True), key=lambda move: move.cost)[:count]
+
+    def _candidates(self, assignment: NDArray[np.intp], count: int, breaking: bool) -> list[Move]:
+        stages = self.stages(assignment)
+        found = self._pick(*self.segment_moves(stages), count, breaking, stages, None)
+        for q in range(stages.start.size):
+            if stages.end[q] - stages.start[q] >= 2:
+                found += self._pick(*self.split_moves(stages, q), count, breaking, stages, q)
+        return found
+
+    def _pick(
+        self,
+        costs: NDArray[np.float64],
+        excess: NDArray[np.float64],
+        count: int,
+        breaking: bool,
+        stages: _Stages,
+        q: int | None,
+    ) -> list[Move]:
+        """The best ``count`` of one array of moves: by cost among those over a limit (``breaking``), else by
+        units over the limits and then cost."""
+        costs, excess = costs.ravel(), excess.ravel()
+        if breaking:
+            key = np.where((excess > 0) & np.isfinite(excess), costs, np.inf)
+        else:
+            fewest = excess.min()
+            key = np.where(excess == fewest, costs, np.inf)
+        if count == 1:
+            chosen = np.array([np.argmin(key)])
+        else:
+            chosen = np.argpartition(key, count)[:count] if count < key.size else np.arange(key.size)
+        moves = []
+        for flat in chosen:
+            if not np.isfinite(key[flat]):
+                continue
+            cost, over = float(costs[flat]), float(excess[flat])
+            if q is None:
+                t, segment = divmod(int(flat), self.segment_start.size)
+                start, end = int(self.segment_start[segment]), int(self.segment_end[segment])
+                moves.append(Move(cost, over, "segment", start, end, end, t, t))
+            else:
+                cut_index, rest = divmod(int(flat), self.T * self.T)
+                a, b = divmod(rest, self.T)
+                start = int(stages.start[q])
+                moves.append(Move(cost, over, "split", start, int(stages.end[q]), start + 1 + cut_index, a, b))
+        return moves
+
+
+def descend(
+    cost_model: CostModel,
+    assignment: NDArray[np.intp],
+    scorer: MoveScorer | None = None,
+    deadline: float | None = None,
+) -> Evaluation:
+    """Best-improvement descent from a plan until no move, and no ejection, makes it better: fewer units over
+    the limits first (so an infeasible start is repaired where a sequence of moves can), then a lower cost.
+    Stops early, with the plan reached so far, once ``time.perf_counter()`` passes ``deadline``."""
+    scorer = scorer or MoveScorer(cost_model)
+    current = np.asarray(assignment, dtype=np.intp)
+    stages = scorer.stages(current)
+    state = (float(np.maximum(0.0, stages.used - scorer.limit).sum()), stages.total)
+    while deadline is None or time.perf_counter() < deadline:
+        move = scorer.best_move(current)
+        if move is not None and _better((move.excess, move.cost), state):
+            current, state = move.apply(current), (move.excess, move.cost)
+            continue
+        if state[0] > 0:
+            break
+        jump = _ejection(scorer, current, state[1]) or _recover(scorer, current, state[1])
+        if jump is None:
+            break
+        current, state = jump[0], (0.0, jump[1])
+    return cost_model.evaluate(current.tolist())
+
+
+def _recover(
+    scorer: MoveScorer, current: NDArray[np.intp], current_cost: float
+) -> tuple[NDArray[np.intp], float] | None:
+    """The best re-cover of up to ``RECOVER_SPAN`` consecutive stages that keeps the limits and lowers the cost."""
+    stages = scorer.stages(current)
+    best: tuple[NDArray[np.intp], float] | None = None
+    for first in range(stages.start.size):
+        for last in range(first, min(first + RECOVER_SPAN, stages.start.size)):
+            # The cover ignores the shared limits: where it breaks one, the types over their limit cost more
+            # in the next try, until a cover keeps them or none is cheaper.
+            surcharge = np.ones(scorer.T)
+            for _ in range(RECOVER_TRIES):
+                moved = scorer.recover(stages, first, last, surcharge)
+                if moved is None:
+                    break
+                after = scorer.stages(moved)
+                over = after.used > scorer.limit
+                if not over.any():
+                    if _better((0.0, after.total), (0.0, current_cost if best is None else best[1])):
+                        best = (moved, after.total)
+                    break
+                surcharge[over] *= 4.0
+    return best
+
+
+def _ejection(
+    scorer: MoveScorer, current: NDArray[np.intp], current_cost: float
+) -> tuple[NDArray[np.intp], float] | None:
+    """The cheapest limit-breaking moves, each followed by its best repair; the best pair under the current cost."""
+    best: tuple[NDArray[np.intp], float] | None = None
+    for breaking in scorer.breaking_moves(current, EJECTION_TRIES):
+        if not _better((0.0, breaking.cost), (0.0, current_cost)):
+            break
+        broken = breaking.apply(current)
+        repair = scorer.best_move(broken)
+        if (
+            repair is not None
+            and repair.excess == 0
+            and _better((0.0, repair.cost), (0.0, current_cost if best is None else best[1]))
+        ):
+            best = (repair.apply(broken), repair.cost)
+    return best
+
+
+def _better(candidate: tuple[float, float], than: tuple[float, float]) -> bool:
+    """Fewer units over the limits, or as many and a cost lower by more than rounding."""
+    if candidate[0] != than[0]:
+        return candidate[0] < than[0]
+    return candidate[1] < than[1] - _RELATIVE_GAIN * max(1.0, abs(than[1]))
