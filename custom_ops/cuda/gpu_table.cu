@@ -248,24 +248,24 @@ __device__ inline bool finite_v(float4 v) {
   return finite4(v);
 }
 
-// Push, the gradients checked first, as one flat coalesced read of the batch: any non-finite value sets
-// *flag and the host rejects the batch before a row changes.
+// Push, first pass, a thread per id (so that a warp has 32 probes in flight): each id's slot (or a miss),
+// its occurrence counted in the slot, the row touched (so that making room for the misses cannot evict it);
+// flags[0] counts misses.  The same threads check the batch's gradients as one flat coalesced read (thread
+// i reads units i, i + threads, ...): any non-finite value sets flags[1], and the host rejects the batch
+// before a row changes.  One kernel, so that the read of the gradients overlaps the probes' latency.
 template <class V>
-__global__ void nonfinite_kernel(const V* __restrict__ g, size_t units, uint32_t* flag) {
-  bool ok = true;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < units; i += size_t(gridDim.x) * blockDim.x)
-    ok = finite_v(g[i]) && ok;
-  if (!__all_sync(0xffffffffu, ok) && threadIdx.x % 32 == 0) atomicExch(flag, 1u);
-}
-
-// Push, first pass (a thread per id, so that a warp has 32 probes in flight): each id's slot (or a miss),
-// its occurrence counted in the slot, the row touched (so that making room for the misses cannot evict
-// it).  flags[0] counts misses.
-__global__ void push_prepare_kernel(Dev t, const int64_t* __restrict__ keys, size_t n, uint32_t tick,
-                                    int64_t* __restrict__ slot_of, uint32_t* flags, uint32_t* __restrict__ miss_pos) {
+__global__ void push_prepare_kernel(Dev t, const int64_t* __restrict__ keys, size_t n, const V* __restrict__ g,
+                                    size_t g_units, uint32_t tick, int64_t* __restrict__ slot_of, uint32_t* flags,
+                                    uint32_t* __restrict__ miss_pos) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  const size_t threads = size_t(gridDim.x) * blockDim.x;
+  int64_t key = 0;
+  if (i < n) key = keys[i];
+  bool ok = true;
+  for (size_t u = i; u < g_units; u += threads) ok = finite_v(g[u]) && ok;
+  if (!__all_sync(0xffffffffu, ok) && threadIdx.x % 32 == 0) atomicExch(&flags[1], 1u);
   if (i >= n) return;
-  const int64_t s = probe_find(t, keys[i]);
+  const int64_t s = probe_find(t, key);
   slot_of[i] = s;
   if (s >= 0) {
     atomicAdd(&t.count[s], kOccurrence);
@@ -369,9 +369,11 @@ __device__ inline void add_atomic<float4>(float4* dst, const float4& v) {
 // applies the update from the sum and clears the accumulator.  The whole row is checked before it is
 // written (an update whose summed gradient, weights or optimizer state would not be finite leaves the row
 // as it was and sets *overflow; rows are updated in parallel, so the check is per row).
-template <int T, class V>
+// K: the optimizer (a template argument, so that each kernel holds one optimizer's code and registers).
+template <int T, class V, int K>
 __global__ void push_apply_kernel(Dev t, const float* __restrict__ grads, const int64_t* __restrict__ slot_of, size_t n,
                                   Opt o, uint32_t tick, uint32_t* overflow) {
+  o.kind = static_cast<heterps::Optimizer>(K);
   const Tile<T> tl;
   const size_t i = tl.key;
   if (i >= n) return;
@@ -381,10 +383,18 @@ __global__ void push_apply_kernel(Dev t, const float* __restrict__ grads, const 
   const uint32_t units = d / Units<V>::kFloats;
   const V* gi = reinterpret_cast<const V*>(grads + i * d);
   V* acc = reinterpret_cast<V*>(t.accum + uint64_t(s) * d);
+  // Rows of up to T units (dim <= 128 with float4): the lane's gradient unit is loaded before the count,
+  // so the two loads are in flight together.
+  V g_lane = vzero<V>();
+  if (units <= T && tl.lane < units) g_lane = __ldcs(gi + tl.lane);      // read once: evict first
   const uint32_t occurrences = static_cast<uint32_t>(t.count[s] >> 32);  // fixed since the prepare pass
   const bool single = occurrences == 1;
   if (!single) {
-    for (uint32_t c = tl.lane; c < units; c += T) add_atomic<V>(acc + c, gi[c]);
+    if (units <= T) {
+      if (tl.lane < units) add_atomic<V>(acc + tl.lane, g_lane);
+    } else {
+      for (uint32_t c = tl.lane; c < units; c += T) add_atomic<V>(acc + c, gi[c]);
+    }
     __threadfence();
     uint32_t arrived = 0;
     if (tl.lane == 0) arrived = static_cast<uint32_t>(atomicAdd(&t.count[s], 1ull) & 0xffffffffu) + 1u;
@@ -404,7 +414,7 @@ __global__ void push_apply_kernel(Dev t, const float* __restrict__ grads, const 
   }
   const bool has_a = o.kind != heterps::Optimizer::kSGD, has_b = o.kind == heterps::Optimizer::kAdam;
   auto load = [&](uint32_t c, V& g, V& wv, V& av, V& bv) {
-    g = single ? gi[c] : load_cg<V>(acc + c);
+    g = single ? (units <= T ? g_lane : gi[c]) : load_cg<V>(acc + c);
     wv = w[c];
     if (has_a) av = a[c];
     if (has_b) bv = b[c];
@@ -504,7 +514,6 @@ class GpuTable {
     // Half-full table: a resident row costs two slots.
     max_rows_ = c.memory_budget_bytes ? std::max<uint64_t>(1024, c.memory_budget_bytes / (2 * slot_bytes_)) : 0;
     ck(cudaSetDevice(device_), "cudaSetDevice");
-    ck(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
     uint64_t cap = 1024;
     if (max_rows_)
       while (cap < 2 * max_rows_) cap <<= 1;
@@ -551,11 +560,9 @@ class GpuTable {
     ck(cudaMemsetAsync(flags, 0, 2 * sizeof(uint32_t), st), "memset");
     with_tile(grads, [&](auto, auto unit) {
       using V = typename decltype(unit)::type;
-      const size_t units = n * c_.dim / Units<V>::kFloats;
-      const unsigned blocks = static_cast<unsigned>(std::min<uint64_t>(blocks_for(units), 8ull * sms_));
-      nonfinite_kernel<V><<<blocks, kThreads, 0, st>>>(reinterpret_cast<const V*>(grads), units, flags + 1);
+      push_prepare_kernel<V><<<blocks_for(n), kThreads, 0, st>>>(
+          t_, keys, n, reinterpret_cast<const V*>(grads), n * c_.dim / Units<V>::kFloats, tick, slot_of, flags, pos);
     });
-    push_prepare_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, keys, n, tick, slot_of, flags, pos);
     const std::array<uint32_t, 2> f = read_counters(flags, st);
     if (f[1]) {
       push_reset_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, slot_of, n);
@@ -576,7 +583,21 @@ class GpuTable {
     with_tile(grads, [&](auto tile, auto unit) {
       constexpr int T = decltype(tile)::value;
       using V = typename decltype(unit)::type;
-      push_apply_kernel<T, V><<<blocks_for(n * T), kThreads, 0, st>>>(t_, grads, slot_of, n, o, tick, overflow);
+      auto launch = [&](auto kind) {
+        push_apply_kernel<T, V, decltype(kind)::value>
+            <<<blocks_for(n * T), kThreads, 0, st>>>(t_, grads, slot_of, n, o, tick, overflow);
+      };
+      switch (c_.optimizer) {
+        case heterps::Optimizer::kSGD:
+          launch(std::integral_constant<int, 0>{});
+          break;
+        case heterps::Optimizer::kAdagrad:
+          launch(std::integral_constant<int, 1>{});
+          break;
+        default:
+          launch(std::integral_constant<int, 2>{});
+          break;
+      }
     });
     if (read_counters(flags, st)[1])
       throw heterps::TableError(
@@ -616,7 +637,6 @@ class GpuTable {
   uint64_t count_ = 0, evicted_ = 0, promoted_ = 0;
   uint32_t tick_ = 1;
   uint64_t rebuilds_ = 0;
-  int sms_ = 1;
   DevBuf<uint32_t> counter_, pos_, vcount_, vscores_, scores_in_;
   DevBuf<int64_t> slots_;
   uint32_t* pinned_ = nullptr;  // 2 words of page-locked host memory for counters read back each batch
