@@ -31,6 +31,8 @@ from heterps_paddle.planning.cost_model import CostModel, Evaluation
 
 # A move must lower the cost by more than this share to count: plateaus of equal cost would loop otherwise.
 _RELATIVE_GAIN = 1e-12
+# How many of the best moves a descent round tries, one after another on the plan as it goes.
+MOVES_PER_ROUND = 16
 # How many limit-breaking moves an ejection tries at a local optimum, cheapest first.
 EJECTION_TRIES = 6
 # How many consecutive stages a re-cover replaces at most, and with how many new stages at most.
@@ -93,6 +95,9 @@ class MoveScorer:
         # Units of a stage that cannot run (no count reaches the target, or a kind the first stage may not
         # have) are infinite here, so a move that creates one is never feasible.
         self.units: NDArray[np.float64] = np.where(np.isfinite(tables.time), tables.units, np.inf)
+        # The same, one contiguous row per type, indexed start * (n + 1) + end: the segment scoring reads one
+        # stage per segment and type, and a gather from contiguous memory is several times faster.
+        self.units_by_type = np.ascontiguousarray(self.units).reshape(self.T, -1)
         self.price = cost_model.price
         self.limit = cost_model.max_units.astype(float)
 
@@ -155,37 +160,43 @@ class MoveScorer:
         rest = np.zeros(seg_start.size)
         rest_of: dict[int, NDArray[np.float64]] = {}
         for y in np.flatnonzero(stages.used > self.limit):
-            left_over_y = np.maximum(0.0, stages.used[y] - removed(np.full(seg_start.size, y)) - self.limit[y])
-            rest_of[int(y)] = np.where(
-                (has_left & (left_type == y)) | (has_right & (right_type == y)), 0.0, left_over_y
-            )
+            remaining = np.maximum(0.0, stages.used[y] - removed(np.full(seg_start.size, y)) - self.limit[y])
+            rest_of[int(y)] = np.where((has_left & (left_type == y)) | (has_right & (right_type == y)), 0.0, remaining)
             rest += rest_of[int(y)]
+        # Per type: does the new stage join the left / right neighbour (same type), else its piece stays.
+        left_kind = np.where(has_left, left_type, -1)
+        right_kind = np.where(has_right, right_type, -1)
+        left_cost = np.where(has_left, pieces_cost[0], 0.0)
+        right_cost = np.where(has_right, pieces_cost[1], 0.0)
+        left_over = np.where(has_left, left_over, 0.0)
+        right_over = np.where(has_right, right_over, 0.0)
+        prefix_by_type = np.ascontiguousarray(stages.units_prefix.T)  # [types, stages + 1]
         costs = np.empty((self.T, seg_start.size))
         excess = np.empty((self.T, seg_start.size))
-        for t in range(self.T):
-            left_piece = has_left & (left_type != t)
-            right_piece = has_right & (right_type != t)
-            middle_units = self.units[
-                t,
-                np.where(has_left & ~left_piece, left_start, seg_start),
-                np.where(has_right & ~right_piece, right_end, seg_end),
-            ]
-            with np.errstate(invalid="ignore"):
-                cost = (
+        with np.errstate(invalid="ignore"):
+            for t in range(self.T):
+                # A neighbour of the new type joins the new stage (its piece is gone); any other keeps its piece.
+                joins_left, joins_right = left_kind == t, right_kind == t
+                middle_units = self.units_by_type[t].take(
+                    np.where(joins_left, left_start, seg_start) * (self.n + 1)
+                    + np.where(joins_right, right_end, seg_end)
+                )
+                costs[t] = (
                     kept_cost
+                    + np.where(joins_left, 0.0, left_cost)
+                    + np.where(joins_right, 0.0, right_cost)
                     + middle_units * self.price[t]
-                    + np.where(left_piece, pieces_cost[0], 0.0)
-                    + np.where(right_piece, pieces_cost[1], 0.0)
                 )
+                taken = prefix_by_type[t][last + 1] - prefix_by_type[t][first]
                 over = (
-                    np.maximum(0.0, stages.used[t] - removed(np.full(seg_start.size, t)) + middle_units - self.limit[t])
-                    + np.where(left_piece, left_over, 0.0)
-                    + np.where(right_piece, right_over, 0.0)
+                    np.maximum(0.0, stages.used[t] - taken + middle_units - self.limit[t])
+                    + np.where(joins_left, 0.0, left_over)
+                    + np.where(joins_right, 0.0, right_over)
                     + rest
-                    - rest_of.get(t, 0.0)
                 )
-            costs[t] = cost
-            excess[t] = np.where(np.isfinite(cost), over, np.inf)
+                if t in rest_of:
+                    over -= rest_of[t]
+                excess[t] = np.where(np.isfinite(costs[t]), over, np.inf)
         return costs, excess
 
     def split_moves(self, stages: _Stages, q: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -315,8 +326,13 @@ class MoveScorer:
 
     def best_move(self, assignment: NDArray[np.intp]) -> Move | None:
         """The move that leaves the fewest units over the limits, the cheapest among those."""
-        found = self._candidates(assignment, 1, breaking=False)
-        return min(found, key=lambda move: (move.excess, move.cost)) if found else None
+        found = self.best_moves(assignment, 1)
+        return found[0] if found else None
+
+    def best_moves(self, assignment: NDArray[np.intp], count: int) -> list[Move]:
+        """Up to ``count`` moves, fewest units over the limits first, then cheapest."""
+        found = self._candidates(assignment, count, breaking=False)
+        return sorted(found, key=lambda move: (move.excess, move.cost))[:count]
 
     def breaking_moves(self, assignment: NDArray[np.intp], count: int) -> list[Move]:
         """The ``count`` cheapest moves of a plan that leave some units over the limits."""
@@ -382,9 +398,17 @@ def descend(
     stages = scorer.stages(current)
     state = (float(np.maximum(0.0, stages.used - scorer.limit).sum()), stages.total)
     while deadline is None or time.perf_counter() < deadline:
-        move = scorer.best_move(current)
-        if move is not None and _better((move.excess, move.cost), state):
-            current, state = move.apply(current), (move.excess, move.cost)
+        # The best move, then each of the next best that still improves the plan once the ones before it are
+        # in (checked on the whole plan): one scoring of all moves serves several steps where the plan has
+        # many stages that each want their own fix.
+        improved = False
+        for move in scorer.best_moves(current, MOVES_PER_ROUND):
+            moved = move.apply(current)
+            after = scorer.stages(moved)
+            candidate = (float(np.maximum(0.0, after.used - scorer.limit).sum()), after.total)
+            if _better(candidate, state):
+                current, state, improved = moved, candidate, True
+        if improved:
             continue
         if state[0] > 0:
             break
