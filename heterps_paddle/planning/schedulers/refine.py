@@ -397,7 +397,7 @@ def descend(
     current = np.asarray(assignment, dtype=np.intp)
     stages = scorer.stages(current)
     state = (float(np.maximum(0.0, stages.used - scorer.limit).sum()), stages.total)
-    while deadline is None or time.perf_counter() < deadline:
+    while not _late(deadline):
         # The best move, then each of the next best that still improves the plan once the ones before it are
         # in (checked on the whole plan): one scoring of all moves serves several steps where the plan has
         # many stages that each want their own fix.
@@ -412,7 +412,7 @@ def descend(
             continue
         if state[0] > 0:
             break
-        jump = _ejection(scorer, current, state[1]) or _recover(scorer, current, state[1])
+        jump = _ejection(scorer, current, state[1], deadline) or _recover(scorer, current, state[1], deadline)
         if jump is None:
             break
         current, state = jump[0], (0.0, jump[1])
@@ -420,12 +420,14 @@ def descend(
 
 
 def _recover(
-    scorer: MoveScorer, current: NDArray[np.intp], current_cost: float
+    scorer: MoveScorer, current: NDArray[np.intp], current_cost: float, deadline: float | None = None
 ) -> tuple[NDArray[np.intp], float] | None:
     """The best re-cover of up to ``RECOVER_SPAN`` consecutive stages that keeps the limits and lowers the cost."""
     stages = scorer.stages(current)
     best: tuple[NDArray[np.intp], float] | None = None
     for first in range(stages.start.size):
+        if _late(deadline):
+            break
         for last in range(first, min(first + RECOVER_SPAN, stages.start.size)):
             # The cover ignores the shared limits: where it breaks one, the types over their limit cost more
             # in the next try, until a cover keeps them or none is cheaper.
@@ -445,12 +447,12 @@ def _recover(
 
 
 def _ejection(
-    scorer: MoveScorer, current: NDArray[np.intp], current_cost: float
+    scorer: MoveScorer, current: NDArray[np.intp], current_cost: float, deadline: float | None = None
 ) -> tuple[NDArray[np.intp], float] | None:
     """The cheapest limit-breaking moves, each followed by its best repair; the best pair under the current cost."""
     best: tuple[NDArray[np.intp], float] | None = None
     for breaking in scorer.breaking_moves(current, EJECTION_TRIES):
-        if not _better((0.0, breaking.cost), (0.0, current_cost)):
+        if not _better((0.0, breaking.cost), (0.0, current_cost)) or _late(deadline):
             break
         broken = breaking.apply(current)
         repair = scorer.best_move(broken)
@@ -461,6 +463,10 @@ def _ejection(
         ):
             best = (repair.apply(broken), repair.cost)
     return best
+
+
+def _late(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() > deadline
 
 
 def _better(candidate: tuple[float, float], than: tuple[float, float]) -> bool:

@@ -6,9 +6,15 @@ previous layer's type, go back to the type of the run before, or draw a type (se
 samples a batch of assignments, scores them with the cost model (log cost relative to the best single-type plan,
 with a penalty for plans over ``max_units``), and follows the policy gradient with a risk-seeking baseline (only
 the batch's top-quantile samples are reinforced) and a small entropy bonus; the policy's best plan is replayed in
-every batch. Restarts with fresh policies explore other modes. The best sample is then improved by a local
-search (moving any contiguous run of layers to one type); its cost before that is reported as
-``refined_from_cost``. It never calls ``exact`` or ``brute``; with a seed it gives the same plan every time.
+every batch. Restarts with fresh policies explore other modes. The starting preference (prior) and a feature per
+layer and type come from ``stage_share``: the least per-layer share of any stage of that type holding the layer.
+
+The best distinct samples of the training (``Elites``) are then refined by descent over moves scored from the
+stage tables (``refine.py``: segment and split moves, ejections where shared limits bind, re-covers of a few
+stages), best first, while the time budget lasts; the cheapest refined plan wins, and the cheapest sample's own
+cost is reported as ``refined_from_cost``. It never calls ``exact`` or ``brute``. With a seed it gives the same
+plan every time where the fixed restarts x iterations end before the budget (small and medium models); where
+the budget ends training (hundreds of layers x dozens of types) the plan can depend on the machine's speed.
 
 Paddle is imported inside functions only: planning with the other schedulers never loads it.
 """
@@ -157,7 +163,7 @@ class RLScheduler(Scheduler):
         iterations: int = 120,
         restarts: int = 6,
         time_budget: float = 25.0,
-        training_share: float = 0.6,
+        training_share: float = 0.4,
         elites: int = 8,
         hidden_size: int = 32,
         learning_rate: float = 0.02,

@@ -19,6 +19,8 @@ import sys
 import time
 from typing import Any, Callable
 
+import numpy as np
+
 from heterps_paddle.planning.catalog import (
     Workload,
     feasible_target,
@@ -27,11 +29,27 @@ from heterps_paddle.planning.catalog import (
     workload_suite,
 )
 from heterps_paddle.planning.cost_model import CostModel
-from heterps_paddle.planning.model import PlanningInputError, load_cluster
+from heterps_paddle.planning.model import Plan, PlanningInputError, load_cluster
 from heterps_paddle.planning.schedulers import SCHEDULERS, make_scheduler
+from heterps_paddle.planning.schedulers.refine import descend
 
 # brute is exponential: run it only where it takes seconds, not minutes (its own refusal is at 10^6).
 BRUTE_BENCH_LIMIT = 200_000
+# Not a scheduler: rl's refinement alone, from the cheapest single-type plan (the one with the fewest units over
+# the limits when none keeps them), to show what rl's policy adds to it (`--schedulers exact,rl,descent`).
+DESCENT_ONLY = "descent"
+
+
+def descent_only(cost_model: CostModel) -> Plan:
+    started = time.perf_counter()
+    start = min(cost_model.single_type_evaluations(), key=lambda e: (e.excess_units, e.cost_per_hour))
+    refined = descend(cost_model, np.array(start.assignment))
+    return cost_model.to_plan(
+        refined.assignment if refined.feasible else None,
+        DESCENT_ONLY,
+        search_seconds=time.perf_counter() - started,
+        reason=None if refined.feasible else refined.reason,
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the large workloads instead (64x16, 64x32, 128x64, 200x64; limits binding or not); no examples",
     )
     parser.add_argument(
-        "--schedulers", default=",".join(SCHEDULERS), help=f"comma list (default: {','.join(SCHEDULERS)})"
+        "--schedulers",
+        default=",".join(SCHEDULERS),
+        help=f"comma list (default: {','.join(SCHEDULERS)}; also '{DESCENT_ONLY}': rl's refinement alone)",
     )
     parser.add_argument(
         "--no-examples", action="store_true", help="leave out the example CTR models (profiling them needs Paddle)"
@@ -91,7 +111,7 @@ def run_suite(
                 continue
             cost_model = CostModel(workload.profile, workload.cluster)
             started = time.perf_counter()
-            plan = make_scheduler(name, seed=0).plan(cost_model)
+            plan = descent_only(cost_model) if name == DESCENT_ONLY else make_scheduler(name, seed=0).plan(cost_model)
             result: dict[str, Any] = {
                 "feasible": plan.feasible,
                 "cost_per_hour": plan.cost_per_hour if plan.feasible else None,
@@ -161,7 +181,7 @@ def _row_line(row: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     schedulers = [s.strip() for s in args.schedulers.split(",") if s.strip()]
     for name in schedulers:
-        if name not in SCHEDULERS:
+        if name not in SCHEDULERS and name != DESCENT_ONLY:
             raise PlanningInputError(f"--schedulers: unknown scheduler {name!r}")
     if "exact" not in schedulers:
         schedulers.insert(0, "exact")
