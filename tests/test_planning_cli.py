@@ -128,7 +128,7 @@ def test_bench_scheduler_json(capsys, tmp_path):
         "--count",
         "3",
         "--schedulers",
-        "exact,greedy,brute",
+        "exact,greedy,brute,descent",
         "--no-examples",
         "--json",
         "--plot",
@@ -138,6 +138,9 @@ def test_bench_scheduler_json(capsys, tmp_path):
     assert code == 0 and len(document["workloads"]) == 3
     assert document["summary"]["exact"]["worst_ratio"] == 1.0
     assert document["summary"]["greedy"]["median_ratio"] >= 1.0
+    # rl's refinement alone (not a scheduler): a feasible plan, never below the proven optimum
+    assert document["summary"]["descent"]["no_plan"] == 0
+    assert document["summary"]["descent"]["median_ratio"] >= 1.0 - 1e-9
     assert os.path.getsize(plot) > 1000
 
 
