@@ -225,18 +225,9 @@ class MoveScorer:
         left_units = stages.units[q - 1] if has_left else 0.0
         right_units = stages.units[q + 1] if has_right else 0.0
         own = stages.units[q]
-        a_use = (
-            stages.used[None, :]
-            - np.where(types == x, own, 0.0)[None, :]
-            - np.where(types == left_type, left_units, 0.0)[None, :]
-            + first_units
-        )  # [cuts, a]
-        b_use = (
-            stages.used[None, :]
-            - np.where(types == x, own, 0.0)[None, :]
-            - np.where(types == right_type, right_units, 0.0)[None, :]
-            + second_units
-        )  # [cuts, b]
+        without_stage = stages.used - np.where(types == x, own, 0.0)  # [types]: use once stage q is gone
+        a_use = (without_stage - np.where(types == left_type, left_units, 0.0))[None, :] + first_units  # [cuts, a]
+        b_use = (without_stage - np.where(types == right_type, right_units, 0.0))[None, :] + second_units  # [cuts, b]
         with np.errstate(invalid="ignore"):
             a_over = np.maximum(0.0, a_use - self.limit[None, :])
             b_over = np.maximum(0.0, b_use - self.limit[None, :])
