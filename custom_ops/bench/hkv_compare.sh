@@ -4,7 +4,8 @@
 # never part of this repository) and our table_bench, runs both for each dim, prints one table of ratios.
 #
 #   bash custom_ops/bench/hkv_compare.sh [--json] [BUILD_DIR]    (default BUILD_DIR: /tmp/heterps-hkv-compare)
-#   HKV_DIR=path (default: .hkv if present, else ../shared/anchors/hkv)   DIMS="8 32 64 128"   ZIPF=1.05
+#   HKV_DIR=path to a copy of HKV with include/ and benchmark/ (default: .hkv in the checkout, ignored by git;
+#   e.g. cp -r ../shared/anchors/hkv .hkv)   DIMS="8 32 64 128"   ZIPF=1.05
 #   HKV_BENCH=path / TABLE_BENCH=path: binaries built elsewhere (nvcc for sm_90 builds them on any x86-64 host)
 #
 # Both sides, per dim: the same number of resident rows (HKV: capacity x load factor 0.5, as its benchmark
@@ -23,8 +24,11 @@ BUILD="${1:-/tmp/heterps-hkv-compare}"
 LOG_DIR="${LOG_DIR:-$BUILD/logs}"
 DIMS="${DIMS:-8 32 64 128}"
 ZIPF="${ZIPF:-1.05}"
-if [ -z "${HKV_DIR:-}" ]; then
-  if [ -d .hkv/include ]; then HKV_DIR=.hkv; else HKV_DIR=../shared/anchors/hkv; fi
+HKV_DIR="${HKV_DIR:-.hkv}"
+if [ -z "${HKV_BENCH:-}" ] && [ ! -d "$HKV_DIR/include" ]; then
+  echo "hkv_compare: no HierarchicalKV sources at '$HKV_DIR' (expected $HKV_DIR/include and $HKV_DIR/benchmark):" \
+    "set HKV_DIR to a copy of HKV, or HKV_BENCH to a built benchmark" >&2
+  exit 2
 fi
 mkdir -p "$BUILD" "$LOG_DIR"
 

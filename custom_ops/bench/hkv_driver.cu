@@ -1,7 +1,7 @@
 // Runs HierarchicalKV's own benchmark routine (test_one_api from its merlin_hashtable_benchmark.cc.cu) for
 // one dim, load factor 0.5, 1M keys a call, the calls our table has a counterpart for, and prints one JSON
 // line in keys/s.  Nothing of HKV is in this repository: hkv_compare.sh compiles this file against a copy of
-// HKV's include/ and benchmark/ (Apache-2.0; ../shared/anchors/hkv), for benchmarking only.  HKV's `main`
+// HKV's include/ and benchmark/ (Apache-2.0; HKV_DIR, default .hkv), for benchmarking only.  HKV's `main`
 // is renamed away so that this one chooses what runs (its full main takes minutes of GPU time); each figure
 // is, as in HKV's test_main, the better of two calls on a table cleared once.
 //
