@@ -11,9 +11,18 @@ is gigabytes and seconds per round, as lookups a few numpy operations per type):
   A stage pays for at least one whole unit, so replacing an expensive type that holds a long run with cheaper
   ones often needs two new stages at once: no single segment move lowers the cost on the way there.
 
-Where the shared unit limits bind, the best plans often need two moves at once (one stage gives up a type's units
-so that another can take them). At a local optimum ``descend`` therefore tries an ejection: each of the cheapest
-few moves that break a limit, followed by the best move that repairs it.
+``descend`` takes the best move of each round and then each of the next best that still improves the plan
+(checked on the whole plan); a plan over the limits is repaired first (fewest units over the limits, then cost).
+At a local optimum it tries two larger steps:
+
+- ejection: where the shared unit limits bind, the best plans often need two moves at once (one stage gives up a
+  type's units so that another can take them): each of the cheapest few moves that break a limit, followed by
+  the best move that repairs it;
+- re-cover: up to ``RECOVER_SPAN`` consecutive stages replaced by the cheapest cover of their layers with 2 to
+  ``RECOVER_PIECES`` stages, a DP bounded to that window and that many pieces. Replacing an expensive type over
+  a long run by a sequence of cheaper ones raises the cost at every single step on the way; this takes it in
+  one. The DP does not see the shared limits; where its cover breaks one, the types over their limit get a
+  surcharge and it tries again.
 
 A move is feasible when every type that gains units stays within max_units and every type already over its
 limit comes back within it; the rest can only lose units.
