@@ -72,20 +72,22 @@ def prior_logits(
     cost_model: CostModel, strength: float, share: NDArray[np.float64] | None = None
 ) -> NDArray[np.float32]:
     """A starting preference per layer for the types whose stages holding it are cheapest per layer
-    (``stage_share``): -strength * log(share / least share); the fractional cost where no stage fits."""
+    (``stage_share``, computed here unless given): -strength * log(share / least share); the fractional cost
+    where no stage fits."""
     share = (stage_share(cost_model) if share is None else share).copy()
-    fallback = fractional_cost(cost_model)
     unplaceable = ~np.isfinite(share.min(axis=1))
-    share[unplaceable] = fallback[unplaceable]
+    if unplaceable.any():
+        share[unplaceable] = fractional_cost(cost_model)[unplaceable]
     with np.errstate(divide="ignore"):
         relative = np.log(share / share.min(axis=1, keepdims=True))
     logits: NDArray[np.float32] = np.maximum(-strength * relative, -20.0).astype("float32")
     return logits
 
 
-def layer_features(cost_model: CostModel) -> NDArray[np.float32]:
+def layer_features(cost_model: CostModel, in_stage: NDArray[np.float64] | None = None) -> NDArray[np.float32]:
     """[layers, features]: kind, sizes, and per type: fractional and in-stage cost (and whether least), time,
-    price, units limit, memory fit, alone-cost, whether alone fits the limit."""
+    price, units limit, memory fit, alone-cost, whether alone fits the limit. ``in_stage``: ``stage_share``,
+    computed here unless given."""
     profile = cost_model.profile
     n, T = cost_model.num_layers, cost_model.num_types
 
@@ -109,7 +111,7 @@ def layer_features(cost_model: CostModel) -> NDArray[np.float32]:
     alone = tables.units[on, at, at + 1] * cost_model.price[None, :]
     within = np.isfinite(tables.cost[on, at, at + 1]).astype(float)
     share = fractional_cost(cost_model)
-    in_stage = stage_share(cost_model)
+    in_stage = stage_share(cost_model) if in_stage is None else in_stage
     finite = np.isfinite(in_stage)
     in_stage_capped = np.where(finite, in_stage, in_stage[finite].max() * 10 if finite.any() else 1.0)
     per_type = [
@@ -219,8 +221,8 @@ class RLScheduler(Scheduler):
             feasible_singles = [e.cost_per_hour for e in singles if e.feasible]
             # Single-type plans only set the reward's scale; the answer comes from the policy's own samples.
             reference = min(feasible_singles) if feasible_singles else max(e.cost_per_hour for e in singles)
-            features = paddle.to_tensor(layer_features(cost_model)[None])
-            share = stage_share(cost_model)
+            share = stage_share(cost_model)  # O(n^2 T): once, for the features and every restart's prior
+            features = paddle.to_tensor(layer_features(cost_model, share)[None])
             elites = Elites(self.elites)
             best: Evaluation | None = None
             stop = started + self.training_share * self.time_budget
