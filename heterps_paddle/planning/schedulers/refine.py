@@ -103,10 +103,11 @@ class MoveScorer:
         self.segment_start, self.segment_end = starts.astype(np.intp), ends.astype(np.intp)
         # Units of a stage that cannot run (no count reaches the target, or a kind the first stage may not
         # have) are infinite here, so a move that creates one is never feasible.
-        self.units: NDArray[np.float64] = np.where(np.isfinite(tables.time), tables.units, np.inf)
-        # The same, one contiguous row per type, indexed start * (n + 1) + end: the segment scoring reads one
-        # stage per segment and type, and a gather from contiguous memory is several times faster.
-        self.units_by_type = np.ascontiguousarray(self.units).reshape(self.T, -1)
+        # Laid out [type, start, end] in memory (the stage tables are [end, start, type]): the segment scoring
+        # reads one stage per segment and type from ``units_by_type``, a view with one contiguous row per type
+        # indexed start * (n + 1) + end, and a gather from contiguous memory is several times faster.
+        self.units: NDArray[np.float64] = np.ascontiguousarray(np.where(np.isfinite(tables.time), tables.units, np.inf))
+        self.units_by_type = self.units.reshape(self.T, -1)
         self.price = cost_model.price
         self.limit = cost_model.max_units.astype(float)
 
@@ -126,6 +127,10 @@ class MoveScorer:
         cost_prefix = np.concatenate([[0.0], np.cumsum(cost)])
         return _Stages(start, end, types, units, cost, of_layer, cost_prefix, units_prefix, units_prefix[-1])
 
+    def state(self, stages: _Stages) -> tuple[float, float]:
+        """What a descent minimises, in this order: units over the limits, then cost."""
+        return float(np.maximum(0.0, stages.used - self.limit).sum()), stages.total
+
     def segment_moves(self, stages: _Stages) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """[types, segments]: the plan's cost after each segment move, and its units over the limits (inf where
         a new stage cannot run). Everything that does not depend on the new type is worked out once per segment;
@@ -140,9 +145,16 @@ class MoveScorer:
         left_type, right_type = stages.type[left], stages.type[right]
         left_start, right_end = stages.start[left], stages.end[right]
 
+        prefix_by_type = np.ascontiguousarray(stages.units_prefix.T)  # [types, stages + 1]
+
         def removed(kind: NDArray[np.intp]) -> NDArray[np.float64]:
             """Units of type ``kind`` (per segment) in the stages the move takes out."""
             taken: NDArray[np.float64] = stages.units_prefix[last + 1, kind] - stages.units_prefix[first, kind]
+            return taken
+
+        def removed_of(kind: int) -> NDArray[np.float64]:
+            """``removed`` for one type for every segment (a row of the prefix sums, no 2-D gather)."""
+            taken: NDArray[np.float64] = prefix_by_type[kind][last + 1] - prefix_by_type[kind][first]
             return taken
 
         # The pieces of the neighbouring stages that stay when the new type differs from theirs.
@@ -169,7 +181,7 @@ class MoveScorer:
         rest = np.zeros(seg_start.size)
         rest_of: dict[int, NDArray[np.float64]] = {}
         for y in np.flatnonzero(stages.used > self.limit):
-            remaining = np.maximum(0.0, stages.used[y] - removed(np.full(seg_start.size, y)) - self.limit[y])
+            remaining = np.maximum(0.0, stages.used[y] - removed_of(int(y)) - self.limit[y])
             rest_of[int(y)] = np.where((has_left & (left_type == y)) | (has_right & (right_type == y)), 0.0, remaining)
             rest += rest_of[int(y)]
         # Per type: does the new stage join the left / right neighbour (same type), else its piece stays.
@@ -179,7 +191,6 @@ class MoveScorer:
         right_cost = np.where(has_right, pieces_cost[1], 0.0)
         left_over = np.where(has_left, left_over, 0.0)
         right_over = np.where(has_right, right_over, 0.0)
-        prefix_by_type = np.ascontiguousarray(stages.units_prefix.T)  # [types, stages + 1]
         costs = np.empty((self.T, seg_start.size))
         excess = np.empty((self.T, seg_start.size))
         with np.errstate(invalid="ignore"):
@@ -196,9 +207,8 @@ class MoveScorer:
                     + np.where(joins_right, 0.0, right_cost)
                     + middle_units * self.price[t]
                 )
-                taken = prefix_by_type[t][last + 1] - prefix_by_type[t][first]
                 over = (
-                    np.maximum(0.0, stages.used[t] - taken + middle_units - self.limit[t])
+                    np.maximum(0.0, stages.used[t] - removed_of(t) + middle_units - self.limit[t])
                     + np.where(joins_left, 0.0, left_over)
                     + np.where(joins_right, 0.0, right_over)
                     + rest
@@ -395,8 +405,7 @@ def descend(
     Stops early, with the plan reached so far, once ``time.perf_counter()`` passes ``deadline``."""
     scorer = scorer or MoveScorer(cost_model)
     current = np.asarray(assignment, dtype=np.intp)
-    stages = scorer.stages(current)
-    state = (float(np.maximum(0.0, stages.used - scorer.limit).sum()), stages.total)
+    state = scorer.state(scorer.stages(current))
     while not _late(deadline):
         # The best move, then each of the next best that still improves the plan once the ones before it are
         # in (checked on the whole plan): one scoring of all moves serves several steps where the plan has
@@ -404,8 +413,7 @@ def descend(
         improved = False
         for move in scorer.best_moves(current, MOVES_PER_ROUND):
             moved = move.apply(current)
-            after = scorer.stages(moved)
-            candidate = (float(np.maximum(0.0, after.used - scorer.limit).sum()), after.total)
+            candidate = scorer.state(scorer.stages(moved))
             if _better(candidate, state):
                 current, state, improved = moved, candidate, True
         if improved:
@@ -439,7 +447,7 @@ def _recover(
                 after = scorer.stages(moved)
                 over = after.used > scorer.limit
                 if not over.any():
-                    if _better((0.0, after.total), (0.0, current_cost if best is None else best[1])):
+                    if _better(scorer.state(after), (0.0, current_cost if best is None else best[1])):
                         best = (moved, after.total)
                     break
                 surcharge[over] *= 4.0
