@@ -28,6 +28,11 @@ _START_THROUGHPUT = 1.0
 _MAX_THROUGHPUT = 1e15
 
 
+def within_budget(cost_per_hour: float, budget: float) -> bool:
+    """Whether a plan's price keeps a budget (the sum of stage prices may round a hair above an equal budget)."""
+    return cost_per_hour <= budget * (1 + 1e-12)
+
+
 @dataclass(frozen=True)
 class BudgetAnswer:
     """The fastest plan within ``budget`` (its cost model is the one it was provisioned under), or an infeasible
@@ -55,7 +60,7 @@ def fastest_within_budget(
         return cost_model, schedule(cost_model)
 
     def fits(plan: Plan) -> bool:
-        return plan.feasible and plan.cost_per_hour <= budget * (1 + 1e-12)
+        return plan.feasible and within_budget(plan.cost_per_hour, budget)
 
     low = _START_THROUGHPUT
     best_model, best = plan_at(low)

@@ -258,8 +258,9 @@ class CostModel:
         if single.size:
             one_time = self._stage_times(starts[single], ends[single], types[single], np.ones(single.size))
             with np.errstate(divide="ignore"):
-                done = single[1.0 / one_time >= self.throughput]
-            units[done], time[done] = 1.0, one_time[1.0 / one_time >= self.throughput]
+                reaches = 1.0 / one_time >= self.throughput
+            done = single[reaches]
+            units[done], time[done] = 1.0, one_time[reaches]
             todo[done] = False
         many = np.flatnonzero(todo)
         if many.size:

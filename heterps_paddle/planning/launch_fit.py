@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from heterps_paddle.planning.budget import within_budget
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.launch import SPLIT_FIRST_STAGE_KINDS, LaunchShape
 from heterps_paddle.planning.model import Cluster, ModelProfile, Plan, PlanningInputError, ResourceType, Stage
@@ -181,8 +182,7 @@ def fit_to_launch(
         )
     one_stage, split_options = options[:one_stage_count], options[one_stage_count:]
     if budget is not None:
-        limit = budget * (1 + 1e-12)
-        if all(o.cost_per_hour > limit for o in options):
+        if not any(within_budget(o.cost_per_hour, budget) for o in options):
             cheapest = min(options, key=lambda o: (o.cost_per_hour, o.order))
             raise PlanningInputError(
                 f"no plan for this launch ({launch.describe()}) fits the budget of {budget:.4g}/h: the cheapest, "
@@ -191,7 +191,8 @@ def fit_to_launch(
             )
         # One test per option (a membership test against the kept list compared whole plans, quadratically).
         options, one_stage, split_options = (
-            [o for o in group if o.cost_per_hour <= limit] for group in (options, one_stage, split_options)
+            [o for o in group if within_budget(o.cost_per_hour, budget)]
+            for group in (options, one_stage, split_options)
         )
         notes.append(f"budget {budget:.4g}/h: plans that cost more were left out")
     chosen = _best(options, target)
