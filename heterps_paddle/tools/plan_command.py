@@ -14,6 +14,7 @@ import math
 import sys
 from dataclasses import replace
 
+from heterps_paddle.files import save_figure_atomic
 from heterps_paddle.planning.budget import BUDGET_TOLERANCE, fastest_within_budget
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.launch import SPLIT_FIRST_STAGE_KINDS
@@ -275,5 +276,5 @@ def plot_plans(results: list[tuple[CostModel, Plan]], path: str) -> None:
     handles = [Rectangle((0, 0), 1, 1, color=colours(i % 20)) for i in range(len(type_names))]
     bands.legend(handles, type_names, fontsize=7, ncol=4, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    save_figure_atomic(figure, path)
     plt.close(figure)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from heterps_paddle.files import save_figure_atomic
 from heterps_paddle.planning.catalog import (
     Workload,
     feasible_target,
@@ -262,5 +263,5 @@ def plot_bench(rows: list[dict[str, Any]], summary: dict[str, Any], schedulers: 
     ratio_axis.set_title(f"cost ratio to exact ({len(rows)} workloads)")
     time_axis.set_title("search time")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    save_figure_atomic(figure, path)
     plt.close(figure)
