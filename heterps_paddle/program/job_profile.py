@@ -12,20 +12,17 @@ runs it, and its digest (what the measurement depends on).
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
-import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import paddle
 from paddle.base import core
 
 from heterps_paddle.measure.local_cluster import LOCAL_CPU
 from heterps_paddle.measure.ps_service import ProbeFailed, ps_row_cost
 from heterps_paddle.planning.model import ModelProfile, model_profile_from_dict, model_profile_to_dict
+from heterps_paddle.program import trainer_loop
 from heterps_paddle.program.profiler import group_layers, ids_per_sample, profile_program
 
 PROFILE_METHOD = 1  # bump when measure_job measures differently: cached profiles are then measured again
@@ -166,7 +163,7 @@ def _measure_copy(
         # The profiler times ops under Executor.run; training runs them in the C++ trainer loop of
         # train_from_dataset, which has far less per-step overhead.  Keep the profiler's split over layers and
         # scale it to the trainer loop's measured time per sample.
-        trainer_seconds = trainer_seconds_per_sample(main, startup, feed, batch_size)
+        trainer_seconds = trainer_loop.seconds_per_sample(main, startup, feed, batch_size)
         profiled = sum(layer.time[time_keys[0]] for layer in profile.layers)
         calibration = trainer_seconds / profiled if profiled > 0 else 1.0
         profile = replace(
@@ -220,39 +217,3 @@ def add_ps_service_time(
             )
         layers.append(layer)
     return replace(profile, layers=tuple(layers)), row_seconds
-
-
-def _multislot_line(values_by_var: list[npt.NDArray[Any]], row: int) -> str:
-    parts = []
-    for values in values_by_var:
-        row_values = values[row].reshape(-1)
-        parts.append(str(row_values.size))
-        parts.append(" ".join(map(str, row_values.tolist())))
-    return " ".join(parts)
-
-
-def trainer_seconds_per_sample(
-    main: Any, startup: Any, feed: dict[str, Any], batch_size: int, batches: int = 24
-) -> float:
-    """Seconds per sample of ``main`` run by train_from_dataset (one thread) over ``batches`` batches made by
-    repeating the profiling feed, in a scratch scope: what one trainer unit does per sample."""
-    feed_vars = [var for var in main.global_block().vars.values() if getattr(var, "is_data", False)]
-    values = [np.array(feed[var.name]) for var in feed_vars]
-    with tempfile.TemporaryDirectory(prefix="heterps-calibrate-") as tmp:
-        path = os.path.join(tmp, "data")
-        with open(path, "w", encoding="utf-8") as f:
-            lines = "\n".join(_multislot_line(values, row) for row in range(batch_size)) + "\n"
-            for _ in range(batches):
-                f.write(lines)
-        dataset = paddle.distributed.QueueDataset()
-        dataset.init(batch_size=batch_size, thread_num=1, pipe_command="cat", use_var=feed_vars)
-        dataset.set_filelist([path])
-        executor = paddle.static.Executor(paddle.CPUPlace())
-        scope = paddle.static.Scope()
-        with paddle.static.scope_guard(scope):
-            executor.run(startup)
-            executor.train_from_dataset(main, dataset, scope=scope)  # warm-up pass
-            started = time.perf_counter()
-            executor.train_from_dataset(main, dataset, scope=scope)
-            elapsed = time.perf_counter() - started
-    return elapsed / (batches * batch_size)

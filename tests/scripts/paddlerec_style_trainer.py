@@ -73,7 +73,9 @@ class Main:
         mine = data.shard(list(meta.train_files), fleet.worker_index(), fleet.worker_num())
         files, report = data.prepare_multislot(mine)
         self.rows = report.rows
-        dataset = data.make_dataset(self.model.feeds, files, self.args.batch)
+        dataset = data.make_dataset(
+            self.model.feeds, files, self.args.batch, thread_num=self.args.threads, in_memory=self.args.in_memory
+        )
         for epoch in range(self.args.epochs):
             start = time.time()
             stat_pos, stat_neg = self.model.auc_states[-2:]
@@ -99,7 +101,9 @@ class Main:
         reset_auc(scope, self.model.auc_states)
         exe.train_from_dataset(
             program=program,
-            dataset=data.make_dataset(self.model.feeds, files, self.args.batch),
+            # the training pass's thread count: Paddle 2.6.2 sizes one process-wide trainer thread pool by the
+            # first dataset a process trains on, and a later one with another thread_num aborts the trainer
+            dataset=data.make_dataset(self.model.feeds, files, self.args.batch, thread_num=self.args.threads),
             fetch_list=[self.model.auc],
             fetch_info=["test auc"],
             print_period=10**9,
@@ -134,6 +138,10 @@ def parse_args():
     parser.add_argument("--fc", type=int, nargs="+", default=[64, 64])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--print_period", type=int, default=20)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="the dataset's thread_num (PaddleRec: runner.thread_num)"
+    )
+    parser.add_argument("--in-memory", action="store_true", help="an InMemoryDataset instead of a QueueDataset")
     return parser.parse_args()
 
 
