@@ -32,6 +32,8 @@ class HeldOut:
     loss: str | None
     live: set[str] = field(default_factory=set)  # AUC states an evaluation pass has filled in this process
     logged: set[str] = field(default_factory=set)  # one-time log lines already printed
+    converted: dict[int, Any] = field(default_factory=dict)  # id(whole forward copy) -> its servers' version
+    sources: list[Any] = field(default_factory=list)  # the copies converted (their ids key ``converted``)
 
 
 def stash(program: Any, startup: Any, loss: Any) -> HeldOut:
@@ -137,7 +139,7 @@ def distributed_eval_program(test_program: Any, runtime: Any) -> Any:
     return program
 
 
-def _materialise(held: HeldOut, executor: Any, program: Any, scope: Any) -> list[str]:
+def materialise(held: HeldOut, executor: Any, program: Any, scope: Any) -> list[str]:
     """Create, in ``scope``, the persistable dense vars of ``program`` that this process's section never made
     (the later stages' parameters, the AUC states), initialised by the whole model's startup program."""
     missing = []
@@ -177,6 +179,31 @@ def _materialise(held: HeldOut, executor: Any, program: Any, scope: Any) -> list
     return made
 
 
+def servers_model_program(held: HeldOut, executor: Any, program: Any, scope: Any) -> Any:
+    """The program that runs the whole forward ``program`` with the servers' model: its lookups read the servers'
+    sparse tables, the vars this process's section never made are created in ``scope``, and every dense table
+    is pulled from the servers into it first."""
+    runtime = seam.fleet_runtime()
+    converted = held.converted.get(id(program))
+    if converted is None:
+        # Deferred to here: the lookups' table ids come from the runtime's send context (init_worker).
+        converted = distributed_eval_program(program, runtime)
+        held.converted[id(program)] = converted
+        held.sources.append(program)  # keeps id(program) from being reused while the entry exists
+    made = materialise(held, executor, converted, scope)
+    pulled = pull_dense_into(scope, runtime)
+    for op in (op for blk in converted.blocks for op in blk.ops if op.type == "auc"):
+        held.live.update(op.output("StatPosOut") + op.output("StatNegOut"))
+    _log_once(
+        held,
+        "heldout",
+        "held-out evaluation of the whole model (forward program from before the split): "
+        f"{len(made)} vars created here, {len(pulled)} dense vars pulled from the servers, sparse rows read from "
+        "the servers' tables",
+    )
+    return converted
+
+
 @contextlib.contextmanager
 def redirect_hook(call: seam.DatasetCall) -> Iterator[None]:
     """``train_from_dataset`` of the whole forward program: run with the servers' parameters (module doc)."""
@@ -184,22 +211,14 @@ def redirect_hook(call: seam.DatasetCall) -> Iterator[None]:
     if held is None or not is_whole_forward(call.program):
         yield
         return
-    runtime = seam.fleet_runtime()
-    program = getattr(call.program, "_heterps_eval", None)
-    if program is None:
-        # Deferred to here: the lookups' table ids come from the runtime's send context (init_worker).
-        program = distributed_eval_program(call.program, runtime)
-        call.program._heterps_eval = program
     scope = call.scope if call.scope is not None else paddle.static.global_scope()
-    made = _materialise(held, call.executor, program, scope)
-    pulled = pull_dense_into(scope, runtime)
-    for op in (op for blk in program.blocks for op in blk.ops if op.type == "auc"):
-        held.live.update(op.output("StatPosOut") + op.output("StatNegOut"))
-    logger.info(
-        "held-out evaluation of the whole model (forward program from before the split): %d vars created "
-        "here, %d dense vars pulled from the servers, sparse rows read from the servers' tables",
-        len(made),
-        len(pulled),
-    )
-    call.program, call.scope = program, scope
+    call.program, call.scope = servers_model_program(held, call.executor, call.program, scope), scope
     yield
+
+
+def run_redirect(executor: Any, program: Any, scope: Any) -> Any:
+    """``Executor.run`` of the whole forward program (e.g. predictions of ``forward_only_program``): the same."""
+    held = seam.context().heldout
+    if held is None or not is_whole_forward(program):
+        return program
+    return servers_model_program(held, executor, program, paddle.static.global_scope() if scope is None else scope)

@@ -74,6 +74,9 @@ class ProcessContext:
     heldout: Any = None  # runtime.heldout.HeldOut of a split job
     watchdog: Any = None  # runtime.watchdog.Watchdog of a split job
     dense_refresh: Any = None  # runtime.dense_refresh.DenseRefresher of the train_from_dataset running now
+    # Executor.run of a program this process cannot run as given (the whole model's forward pass on a stage 1
+    # CPU trainer): returns the program to run instead
+    run_redirect: Callable[[Any, Any, Any], Any] | None = None
 
     @property
     def split(self) -> bool:
@@ -305,8 +308,71 @@ def install() -> ProcessContext:
             action()
 
     the_one_ps.TheOnePSRuntime._stop_worker = _stop_worker
+    _install_run_and_saves(paddle, the_one_ps.TheOnePSRuntime)
     _installed = True
     return ctx
+
+
+def _install_run_and_saves(paddle: Any, runtime_cls: type) -> None:
+    """``Executor.run`` (a hook may replace the program it runs) and every save a fleet script can call (a hook
+    prepares the scope and the arguments first: runtime/saves.py)."""
+    from heterps_paddle.runtime import saves  # lazy: saves imports Paddle
+
+    original_run = paddle.static.Executor.run
+
+    def run(self: Any, program: Any = None, *args: Any, **kwargs: Any) -> Any:
+        redirect = context().run_redirect
+        if redirect is not None and program is not None:
+            program = redirect(self, program, kwargs.get("scope"))
+        return original_run(self, program, *args, **kwargs)
+
+    paddle.static.Executor.run = run
+
+    for name in saves.FLEET_SAVES:
+        _wrap_fleet_save(runtime_cls, name, saves.before_fleet_save)
+
+    original_static_save_inference_model = paddle.static.save_inference_model
+    original_static_save = paddle.static.save
+
+    def save_inference_model(path_prefix: Any, feed_vars: Any, fetch_vars: Any, executor: Any, **kwargs: Any) -> Any:
+        return saves.static_save_inference_model(
+            original_static_save_inference_model, path_prefix, feed_vars, fetch_vars, executor, **kwargs
+        )
+
+    def save(program: Any, model_path: Any, *args: Any, **kwargs: Any) -> Any:
+        return saves.static_save(original_static_save, program, model_path, *args, **kwargs)
+
+    # Scripts call them as paddle.static.<name> (looked up at each call).
+    paddle.static.save_inference_model = save_inference_model
+    paddle.static.save = save
+
+
+# Fleet's save methods that only barrier and pass (*args, **kwargs) on to the method that does the work: their
+# arguments are named by that method's signature.
+_SAVE_IMPLEMENTATIONS = {
+    "_save_inference_model": "_ps_inference_save_inference_model",
+    "_save_dense_params": "_ps_save_dense_params",
+    "_save_persistables": "_save_distributed_persistables",
+}
+
+
+def _wrap_fleet_save(runtime_cls: type, name: str, before: Callable[..., None]) -> None:
+    original = getattr(runtime_cls, name, None)
+    implementation = getattr(runtime_cls, _SAVE_IMPLEMENTATIONS.get(name, name), None)
+    if original is None or implementation is None:
+        raise PaddleBehaviourChanged(
+            f"paddle.distributed.ps.the_one_ps.TheOnePSRuntime has no {name} / {_SAVE_IMPLEMENTATIONS.get(name)}"
+        )
+    signature = inspect.signature(implementation)
+
+    def save(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # By name: fleet passes them positionally, the hooks read and replace them by name.
+        arguments = dict(signature.bind(self, *args, **kwargs).arguments)
+        del arguments["self"]
+        before(name, self, arguments)
+        return original(self, **arguments)
+
+    setattr(runtime_cls, name, save)
 
 
 @contextlib.contextmanager
@@ -326,6 +392,19 @@ def fleet_runtime() -> Any:
     if runtime is None:
         raise PaddleBehaviourChanged("fleet has no parameter-server runtime after minimize")
     return runtime
+
+
+def origin_program(runtime: Any) -> Any:
+    """The program the PS runtime was built from (the whole model, before the split): what fleet's saves save."""
+    programs = getattr(runtime, "origin_main_programs", None)
+    if not programs:
+        raise PaddleBehaviourChanged("fleet's parameter-server runtime has no origin_main_programs")
+    return programs[0]
+
+
+def flush_requests(runtime: Any) -> None:
+    """Wait until this process's pending requests to the servers (sparse pushes) have been answered."""
+    runtime._worker.client_flush()
 
 
 def role_maker() -> Any:

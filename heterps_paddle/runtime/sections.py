@@ -65,6 +65,7 @@ def apply_plan(loss: Any, plan: Plan, startup_program: Any = None) -> dict[str, 
         ).start()
         logger.info("watchdog: %s watches %d peers", seam.identity(ctx), len(peers))
     ctx.dataset_hooks["heldout"] = heldout.redirect_hook
+    ctx.run_redirect = heldout.run_redirect
     ctx.dataset_hooks["section"] = section_hook
     if ctx.role == "heter":
         ctx.after_minimize["takeover"] = heter.take_over

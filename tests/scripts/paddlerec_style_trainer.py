@@ -12,6 +12,7 @@ import json
 import os
 import time
 
+import numpy as np
 import paddle
 import paddle.distributed.fleet as fleet
 
@@ -62,7 +63,8 @@ class Main:
         optimizer.minimize(self.model.loss)
 
     def run_server(self):
-        fleet.init_server()
+        # PaddleRec: fleet.init_server(config.get("runner.warmup_model_path")): the sparse tables of a saved model
+        fleet.init_server(self.args.init_model)
         fleet.run_server()
 
     def run_worker(self):
@@ -89,9 +91,39 @@ class Main:
                 debug=False,
             )
             print(f"Epoch {epoch} done, use time: {time.time() - start:.1f}", flush=True)
+            if self.args.save_dir and fleet.is_first_worker():
+                # as PaddleRec's trainer saves after every epoch (runner.model_save_path)
+                fleet.save_inference_model(
+                    exe, f"{self.args.save_dir}/{epoch}", [v.name for v in self.model.feeds[:-1]], [self.model.predict]
+                )
+        if self.args.save_dir and fleet.is_first_worker():
+            fleet.save_persistables(exe, f"{self.args.save_dir}/checkpoint")
+            self.reference_predictions(exe, meta)
         fleet.barrier_worker()
         if fleet.worker_index() == 0:
             self.test_auc = self.evaluate(exe, meta)
+
+    def reference_predictions(self, exe, meta, rows=256):
+        """The servers' model's predictions on the first held-out rows, right after the last save: what the saved
+        model must predict when a serving job loads it (tests/scripts/serve_saved_model.py)."""
+        from heterps_paddle.data.criteo import read_all
+
+        samples, _ = read_all(list(meta.test_files))
+        samples = samples[:rows]
+        feed = {self.model.feeds[0].name: np.array([s.dense for s in samples], dtype="float32")}
+        for slot, var in enumerate(self.model.feeds[1:-1]):
+            ids = [s.sparse[slot] for s in samples]
+            flat = np.array([i for row in ids for i in row], dtype="int64").reshape(-1, 1)
+            feed[var.name] = paddle.base.create_lod_tensor(flat, [[len(row) for row in ids]], paddle.CPUPlace())
+        feed[self.model.feeds[-1].name] = np.array([[s.label] for s in samples], dtype="int64")
+        program = forward_only_program(paddle.static.default_main_program())
+        (predict,) = exe.run(program, feed=feed, fetch_list=[self.model.predict.name])
+        arrays = {"predict": np.array(predict), "label": feed[self.model.feeds[-1].name]}
+        arrays["dense"] = feed[self.model.feeds[0].name]
+        for slot, var in enumerate(self.model.feeds[1:-1]):
+            arrays[f"ids_{var.name}"] = np.array([i for s in samples for i in s.sparse[slot]], dtype="int64")
+            arrays[f"len_{var.name}"] = np.array([len(s.sparse[slot]) for s in samples], dtype="int64")
+        np.savez(os.path.join(self.args.save_dir, "reference.npz"), **arrays)
 
     def evaluate(self, exe, meta):
         """Held-out AUC of the servers' model (the measure the tests compare)."""
@@ -138,6 +170,8 @@ def parse_args():
     parser.add_argument("--fc", type=int, nargs="+", default=[64, 64])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--print_period", type=int, default=20)
+    parser.add_argument("--save-dir", help="save the inference model after every epoch, a checkpoint at the end")
+    parser.add_argument("--init-model", help="a saved model or checkpoint the servers start from")
     parser.add_argument(
         "--threads", type=int, default=1, help="the dataset's thread_num (PaddleRec: runner.thread_num)"
     )

@@ -1,0 +1,138 @@
+"""Saves a fleet script makes in a split job write the trained model (docs/sections.md, "Saves and metrics").
+
+On a stage 1 CPU trainer of a split plan the default main program is stage 1's section and the global scope
+holds stage 1's variables: the dense parameters of the later stages were never pulled there (Paddle pulls, before
+a save, only the tables of the program it saves, and the section has none), so Paddle's own save functions wrote
+the startup values of every later-stage parameter, or a stage 1 fragment of the model.  Each save is therefore
+prepared here before Paddle's code runs, so that it writes what the servers hold, in the files and layout a
+one-stage job writes:
+
+- the whole model's persistable dense variables are made in the global scope (from the whole model's startup,
+  runtime/heldout.py) and every dense table is pulled from the servers into them;
+- a program argument that is the section (or none) becomes the whole model: the PS runtime's origin program for
+  ``fleet.save_inference_model`` (what a one-stage job's runtime saves), the whole forward pass with the servers'
+  lookups for ``paddle.static.save_inference_model``, the origin program for ``paddle.static.save``;
+- saves that run on the servers (``fleet.save_persistables``, ``save_cache_model``, ``save_one_table``) already
+  write every table; the trainer's own pending requests are flushed first.
+
+A heterogeneous trainer never runs the script's code after ``minimize`` (runtime/heter.py), and it holds one
+section only: a save there is refused, naming where to save instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import paddle
+
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.log import logger
+from heterps_paddle.runtime import seam
+from heterps_paddle.runtime.dense_refresh import pull_dense_into
+from heterps_paddle.runtime.heldout import HeldOut, distributed_eval_program, materialise, whole_forward_program
+
+# Fleet's save entry points (TheOnePSRuntime methods) and what each writes.
+SERVER_SIDE_SAVES = ("_save_persistables", "_save_cache_model", "_save_one_table", "_save_cache_table")
+TRAINER_SIDE_SAVES = ("_save_inference_model", "_save_dense_params")
+FLEET_SAVES = SERVER_SIDE_SAVES + TRAINER_SIDE_SAVES
+
+
+class SaveNotPossibleHere(HeterPSError, RuntimeError):
+    """A save called by a process of a split job that does not hold the model it would write."""
+
+
+def refuse_on_heter(what: str) -> None:
+    ctx = seam.context()
+    if ctx.role == "heter":
+        raise SaveNotPossibleHere(
+            f"{what} on {seam.identity(ctx)}: a heterogeneous trainer of a split plan holds stage {ctx.stage}'s "
+            "section only; save on the stage 1 CPU trainers (fleet.is_first_worker()), which write the whole "
+            "model from the servers"
+        )
+
+
+def _held(what: str) -> HeldOut:
+    held: HeldOut | None = seam.context().heldout
+    if held is None:
+        raise SaveNotPossibleHere(
+            f"{what} on {seam.identity()}: this process has no copy of the whole model (the split plan was applied "
+            "without it); nothing was written"
+        )
+    return held
+
+
+def _is_section(program: Any) -> bool:
+    return program is None or getattr(program, "_heter_pipeline_opt", None) is not None
+
+
+def whole_model_into_scope(executor: Any, program: Any, scope: Any = None, what: str = "save") -> list[str]:
+    """Make ``program``'s persistable dense vars in ``scope`` (the global scope by default) and pull every dense
+    table from the servers into it; returns the pulled names."""
+    held = _held(what)
+    scope = paddle.static.global_scope() if scope is None else scope
+    runtime = seam.fleet_runtime()
+    made = materialise(held, executor or paddle.static.Executor(paddle.CPUPlace()), program, scope)
+    seam.flush_requests(runtime)
+    pulled = pull_dense_into(scope, runtime)
+    logger.info(
+        "%s of a split job: the whole model from the servers (%d vars made here, %d dense vars pulled)",
+        what,
+        len(made),
+        len(pulled),
+    )
+    return pulled
+
+
+def _vars_by_name(program: Any, variables: Any) -> list[Any]:
+    """``variables`` (Variables of the user's program, or names) as variables of ``program``."""
+    block = program.global_block()
+    items = variables if isinstance(variables, (list, tuple)) else [variables]
+    return [block.var(v if isinstance(v, str) else v.name) for v in items]
+
+
+def before_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> None:
+    """Before ``TheOnePSRuntime.<name>`` (a fleet save) runs in this process, with its arguments by name (which
+    this may replace)."""
+    refuse_on_heter(f"fleet {name.lstrip('_')}")
+    if not seam.context().split or seam.context().role != "trainer":
+        return
+    if name in SERVER_SIDE_SAVES:
+        seam.flush_requests(runtime)
+        return
+    origin = seam.origin_program(runtime)
+    executor = arguments.get("executor")
+    if name == "_save_inference_model":
+        main_program = arguments.get("main_program")
+        if _is_section(main_program) or main_program is origin:
+            arguments["main_program"] = None  # the runtime's origin program: the whole model
+        if "target_vars" in arguments:
+            arguments["target_vars"] = _vars_by_name(origin, arguments["target_vars"])
+        whole_model_into_scope(executor, origin, what="fleet save_inference_model")
+    elif name == "_save_dense_params":
+        whole_model_into_scope(executor, origin, what="fleet save_dense_params")
+
+
+def static_save_inference_model(
+    original: Any, path_prefix: Any, feed_vars: Any, fetch_vars: Any, executor: Any, **kwargs: Any
+) -> Any:
+    """``paddle.static.save_inference_model`` in a split job: the whole model with the servers' values."""
+    refuse_on_heter("paddle.static.save_inference_model")
+    ctx = seam.context()
+    if ctx.split and ctx.role == "trainer" and _is_section(kwargs.get("program")):
+        held = _held("paddle.static.save_inference_model")
+        # A one-stage PS trainer's program reads the servers' tables (distributed_lookup_table): the same here.
+        program = distributed_eval_program(whole_forward_program(held), seam.fleet_runtime())
+        whole_model_into_scope(executor, program, what="paddle.static.save_inference_model")
+        kwargs["program"] = program
+        feed_vars, fetch_vars = _vars_by_name(program, feed_vars), _vars_by_name(program, fetch_vars)
+    return original(path_prefix, feed_vars, fetch_vars, executor, **kwargs)
+
+
+def static_save(original: Any, program: Any, model_path: Any, *args: Any, **kwargs: Any) -> Any:
+    """``paddle.static.save`` in a split job: the whole (origin) program's persistables, dense ones pulled."""
+    refuse_on_heter("paddle.static.save")
+    ctx = seam.context()
+    if ctx.split and ctx.role == "trainer" and _is_section(program):
+        program = seam.origin_program(seam.fleet_runtime())
+        whole_model_into_scope(None, program, what="paddle.static.save")
+    return original(program, model_path, *args, **kwargs)
