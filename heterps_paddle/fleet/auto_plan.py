@@ -19,7 +19,6 @@ machine, measured once: measure/local_cluster.py).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -38,7 +37,13 @@ from heterps_paddle.log import logger
 from heterps_paddle.measure.cache import cached, digest
 from heterps_paddle.measure.local_cluster import LOCAL_CPU, LOCAL_GPU, detect_local_cluster
 from heterps_paddle.planning.cost_model import CostModel
-from heterps_paddle.planning.launch import LaunchShape, env_outside_the_launch, launch_from_env
+from heterps_paddle.planning.launch import (
+    LAUNCH_ENDPOINT_ENV,
+    LaunchShape,
+    env_outside_the_launch,
+    launch_from_env,
+    launch_id,
+)
 from heterps_paddle.planning.launch_fit import fit_to_launch
 from heterps_paddle.planning.model import (
     Cluster,
@@ -65,7 +70,6 @@ LAUNCH_FILE = "plan.launch"
 LOCK_FILE = ".heterps-plan.lock"
 # The resource types a profile measured on this machine stands for (heterps local-cluster's names).
 LOCAL_TYPES = (LOCAL_CPU, LOCAL_GPU)
-LAUNCH_ENV = ("PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_TRAINER_ENDPOINTS", "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST")
 
 
 class PlanningFailed(HeterPSError):
@@ -80,17 +84,9 @@ class JobPlan:
     how: str  # "planned" | "reused" (same inputs as an earlier launch) | "shared" (another process of this launch)
 
 
-def launch_id() -> str | None:
-    """What every process of one launch shares and another launch does not (its random ports)."""
-    parts = [os.environ.get(key, "") for key in LAUNCH_ENV]
-    if not any(parts):
-        return None
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
-
-
 def _launch_hosts() -> set[str]:
     hosts = set()
-    for key in LAUNCH_ENV:
+    for key in LAUNCH_ENDPOINT_ENV:
         for endpoint in filter(None, os.environ.get(key, "").replace(";", ",").split(",")):
             hosts.add(endpoint.rsplit(":", 1)[0])
     return hosts

@@ -10,6 +10,7 @@ Pure Python: the records and the reading of the launcher's environment need no P
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -47,6 +48,23 @@ def env_outside_the_launch(env: Mapping[str, str] | None = None) -> dict[str, st
     clean = {k: v for k, v in env.items() if not k.startswith(_LAUNCH_ENV_PREFIXES) and k != LAUNCH_ENV}
     clean["PYTHONUNBUFFERED"] = "1"
     return clean
+
+
+# The endpoints Paddle's launcher gives every process of a launch (with ports drawn at random per launch).
+LAUNCH_ENDPOINT_ENV = (
+    "PADDLE_PSERVERS_IP_PORT_LIST",
+    "PADDLE_TRAINER_ENDPOINTS",
+    "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST",
+)
+
+
+def launch_id(env: Mapping[str, str] | None = None) -> str | None:
+    """What every process of one launch shares and another launch does not (its random ports)."""
+    env = os.environ if env is None else env
+    parts = [env.get(key, "") for key in LAUNCH_ENDPOINT_ENV]
+    if not any(parts):
+        return None
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
 class LaunchMismatchError(HeterPSError, RuntimeError):

@@ -21,13 +21,14 @@ section only: a save there is refused, naming where to save instead.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import paddle
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import seam
+from heterps_paddle.runtime import checkpoint, seam
 from heterps_paddle.runtime.dense_refresh import pull_dense_into
 from heterps_paddle.runtime.heldout import HeldOut, distributed_eval_program, materialise, whole_forward_program
 
@@ -110,6 +111,12 @@ def before_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> Non
         whole_model_into_scope(executor, origin, what="fleet save_inference_model")
     elif name == "_save_dense_params":
         whole_model_into_scope(executor, origin, what="fleet save_dense_params")
+
+
+def after_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> None:
+    """After a fleet save returned (every trainer passed its closing barrier)."""
+    if name == "_save_persistables" and runtime.role_maker._is_first_worker() and not arguments.get("mode"):
+        checkpoint.after_save_persistables(runtime, os.path.normpath(arguments["dirname"]))
 
 
 def static_save_inference_model(

@@ -329,7 +329,8 @@ def _install_run_and_saves(paddle: Any, runtime_cls: type) -> None:
     paddle.static.Executor.run = run
 
     for name in saves.FLEET_SAVES:
-        _wrap_fleet_save(runtime_cls, name, saves.before_fleet_save)
+        _wrap_fleet_save(runtime_cls, name, saves.before_fleet_save, saves.after_fleet_save)
+    _install_resume(paddle, runtime_cls)
 
     original_static_save_inference_model = paddle.static.save_inference_model
     original_static_save = paddle.static.save
@@ -356,7 +357,59 @@ _SAVE_IMPLEMENTATIONS = {
 }
 
 
-def _wrap_fleet_save(runtime_cls: type, name: str, before: Callable[..., None]) -> None:
+def _install_resume(paddle: Any, runtime_cls: Any) -> None:
+    """``init_server(dirname)`` restores the dense tables too; trainers' ``init_worker`` does not push its initial
+    dense values over tables the servers already hold (runtime/checkpoint.py)."""
+    from paddle.distributed.communicator import Communicator
+
+    from heterps_paddle.runtime import checkpoint  # lazy: imports Paddle
+
+    original_init_server = runtime_cls._init_server
+    if _params(original_init_server)[:3] != ["self", "dirname", "var_names"]:
+        raise PaddleBehaviourChanged(f"TheOnePSRuntime._init_server{_params(original_init_server)}")
+
+    def _init_server(self: Any, dirname: Any = None, var_names: Any = None, **kwargs: Any) -> Any:
+        result = original_init_server(self, dirname, var_names, **kwargs)
+        if dirname and var_names is None:
+            checkpoint.restore_dense(self, os.path.normpath(dirname))
+        return result
+
+    runtime_cls._init_server = _init_server
+
+    original_init_all = runtime_cls._init_all_params
+
+    def _init_all_params(self: Any, scopes: Any, send_ctx: Any, recv_map: Any) -> Any:
+        restored = checkpoint.servers_restored()
+        if restored:
+            return _resumed(recv_map, restored)
+        return original_init_all(self, scopes, send_ctx, recv_map)
+
+    runtime_cls._init_all_params = _init_all_params
+
+    original_init_params = Communicator.init_params
+
+    def init_params(self: Any, context: Any) -> Any:
+        restored = checkpoint.servers_restored()
+        if restored:
+            return _resumed(context, restored)
+        return original_init_params(self, context)
+
+    Communicator.init_params = init_params
+
+
+def _resumed(tables: Any, checkpoint_dir: str) -> list[str]:
+    from heterps_paddle.log import logger  # lazy: keeps this module's imports minimal
+
+    logger.info(
+        "init_worker: the servers restored the dense tables %s from %s (init_server(dirname)): not overwritten "
+        "with this trainer's initial values",
+        sorted(tables),
+        checkpoint_dir,
+    )
+    return [name for names in tables.values() for name in names]
+
+
+def _wrap_fleet_save(runtime_cls: type, name: str, before: Callable[..., None], after: Callable[..., None]) -> None:
     original = getattr(runtime_cls, name, None)
     implementation = getattr(runtime_cls, _SAVE_IMPLEMENTATIONS.get(name, name), None)
     if original is None or implementation is None:
@@ -370,7 +423,9 @@ def _wrap_fleet_save(runtime_cls: type, name: str, before: Callable[..., None]) 
         arguments = dict(signature.bind(self, *args, **kwargs).arguments)
         del arguments["self"]
         before(name, self, arguments)
-        return original(self, **arguments)
+        result = original(self, **arguments)
+        after(name, self, arguments)
+        return result
 
     setattr(runtime_cls, name, save)
 

@@ -1,0 +1,282 @@
+"""Checkpoints of the servers' tables that resume into any plan (docs/sections.md, "Checkpoints").
+
+``fleet.save_persistables`` makes every server write its tables (``save_all_model``): ``DIR/000`` for the sparse
+table, ``DIR/001``... for the dense ones, one text line per element (the value, then the optimizer's columns).
+A one-stage job keeps all dense parameters in one table; a split job's PS runtime keeps one table per parameter
+(``split_dense_table``), so the same model's checkpoint came in two layouts, and a plain job loading a split
+job's checkpoint read the first parameter's lines as the whole dense table.  Here:
+
+- **Save.**  After the servers wrote a split job's checkpoint, trainer 0 regroups the dense tables into the
+  one-stage layout (the lines of each parameter, in the one-stage table's order), then writes
+  ``heterps_checkpoint.json`` last: the layout and a SHA-256 of every file.  A checkpoint without the manifest is
+  incomplete (a crash mid-save) unless it has none at all (a plain Paddle checkpoint, taken as one-stage layout).
+- **Resume.**  ``fleet.init_server(DIR)`` loads the sparse tables (Paddle); the extension also loads the dense
+  tables, regrouped into this job's layout when it differs, after checking the files against the manifest and
+  every parameter's size against the program (a mismatch is an error naming the table and parameter).  Trainer
+  0's ``init_worker`` would then push its freshly initialised dense values over them: it does not when the
+  servers of its launch restored them (:func:`servers_restored`), so training resumes from the checkpoint.
+
+Regrouping needs each parameter's lines in one file: with more than one server (each holds a slice of every dense
+table) a checkpoint resumes only into the layout it was saved in, and says so otherwise.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from paddle.distributed.ps.utils.public import get_the_one_recv_context
+
+from heterps_paddle import settings
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.files import write_atomic
+from heterps_paddle.log import logger
+from heterps_paddle.planning.launch import launch_id
+from heterps_paddle.runtime import seam
+
+MANIFEST = "heterps_checkpoint.json"
+FORMAT = 1
+
+
+class CheckpointError(HeterPSError, RuntimeError):
+    """A checkpoint that cannot be resumed into this job: incomplete, corrupted, or another model."""
+
+
+@dataclass(frozen=True)
+class DenseTable:
+    table_id: int
+    names: tuple[str, ...]  # the parameters, in the table's order
+    numels: tuple[int, ...]  # elements (lines) of each
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table_id": self.table_id, "names": list(self.names), "numels": list(self.numels)}
+
+    @staticmethod
+    def from_dict(value: dict[str, Any]) -> DenseTable:
+        return DenseTable(int(value["table_id"]), tuple(value["names"]), tuple(int(n) for n in value["numels"]))
+
+
+def dense_layout(runtime: Any, split: bool) -> tuple[DenseTable, ...]:
+    """The dense tables of this job's model as a split job (one per parameter) or a one-stage job lays them out."""
+    tables = get_the_one_recv_context(runtime.context, split_dense_table=split)
+    block = seam.origin_program(runtime).global_block()
+    return tuple(
+        DenseTable(table_id, tuple(names), tuple(int(np.prod(block.var(n).shape)) for n in names))
+        for table_id, names in sorted(tables.items())
+    )
+
+
+def table_dir(root: str, table_id: int) -> str:
+    return os.path.join(root, f"{table_id:03d}")
+
+
+def _parts(directory: str) -> list[str]:
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.startswith("part-"))
+
+
+def _read_lines(directory: str) -> list[bytes]:
+    lines: list[bytes] = []
+    for path in _parts(directory):
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            lines.extend(line for line in f.read().splitlines() if line)
+    return lines
+
+
+def regroup(root: str, source: tuple[DenseTable, ...], target: tuple[DenseTable, ...]) -> dict[int, list[bytes]]:
+    """Each target table's lines, taken parameter by parameter from the source tables under ``root``."""
+    by_name: dict[str, list[bytes]] = {}
+    for table in source:
+        directory = table_dir(root, table.table_id)
+        if not os.path.isdir(directory):
+            raise CheckpointError(
+                f"checkpoint {root}: dense table {table.table_id} ({', '.join(table.names)}) is missing"
+            )
+        lines = _read_lines(directory)
+        if len(lines) != sum(table.numels):
+            raise CheckpointError(
+                f"checkpoint {root}: dense table {table.table_id} has {len(lines)} values, its parameters "
+                f"{', '.join(table.names)} have {sum(table.numels)}"
+            )
+        start = 0
+        for name, numel in zip(table.names, table.numels):
+            by_name[name] = lines[start : start + numel]
+            start += numel
+    out: dict[int, list[bytes]] = {}
+    for table in target:
+        lines = []
+        for name, numel in zip(table.names, table.numels):
+            if name not in by_name:
+                raise CheckpointError(f"checkpoint {root}: no values for the dense parameter {name}")
+            if len(by_name[name]) != numel:
+                raise CheckpointError(
+                    f"checkpoint {root}: dense parameter {name} has {len(by_name[name])} values, the program's has "
+                    f"{numel} (another model?)"
+                )
+            lines.extend(by_name[name])
+        out[table.table_id] = lines
+    return out
+
+
+def _write_tables(root: str, tables: dict[int, list[bytes]]) -> None:
+    for table_id, lines in tables.items():
+        directory = table_dir(root, table_id)
+        os.makedirs(directory, exist_ok=True)
+        with gzip.open(os.path.join(directory, "part-000.gz"), "wb") as f:
+            f.write(b"\n".join(lines) + b"\n")
+
+
+def _digests(root: str) -> dict[str, str]:
+    digests = {}
+    for base, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(base, name)
+            rel = os.path.relpath(path, root)
+            if rel == MANIFEST or rel.startswith("."):
+                continue
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            digests[rel] = h.hexdigest()
+    return dict(sorted(digests.items()))
+
+
+def servers_of(runtime: Any) -> int:
+    return len(runtime.role_maker._get_pserver_endpoints())
+
+
+def after_save_persistables(runtime: Any, dirname: str) -> None:
+    """On trainer 0, after the servers saved their tables to ``dirname``: the one-stage layout, then the manifest."""
+    split = bool(runtime.is_heter_ps_mode)
+    layout = dense_layout(runtime, split)
+    if split and servers_of(runtime) == 1:
+        one_stage = dense_layout(runtime, False)
+        tables = regroup(dirname, layout, one_stage)
+        staging = tempfile.mkdtemp(prefix=".heterps-dense-", dir=dirname)
+        try:
+            _write_tables(staging, tables)
+            for table in layout:
+                shutil.rmtree(table_dir(dirname, table.table_id), ignore_errors=True)
+            for table in one_stage:
+                os.replace(table_dir(staging, table.table_id), table_dir(dirname, table.table_id))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        layout, split = one_stage, False
+    files = _digests(dirname)
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "layout": "split" if split else "one-stage",
+        "servers": servers_of(runtime),
+        "dense_tables": [t.to_dict() for t in layout],
+        "files": files,
+    }
+    write_atomic(os.path.join(dirname, MANIFEST), json.dumps(manifest, indent=1) + "\n")
+    logger.info(
+        "checkpoint %s: dense tables in the %s layout (%d tables), %d files checksummed",
+        dirname,
+        manifest["layout"],
+        len(layout),
+        len(files),
+    )
+
+
+def _source_layout(runtime: Any, dirname: str) -> tuple[tuple[DenseTable, ...], int] | None:
+    """The checkpoint's dense layout and server count (checked against the manifest's checksums), or None when
+    ``dirname`` holds no dense tables (a saved inference model, a sparse-only save)."""
+    path = os.path.join(dirname, MANIFEST)
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                manifest = json.load(f)
+            layout = tuple(DenseTable.from_dict(t) for t in manifest["dense_tables"])
+            expected = dict(manifest["files"])
+            servers = int(manifest["servers"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"checkpoint {dirname}: unreadable {MANIFEST} ({exc})") from None
+        actual = _digests(dirname)
+        for rel, digest in expected.items():
+            if rel not in actual:
+                raise CheckpointError(f"checkpoint {dirname}: {rel} is missing (the manifest lists it)")
+            if actual[rel] != digest:
+                raise CheckpointError(f"checkpoint {dirname}: {rel} does not match its checksum (corrupted)")
+        return layout, servers
+    layout = dense_layout(runtime, False)  # a plain Paddle checkpoint: a one-stage job's layout
+    if not all(os.path.isdir(table_dir(dirname, t.table_id)) for t in layout):
+        return None
+    return layout, servers_of(runtime)
+
+
+def restore_dense(runtime: Any, dirname: str) -> None:
+    """On a server, after ``init_server(dirname)`` loaded the sparse tables: the dense tables too."""
+    found = _source_layout(runtime, dirname)
+    if found is None:
+        logger.info("init_server(%s): no dense tables there; dense parameters start from trainer 0's values", dirname)
+        return
+    source, saved_servers = found
+    target = dense_layout(runtime, bool(runtime.is_heter_ps_mode))
+    if source == target:
+        load_from, staging = dirname, None
+    else:
+        if saved_servers != 1 or servers_of(runtime) != 1:
+            raise CheckpointError(
+                f"checkpoint {dirname} keeps the dense parameters in {len(source)} tables, this job in "
+                f"{len(target)}; regrouping them needs one parameter server on both sides (saved with "
+                f"{saved_servers}, resumed with {servers_of(runtime)}): resume with the plan it was saved with"
+            )
+        staging = tempfile.mkdtemp(prefix="heterps-resume-")
+        _write_tables(staging, regroup(dirname, source, target))
+        load_from = staging
+    try:
+        for table in target:
+            runtime._server.load_sparse(load_from, "0", table.table_id)  # any table's Load (dense ones too)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    mark_restored(runtime, dirname)
+    logger.info(
+        "init_server(%s): %d dense tables restored (%s)",
+        dirname,
+        len(target),
+        "same layout" if staging is None else f"regrouped from {len(source)} tables",
+    )
+
+
+def _restored_dir() -> str | None:
+    """Where the servers of this launch say that they restored the dense tables (None outside a launch)."""
+    key = launch_id()
+    return None if key is None else os.path.join(str(settings.get("HETERPS_CACHE")), "launches", key)
+
+
+def mark_restored(runtime: Any, dirname: str) -> None:
+    directory = _restored_dir()
+    if directory is not None:
+        os.makedirs(directory, exist_ok=True)
+        write_atomic(
+            os.path.join(directory, f"dense-restored.server{runtime.role_maker._role_id()}.json"),
+            json.dumps({"checkpoint": dirname}) + "\n",
+        )
+
+
+def servers_restored() -> str | None:
+    """The checkpoint this launch's servers restored the dense tables from, if they did.
+
+    Paddle's trainer 0 pushes its initial dense values in ``init_worker`` (the servers' own initial values are
+    random draws too, so the values alone cannot tell a resumed table from a fresh one); the servers say so in a
+    file of this launch instead.  Read when the trainer pushes: its client reaches the servers only once they
+    serve, after ``init_server`` returned."""
+    directory = _restored_dir()
+    if directory is None or not os.path.isdir(directory):
+        return None
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("dense-restored."):
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                return str(json.load(f)["checkpoint"])
+    return None
