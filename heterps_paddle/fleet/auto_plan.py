@@ -31,7 +31,7 @@ from typing import Any
 import paddle
 
 from heterps_paddle import __version__, settings
-from heterps_paddle.errors import HeterPSError
+from heterps_paddle.errors import EXIT_INFEASIBLE, HeterPSError
 from heterps_paddle.files import locked, write_atomic
 from heterps_paddle.fleet.strategy import LOCAL_CLUSTER
 from heterps_paddle.log import logger
@@ -54,7 +54,6 @@ from heterps_paddle.planning.model import (
 )
 from heterps_paddle.planning.report import JobReportInputs, job_report
 from heterps_paddle.program.job_profile import PROFILE_METHOD, JobProfile, measure_job, program_digest
-from heterps_paddle.tools.plan_command import EXIT_INFEASIBLE
 
 PLAN_FILE = "plan.json"
 REPORT_FILE = "plan_report.txt"
