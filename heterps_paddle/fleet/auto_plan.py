@@ -50,6 +50,7 @@ from heterps_paddle.planning.model import (
     load_plan,
     model_profile_to_dict,
     plan_from_dict,
+    save_plan,
     save_yaml,
 )
 from heterps_paddle.planning.report import JobReportInputs, job_report
@@ -287,7 +288,7 @@ def _plan_locked(
             cuda=cuda,
         )
     )
-    write_atomic(plan_path, json.dumps(plan.to_dict(), indent=1) + "\n")
+    save_plan(plan, plan_path)
     write_atomic(report_path, report)
     return JobPlan(plan, plan_path, report, "planned")
 
