@@ -30,7 +30,7 @@ from typing import Any
 
 import paddle
 
-from heterps_paddle import __version__, settings
+from heterps_paddle import settings
 from heterps_paddle.errors import EXIT_INFEASIBLE, HeterPSError
 from heterps_paddle.files import locked, write_atomic
 from heterps_paddle.fleet.strategy import LOCAL_CLUSTER
@@ -55,6 +55,7 @@ from heterps_paddle.planning.model import (
 )
 from heterps_paddle.planning.report import JobReportInputs, job_report
 from heterps_paddle.program.job_profile import PROFILE_METHOD, JobProfile, measure_job, program_digest
+from heterps_paddle.version import __version__
 
 PLAN_FILE = "plan.json"
 REPORT_FILE = "plan_report.txt"

@@ -11,9 +11,9 @@ import argparse
 import importlib
 import sys
 
-from heterps_paddle import __version__
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
 from heterps_paddle.tools.launch import main as launch_main
+from heterps_paddle.version import __version__
 
 # name -> (module, one-line help). One table, so the help and the dispatch cannot disagree.
 COMMANDS: dict[str, tuple[str, str]] = {
