@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("heterps_paddle.tools.plan_command", "plan layer placement and unit counts from a profile and a cluster"),
     "profile": ("heterps_paddle.tools.profile_command", "profile a static program into a model profile file"),
     "local-cluster": (
-        "heterps_paddle.measure.local_cluster",
+        "heterps_paddle.tools.local_cluster_command",
         "write a cluster file describing this machine (measured)",
     ),
     "launch-args": ("heterps_paddle.tools.launch_args", "print the paddle.distributed.launch arguments for a plan"),
