@@ -10,7 +10,8 @@ Python and usable on machines without Paddle installed.
 """
 
 from heterps_paddle.fleet.hook import install_fleet_hook
+from heterps_paddle.version import __version__
 
-__version__ = "0.1.0"
+__all__ = ["__version__"]
 
 install_fleet_hook()

@@ -10,11 +10,12 @@ from conftest import CLUSTER, plan_exact, run_cli, run_python
 
 from heterps_paddle.data.criteo import NUM_DENSE, NUM_SPARSE, DataFormatError, read_all, read_samples
 from heterps_paddle.data.dataset import prepare_multislot
+from heterps_paddle.errors import EXIT_INFEASIBLE
 from heterps_paddle.fleet.strategy import HeterPSConfigError, validate_heterps_configs
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import Plan, load_cluster, load_model_profile
+from heterps_paddle.planning.planner import infeasible_lines
 from heterps_paddle.text_numbers import ascii_float, ascii_int
-from heterps_paddle.tools.plan_command import EXIT_INFEASIBLE, infeasible_lines
 
 RESOURCE = {
     "name": "cpu",

@@ -36,8 +36,8 @@ def test_plan_summary_shows_stages_and_the_best_single_type(capsys, model_file):
 def test_plan_summary_prices_all_cpu_and_all_gpu(capsys, model_file):
     """Beside the best single type, the cheapest all-CPU and all-GPU plans and the plan's cost against each."""
     from heterps_paddle.planning.model import load_cluster, load_model_profile
+    from heterps_paddle.planning.planner import launchable_cost_model, make_plans
     from heterps_paddle.planning.report import best_single_type, best_single_type_of_kind
-    from heterps_paddle.tools.plan_command import launchable_cost_model, make_plans
 
     code, out, _ = run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact")
     assert code == 0

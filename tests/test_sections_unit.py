@@ -243,3 +243,34 @@ def test_launch_options_split_from_paddles():
         "heter_worker_num": [1, 2],
         "heter_devices": ["gpu", "cpu"],
     }
+
+
+def test_minimize_groups_the_program_once_for_the_passes_that_read_layers(monkeypatch):
+    # The meta optimizer groups the program and checks the plan once (planned_layers) and hands the layers to
+    # the split tags and to the GPU-stage embeddings; neither regroups.  A one-stage CPU plan needs no layers.
+    import paddle
+
+    from heterps_paddle.examples import build_net
+    from heterps_paddle.examples.common import ModelConfig
+    from heterps_paddle.program import partition
+    from heterps_paddle.runtime.gpu_embedding import gpu_sparse_layers
+
+    paddle.enable_static()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        build_net("ctr_dnn", ModelConfig(fc_sizes=(16, 16), embedding="ps"))
+    groupings = []
+    group_layers = partition.group_layers
+    monkeypatch.setattr(partition, "group_layers", lambda *a, **k: groupings.append(1) or group_layers(*a, **k))
+    plan = plan_from_dict({"format": 1, "feasible": True, "stages": STAGES3})
+    layers = partition.planned_layers(main, plan)
+    assert layers is not None and len(groupings) == 1
+    assert partition.tag_program(main, plan, layers)["fc_0"] == 2
+    assert gpu_sparse_layers(main, plan, layers) == []  # the GPU stage holds fc_0 only
+    assert len(groupings) == 1
+    one_cpu = plan_from_dict(
+        {"format": 1, "feasible": True, "stages": [{**STAGES3[0], "layers": ["embedding_0", "fc_0", "fc_1", "fc_2"]}]}
+    )
+    assert partition.planned_layers(main, one_cpu) is None and len(groupings) == 1
+    with pytest.raises(PlanningInputError, match="not placed by the plan"):
+        partition.planned_layers(main, plan_from_dict({"format": 1, "feasible": True, "stages": STAGES3[:2]}))

@@ -8,8 +8,8 @@ import pytest
 from conftest import REPO, run_cli
 
 from heterps_paddle.planning.model import Plan, load_cluster, load_model_profile
+from heterps_paddle.planning.planner import launchable_cost_model, make_plans
 from heterps_paddle.planning.report import best_single_type, single_kind_plans
-from heterps_paddle.tools.plan_command import launchable_cost_model, make_plans
 
 PROFILE = os.path.join(REPO, "examples", "profiles", "dlrm_criteo_1tb.yaml")
 CLUSTER = os.path.join(REPO, "examples", "clusters", "dlrm_aws.yaml")

@@ -20,12 +20,12 @@ reader on this machine (see docs/paddle-notes.md).
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.files import replace_atomic
 from heterps_paddle.text_numbers import ascii_float, ascii_int
 
 NUM_DENSE = 13
@@ -184,16 +184,14 @@ def convert_file(src: str, dst: str, skip_malformed: bool = False) -> ReadReport
     mistakes half a file for a converted one.
     """
     report = ReadReport()
-    tmp = f"{dst}.tmp.{os.getpid()}"
-    try:
+
+    def write(tmp: str) -> None:
         with open(tmp, "w", encoding="utf-8") as out:
             for sample in read_samples(src, skip_malformed, report):
                 out.write(format_multislot(sample))
                 out.write("\n")
-        os.replace(tmp, dst)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    replace_atomic(dst, write)
     return report
 
 

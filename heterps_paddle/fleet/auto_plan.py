@@ -29,8 +29,8 @@ from typing import Any
 
 import paddle
 
-from heterps_paddle import __version__, settings
-from heterps_paddle.errors import HeterPSError
+from heterps_paddle import settings
+from heterps_paddle.errors import EXIT_INFEASIBLE, HeterPSError
 from heterps_paddle.files import locked, write_atomic
 from heterps_paddle.fleet.strategy import LOCAL_CLUSTER
 from heterps_paddle.log import logger
@@ -55,11 +55,12 @@ from heterps_paddle.planning.model import (
     load_plan,
     model_profile_to_dict,
     plan_from_dict,
+    save_plan,
     save_yaml,
 )
 from heterps_paddle.planning.report import JobReportInputs, job_report
 from heterps_paddle.program.job_profile import PROFILE_METHOD, JobProfile, measure_job, program_digest
-from heterps_paddle.tools.plan_command import EXIT_INFEASIBLE
+from heterps_paddle.version import __version__
 
 PLAN_FILE = "plan.json"
 REPORT_FILE = "plan_report.txt"
@@ -284,7 +285,7 @@ def _plan_locked(
             cuda=cuda,
         )
     )
-    write_atomic(plan_path, json.dumps(plan.to_dict(), indent=1) + "\n")
+    save_plan(plan, plan_path)
     write_atomic(report_path, report)
     return JobPlan(plan, plan_path, report, "planned")
 
@@ -294,9 +295,11 @@ def _advice(
 ) -> tuple[Plan | None, str | None]:
     """The best plan on any launch of the cluster, made by `heterps plan` in a process of its own (the command
     the report then names): no scheduler runs inside a training process.  rl would seed and use Paddle's
-    generator there, and exact's MILP imports scipy, which cannot load in a process that imported Paddle first
-    (docs/paddle-notes.md).  The same rules as the fit: a split's first stage is a cpu type; without CUDA the
-    trainers of a one-stage plan are cpu types too.  Returns (plan, None) or (None, why there is none)."""
+    generator there, and exact's MILP imports scipy, which cannot load in a process that imported Paddle first:
+    the import fails with a zlib.error or the process dies in inflateReset2 (docs/paddle-notes.md; checked by
+    tests/test_planner_process.py, which fails when that stops being true).  The same rules as the fit: a split's
+    first stage is a cpu type; without CUDA the trainers of a one-stage plan are cpu types too.  Returns (plan,
+    None) or (None, why there is none)."""
     command = [
         sys.executable,
         "-m",

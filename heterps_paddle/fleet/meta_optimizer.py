@@ -70,13 +70,16 @@ class HeterPSOptimizer(MetaOptimizerBase):  # type: ignore[misc]  # Paddle ships
         plan = self._plan(loss, startup_program, configs)
         gpu_tables: list[Any] = []
         if plan is not None:
-            from heterps_paddle.runtime import gpu_embedding, sections  # lazy: see the imports at the top
+            from heterps_paddle.program.partition import planned_layers  # lazy: see the imports at the top
+            from heterps_paddle.runtime import gpu_embedding, sections
 
-            sections.apply_plan(loss, plan, startup_program)
+            # The program's layers, grouped and checked against the plan once, for both passes that read them.
+            layers = planned_layers(loss.block.program, plan)
+            sections.apply_plan(loss, plan, startup_program, layers)
             # Sparse layers on a GPU stage live in the project's table, synced with the servers per pass: the
             # servers' rule is set before the PS optimizer, the trainer program is rewritten after it.
             gpu_tables = gpu_embedding.prepare(
-                loss.block.program, plan, self.user_defined_optimizer, self.user_defined_strategy
+                loss.block.program, plan, self.user_defined_optimizer, self.user_defined_strategy, layers
             )
         result = self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
         if gpu_tables:

@@ -22,8 +22,9 @@ from typing import Any, Callable, Mapping
 
 import psutil
 
-from heterps_paddle import __version__, settings
+from heterps_paddle import settings
 from heterps_paddle.files import locked, write_atomic
+from heterps_paddle.version import __version__
 
 CACHE_FORMAT = 1
 

@@ -14,7 +14,6 @@ Prices are nominal (1.0 per unit-hour): edit them to ask what-if questions.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import tempfile
@@ -25,7 +24,7 @@ from typing import Callable
 import numpy as np
 import psutil
 
-from heterps_paddle.planning.model import Cluster, ResourceType, cluster_to_dict, save_yaml
+from heterps_paddle.planning.model import Cluster, ResourceType
 
 LOCAL_CPU = "local_cpu"
 LOCAL_GPU = "local_gpu"
@@ -128,21 +127,3 @@ def detect_local_cluster(ssd_dir: str | None = None, price_per_hour: float = 1.0
         for name, kind in LOCAL_KINDS.items()
     )
     return Cluster(resource_types=types)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="where to write the cluster YAML")
-    parser.add_argument("--throughput", type=float, help="required samples/s to put in the file")
-    parser.add_argument("--ssd-dir", help="directory of the SSD tier (default: the temp directory)")
-
-
-def run(args: argparse.Namespace) -> int:
-    cluster = detect_local_cluster(args.ssd_dir)
-    if args.throughput is not None:
-        cluster = cluster.with_throughput(args.throughput)
-    save_yaml(cluster_to_dict(cluster), args.out)
-    print(
-        f"wrote {args.out}: {', '.join(t.name for t in cluster.resource_types)} "
-        f"({cluster.resource_types[0].max_units} units each)"
-    )
-    return 0

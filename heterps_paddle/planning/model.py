@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.files import write_atomic
 from heterps_paddle.text_numbers import ascii_float
 
 FORMAT_VERSION = 1
@@ -523,12 +524,13 @@ def load_plan(path: str, cluster: Cluster | str | None = None, kinds: Mapping[st
 
 
 def save_plan(plan: Plan, path: str) -> None:
+    """The one writer of plan files (``heterps plan --out``, the automatic path's ``plan.json``): one format (JSON,
+    indent 2), written whole or not at all (``files.write_atomic``), so a reader never sees half a plan."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(plan.to_json(indent=2) + "\n")
+    write_atomic(path, plan.to_json(indent=2) + "\n")
 
 
 def save_yaml(document: Mapping[str, Any], path: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        yaml.safe_dump(dict(document), handle, sort_keys=False)
+    """A profile or cluster document as YAML, keys in the document's order, written whole or not at all."""
+    write_atomic(path, yaml.safe_dump(dict(document), sort_keys=False))

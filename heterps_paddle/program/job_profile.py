@@ -23,7 +23,7 @@ from heterps_paddle.measure.local_cluster import LOCAL_CPU
 from heterps_paddle.measure.ps_service import ProbeFailed, ps_row_cost
 from heterps_paddle.planning.model import ModelProfile, model_profile_from_dict, model_profile_to_dict
 from heterps_paddle.program import trainer_loop
-from heterps_paddle.program.profiler import group_layers, ids_per_sample, profile_program
+from heterps_paddle.program.profiler import LayerGroup, profile_program
 
 PROFILE_METHOD = 1  # bump when measure_job measures differently: cached profiles are then measured again
 # Attributes that differ between two builds of the same model (where the script lives, name scopes) or that the
@@ -176,7 +176,7 @@ def _measure_copy(
     ps_row_seconds = probe_error = None
     if LOCAL_CPU in time_keys:
         try:
-            profile, ps_row_seconds = add_ps_service_time(profile, main, feed, batch_size)
+            profile, ps_row_seconds = add_ps_service_time(profile, sparse_rows_per_sample(report.layers))
         except ProbeFailed as exc:
             # Training can go on: the plan is made without the servers' share and the report says so.
             probe_error = str(exc)
@@ -191,15 +191,13 @@ def _measure_copy(
     )
 
 
-def sparse_rows_per_sample(main: Any, feed: dict[str, Any], batch_size: int) -> dict[str, float]:
-    """Sparse layer name -> table rows it looks up per sample (what the servers pull and push)."""
-    layers, _ = group_layers(main, ids_per_sample(feed, batch_size))
+def sparse_rows_per_sample(layers: list[LayerGroup]) -> dict[str, float]:
+    """Sparse layer name -> table rows it looks up per sample (what the servers pull and push), from the grouping
+    the profiler made of the same program with the same feed."""
     return {layer.name: layer.rows_per_sample for layer in layers if layer.kind == "sparse"}
 
 
-def add_ps_service_time(
-    profile: ModelProfile, main: Any, feed: dict[str, Any], batch_size: int
-) -> tuple[ModelProfile, float]:
+def add_ps_service_time(profile: ModelProfile, rows: dict[str, float]) -> tuple[ModelProfile, float]:
     """The local CPU type's sparse-layer times with the parameter servers' work added.
 
     The profile ran with local tables.  On a CPU stage the rows are pulled from and pushed to the servers, which
@@ -208,7 +206,6 @@ def add_ps_service_time(
     stage's embeddings live in the project's table, synchronised with the servers once per pass, not per sample.
     """
     row_seconds = ps_row_cost().row_seconds
-    rows = sparse_rows_per_sample(main, feed, batch_size)
     layers = []
     for layer in profile.layers:
         if layer.name in rows and LOCAL_CPU in layer.time:

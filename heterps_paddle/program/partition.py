@@ -13,7 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from heterps_paddle.planning.model import Plan, PlanningInputError
-from heterps_paddle.program.profiler import group_layers  # the one home of "ops -> layers" (and of layer names)
+from heterps_paddle.program.profiler import (  # the one home of "ops -> layers" (and of layer names)
+    LayerGroup,
+    group_layers,
+)
 
 
 def split_tag(stage_index: int) -> str:
@@ -40,17 +43,36 @@ def check_plan_against_layers(plan: Plan, layer_names: list[str]) -> None:
         )
 
 
-def tag_program(program: Any, plan: Plan) -> dict[str, int]:
-    """Set ``op_device`` of every forward op to its stage's split tag; returns layer -> stage.
+def program_layers(program: Any, plan: Plan) -> list[LayerGroup]:
+    """The program's layers, checked against ``plan`` (the same layers, in program order).
 
-    Layers and their names come from the planning profiler's grouping, the same one that named the
-    plan's layers, so a plan made by ``heterps plan`` for this model matches by construction.
+    Layers and their names come from the planning profiler's grouping, the same one that named the plan's layers,
+    so a plan made by ``heterps plan`` for this model matches by construction.
     """
     try:
         layers, _ = group_layers(program)
     except ValueError as exc:
         raise PlanningInputError(f"cannot group the program into layers: {exc}") from None
     check_plan_against_layers(plan, [layer.name for layer in layers])
+    return layers
+
+
+def planned_layers(program: Any, plan: Plan) -> list[LayerGroup] | None:
+    """What ``minimize`` passes along to the passes that read layers (the split tags: ``tag_program``; the GPU
+    stage's embeddings: runtime/gpu_embedding.py), grouped and checked once per minimize; None when the plan needs
+    neither (one stage on CPU trainers: the program goes to Paddle's PS optimizer unchanged)."""
+    if plan.num_stages == 1 and all(stage.kind != "gpu" for stage in plan.stages):
+        return None
+    return program_layers(program, plan)
+
+
+def tag_program(program: Any, plan: Plan, layers: list[LayerGroup] | None = None) -> dict[str, int]:
+    """Set ``op_device`` of every forward op to its stage's split tag; returns layer -> stage.
+
+    ``layers``: ``program_layers(program, plan)`` when the caller has them (grouped once per minimize).
+    """
+    if layers is None:
+        layers = program_layers(program, plan)
     layer_stage = plan.layer_to_stage()
     ops = list(program.global_block().ops)
     for layer in layers:

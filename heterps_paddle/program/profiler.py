@@ -53,6 +53,7 @@ class ProfileReport:
     profile: ModelProfile
     measured_step_seconds: float  # median wall time of exe.run without the profiler
     predicted_step_seconds: float  # sum of per-layer times (profiled) for one batch
+    layers: list[LayerGroup] = field(default_factory=list)  # the grouping profiled (for callers: no regrouping)
 
     @property
     def prediction_error(self) -> float:
@@ -306,7 +307,7 @@ def profile_program(
                 LayerProfile(name=layer.name, kind=layer.kind, time={}, **size) for layer, size in zip(layers, sizes)
             ),
         )
-        return ProfileReport(profile, math.nan, math.nan)
+        return ProfileReport(profile, math.nan, math.nan, layers)
     serial_flag = "FLAGS_new_executor_serial_run"
     previous = paddle.get_flags([serial_flag])[serial_flag]
     paddle.set_flags({serial_flag: True})
@@ -349,7 +350,7 @@ def profile_program(
             )
         )
     profile = ModelProfile(name=name, batch_size=batch_size, layers=tuple(profiles))
-    return ProfileReport(profile, statistics.median(wall), sum(medians))
+    return ProfileReport(profile, statistics.median(wall), sum(medians), layers)
 
 
 def _timed_steps(executor: Any, program: Any, feed: dict[str, Any], fetch_list: Any, count: int) -> list[float]:

@@ -45,8 +45,8 @@ from heterps_paddle import settings
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.log import logger
 from heterps_paddle.planning.model import Plan, PlanningInputError
-from heterps_paddle.program.partition import check_plan_against_layers
-from heterps_paddle.program.profiler import group_layers
+from heterps_paddle.program.partition import program_layers
+from heterps_paddle.program.profiler import LayerGroup
 from heterps_paddle.runtime import seam
 from heterps_paddle.table.sparse_table import SparseTable, gpu_call, load_ops
 
@@ -75,16 +75,14 @@ class GpuTable:
 
 
 # ---- before the PS optimizer ------------------------------------------------------------------------------
-def gpu_sparse_layers(program: Any, plan: Plan) -> list[tuple[str, str]]:
-    """(layer, parameter) of every sparse layer the plan puts on a GPU-kind stage."""
+def gpu_sparse_layers(program: Any, plan: Plan, layers: list[LayerGroup] | None = None) -> list[tuple[str, str]]:
+    """(layer, parameter) of every sparse layer the plan puts on a GPU-kind stage.  ``layers``: the program's,
+    checked against the plan, when minimize has them (program/partition.py ``planned_layers``)."""
     gpu_layers = {name for st in plan.stages if st.kind == "gpu" for name in st.layers}
     if not gpu_layers:
         return []
-    try:
-        layers, _ = group_layers(program)
-    except ValueError as exc:
-        raise PlanningInputError(f"cannot group the program into layers: {exc}") from None
-    check_plan_against_layers(plan, [layer.name for layer in layers])
+    if layers is None:
+        layers = program_layers(program, plan)
     # (a sparse layer always names its table)
     found = [
         (layer.name, cast(str, layer.table)) for layer in layers if layer.kind == "sparse" and layer.name in gpu_layers
@@ -141,9 +139,11 @@ def use_naive_sgd_on_servers(strategy: Any, params: Iterable[str]) -> None:
                 rule.naive.weight_bounds.extend([-WEIGHT_BOUND, WEIGHT_BOUND])
 
 
-def prepare(program: Any, plan: Plan, optimizer: Any, strategy: Any) -> list[GpuTable]:
+def prepare(
+    program: Any, plan: Plan, optimizer: Any, strategy: Any, layers: list[LayerGroup] | None = None
+) -> list[GpuTable]:
     """Called by the meta optimizer before the PS optimizer.  Returns the tables to move to the units."""
-    found = gpu_sparse_layers(program, plan)
+    found = gpu_sparse_layers(program, plan, layers)
     if not found:
         return []
     opts = local_table_options(optimizer)

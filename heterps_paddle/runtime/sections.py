@@ -22,6 +22,7 @@ from heterps_paddle import settings
 from heterps_paddle.log import logger
 from heterps_paddle.planning.model import Plan
 from heterps_paddle.program.partition import tag_program
+from heterps_paddle.program.profiler import LayerGroup
 from heterps_paddle.runtime import heldout, heter, seam
 from heterps_paddle.runtime.dense_refresh import DenseRefresher
 from heterps_paddle.runtime.watchdog import Watchdog, peer_endpoints
@@ -40,8 +41,11 @@ def heter_launched() -> bool:
     return bool(os.environ.get("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST"))
 
 
-def apply_plan(loss: Any, plan: Plan, startup_program: Any = None) -> dict[str, int] | None:
-    """Make this process run its part of ``plan``; returns layer -> stage for a split plan."""
+def apply_plan(
+    loss: Any, plan: Plan, startup_program: Any = None, layers: list[LayerGroup] | None = None
+) -> dict[str, int] | None:
+    """Make this process run its part of ``plan``; returns layer -> stage for a split plan.  ``layers``: the
+    program's, checked against the plan, when minimize has them (program/partition.py ``planned_layers``)."""
     ctx = seam.install()
     ctx.plan = plan
     if plan.num_stages == 1:
@@ -55,7 +59,7 @@ def apply_plan(loss: Any, plan: Plan, startup_program: Any = None) -> dict[str, 
         return None
     program = loss.block.program
     ctx.heldout = heldout.stash(program, startup_program or paddle.static.default_startup_program(), loss)
-    layer_stage = tag_program(program, plan)
+    layer_stage = tag_program(program, plan, layers)
     for key, value in COMMUNICATOR_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)  # read by TrainerRuntimeConfig inside the PS optimizer's minimize
     if ctx.role in ("trainer", "heter") and settings.get("HETERPS_WATCHDOG"):

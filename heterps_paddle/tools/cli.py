@@ -11,27 +11,26 @@ import argparse
 import importlib
 import sys
 
-from heterps_paddle import __version__
-from heterps_paddle.errors import HeterPSError
+from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
 from heterps_paddle.tools.launch import main as launch_main
+from heterps_paddle.version import __version__
 
 # name -> (module, one-line help). One table, so the help and the dispatch cannot disagree.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "gen-data": ("heterps_paddle.data.commands", "write synthetic Criteo-format CTR data with a planted signal"),
+    "gen-data": (
+        "heterps_paddle.tools.gen_data_command",
+        "write synthetic Criteo-format CTR data with a planted signal",
+    ),
     "plan": ("heterps_paddle.tools.plan_command", "plan layer placement and unit counts from a profile and a cluster"),
     "profile": ("heterps_paddle.tools.profile_command", "profile a static program into a model profile file"),
     "local-cluster": (
-        "heterps_paddle.measure.local_cluster",
+        "heterps_paddle.tools.local_cluster_command",
         "write a cluster file describing this machine (measured)",
     ),
     "launch-args": ("heterps_paddle.tools.launch_args", "print the paddle.distributed.launch arguments for a plan"),
     "settings": ("heterps_paddle.tools.settings_command", "list the HETERPS_* environment variables"),
     "bench": ("heterps_paddle.tools.bench", "benchmarks that print numbers (JSON with --json)"),
 }
-
-
-class CommandError(HeterPSError):
-    """A user-facing error raised by a command's own argument checks."""
 
 
 def add_command_table(
@@ -77,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except HeterPSError as exc:
         print(f"heterps {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT_ERROR
 
 
 if __name__ == "__main__":

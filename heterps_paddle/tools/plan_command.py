@@ -12,16 +12,13 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import replace
 
+from heterps_paddle.errors import EXIT_INFEASIBLE, EXIT_OK
 from heterps_paddle.files import save_figure_atomic
-from heterps_paddle.planning.budget import BUDGET_TOLERANCE, fastest_within_budget
+from heterps_paddle.planning.budget import BUDGET_TOLERANCE
 from heterps_paddle.planning.cost_model import CostModel
-from heterps_paddle.planning.launch import SPLIT_FIRST_STAGE_KINDS
 from heterps_paddle.planning.model import (
     RESOURCE_KINDS,
-    Cluster,
-    ModelProfile,
     Plan,
     PlanningInputError,
     load_cluster,
@@ -29,14 +26,10 @@ from heterps_paddle.planning.model import (
     save_plan,
     unknown_time_keys,
 )
+from heterps_paddle.planning.planner import budget_plan, infeasible_lines, make_plans
 from heterps_paddle.planning.report import best_single_type, format_summary, single_kind_plans
-from heterps_paddle.planning.schedulers import SCHEDULERS, make_scheduler
-from heterps_paddle.planning.schedulers.exact import REACH_TOLERANCE, reachable_throughput
+from heterps_paddle.planning.schedulers import SCHEDULERS
 from heterps_paddle.text_numbers import ascii_float
-
-# Exit statuses: 0 a plan for every target; 1 some target has none (the answer is still printed, with
-# "feasible": false); 2 invalid input (the CLI, for every HeterPSError).  As grep's 0/1/2.
-EXIT_INFEASIBLE = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,80 +90,11 @@ def parse_kinds(text: str) -> tuple[str, ...]:
     return kinds
 
 
-def make_plans(
-    profile: ModelProfile,
-    cluster: Cluster,
-    scheduler: str,
-    throughputs: list[float | None],
-    seed: int = 0,
-    trainer_kinds: tuple[str, ...] = RESOURCE_KINDS,
-) -> list[tuple[CostModel, Plan]]:
-    results = []
-    for throughput in throughputs:
-        cost_model = launchable_cost_model(profile, cluster, throughput, trainer_kinds)
-        results.append((cost_model, make_scheduler(scheduler, seed=seed).plan(cost_model)))
-    return results
-
-
-def launchable_cost_model(
-    profile: ModelProfile, cluster: Cluster, throughput: float | None, trainer_kinds: tuple[str, ...]
-) -> CostModel:
-    """The cost model with the runtime's rules (a split plan's first stage runs on the CPU trainers; what the
-    trainers of a one-stage plan can be), so the plan can be launched."""
-    return CostModel(
-        profile, cluster, throughput, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS, one_stage_kinds=trainer_kinds
-    )
-
-
-def infeasible_lines(
-    results: list[tuple[CostModel, Plan]], scheduler: str, trainer_kinds: tuple[str, ...]
-) -> list[str]:
-    """One line per target no plan meets: the target, why, and what is reachable (exact's answer, so a user
-    knows whether to lower the target, change the cluster, or try another scheduler)."""
-    missed = [(cost_model, plan) for cost_model, plan in results if not plan.feasible]
-    if not missed:
-        return []
-    profile, cluster = missed[0][0].profile, missed[0][0].cluster
-    reachable = reachable_throughput(
-        lambda throughput: launchable_cost_model(profile, cluster, throughput, trainer_kinds),
-        max(cost_model.throughput for cost_model, _ in missed),
-    )
-    lines = []
-    for cost_model, plan in missed:
-        target = cost_model.throughput
-        if reachable is None:
-            reach = "no plan runs the model on this cluster at any throughput"
-        elif reachable >= target:
-            reach = f"the exact scheduler finds one (--scheduler exact); {scheduler} did not"
-        else:
-            reach = (
-                f"the most any plan reaches on this cluster is about {math.floor(reachable):,} samples/s "
-                f"(exact, within {REACH_TOLERANCE:.0%})"
-            )
-        shown = f"{target:,.0f}" if target < 1e15 else f"{target:.3g}"  # not 300 digits for --throughput 1e300
-        lines.append(f"no plan meets the target of {shown} samples/s: {plan.reason}; {reach}")
-    return lines
-
-
-def budget_plan(
-    args: argparse.Namespace, profile: ModelProfile, cluster: Cluster, trainer_kinds: tuple[str, ...]
-) -> tuple[CostModel, Plan, int]:
-    """--budget: the fastest plan within the price, the cost model to show it against, and how many searches it
-    took.  Shown against the plan's own samples/s: the single-type lines then say what the same speed costs on
-    one type (the search's last target can sit far below what its plan gives)."""
+def budget_goal(args: argparse.Namespace) -> float:
+    """--budget's price per hour (not with --throughput: a budget replaces the target)."""
     if args.throughput is not None:
         raise PlanningInputError("give --throughput (the cheapest plan that meets it) or --budget, not both")
-    budget = positive_number("--budget", args.budget)
-    answer = fastest_within_budget(
-        budget,
-        lambda throughput: launchable_cost_model(profile, cluster, throughput, trainer_kinds),
-        make_scheduler(args.scheduler, seed=args.seed).plan,
-    )
-    plan = replace(answer.plan, budget_per_hour=budget)
-    shown = answer.cost_model
-    if plan.feasible:
-        shown = launchable_cost_model(profile, cluster, plan.throughput, trainer_kinds)
-    return shown, plan, answer.searches
+    return positive_number("--budget", args.budget)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,8 +110,9 @@ def run(args: argparse.Namespace) -> int:
     trainer_kinds = parse_kinds(args.trainer_kinds)
     heading = None
     if args.budget is not None:
-        shown, plan, searches = budget_plan(args, profile, cluster, trainer_kinds)
-        results = [(shown, plan)]
+        within = budget_plan(profile, cluster, budget_goal(args), args.scheduler, args.seed, trainer_kinds)
+        plan, searches = within.plan, within.searches
+        results = [(within.cost_model, plan)]
         heading = (
             f"budget {plan.budget_per_hour:.4g}/h: the most samples/s a plan gives within it ({args.scheduler}, "
             f"{searches} searches over the target, within {BUDGET_TOLERANCE:.1%})"
@@ -227,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         missed = infeasible_lines(results, args.scheduler, trainer_kinds)
     for line in missed:
         print(f"heterps plan: infeasible: {line}", file=sys.stderr)
-    return EXIT_INFEASIBLE if missed else 0
+    return EXIT_INFEASIBLE if missed else EXIT_OK
 
 
 def plot_plans(results: list[tuple[CostModel, Plan]], path: str) -> None:

@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from heterps_paddle.files import write_atomic
 from heterps_paddle.planning.model import PlanningInputError, model_profile_to_dict, save_yaml
 
 
@@ -74,8 +75,7 @@ def run(args: argparse.Namespace) -> int:
     )
     document = model_profile_to_dict(report.profile)
     if args.out.endswith(".json"):
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2)
+        write_atomic(args.out, json.dumps(document, indent=2))
     else:
         save_yaml(document, args.out)
     summary = {

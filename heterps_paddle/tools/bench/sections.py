@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 
 from heterps_paddle.planning.launch import launch_arguments
-from heterps_paddle.planning.model import load_plan
+from heterps_paddle.planning.model import plan_from_dict, save_plan
 from heterps_paddle.tools.jobs import JobSpec, launch, trainer_argv
 
 SPLITS = {
@@ -136,11 +136,11 @@ def _run_one(
     spec = JobSpec(overrides=overrides)
     if stages is not None:
         plan_path = os.path.join(work, f"plan_{name}.json")
-        with open(plan_path, "w") as f:
-            json.dump({"format": 1, "feasible": True, "stages": stages}, f)
+        plan = plan_from_dict({"format": 1, "feasible": True, "stages": stages}, plan_path)
+        save_plan(plan, plan_path)
         overrides["accumulate_steps"] = microbatches or args.microbatches
         spec = JobSpec(overrides=overrides, heterps=True, heterps_configs={"plan": plan_path})
-        launch_args = launch_arguments(load_plan(plan_path), 1, gpu_available=False)
+        launch_args = launch_arguments(plan, 1, gpu_available=False)
     with _Sampler(results) as sampler:
         r = launch(launch_args, trainer_argv(spec, results), os.path.join(work, f"log_{name}"), timeout=900)
     if r.returncode != 0:

@@ -1,4 +1,4 @@
-// C API over the core table: used by the ctypes binding (heterps_paddle/sparse_table.py) and shared,
+// C API over the core table: used by the ctypes binding (heterps_paddle/table/sparse_table.py) and shared,
 // through the same loaded library, with the Paddle ops, so both see one process-wide table registry.
 // Every function returns 0 on success and -1 on error; heterps_last_error() gives the message
 // (thread-local).

@@ -1,4 +1,4 @@
-"""``heterps gen-data``: write the synthetic Criteo-format data set (see generator.py)."""
+"""``heterps gen-data``: write the synthetic Criteo-format data set (data/generator.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import json
 
 from heterps_paddle.data.generator import generate
-from heterps_paddle.tools.cli import CommandError
+from heterps_paddle.errors import CommandError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
