@@ -62,7 +62,8 @@ def _log_once(held: HeldOut, key: str, message: str) -> None:
 
 def train_auc_is_elsewhere(held: HeldOut, scope: Any, auc_states: list[Any]) -> bool:
     """On a CPU trainer of a split job the AUC ops run in the last stage's section: the state vars in its global
-    scope hold nothing until an evaluation pass of the whole forward program filled them."""
+    scope hold nothing until a pass carried the last stage's counts into them (runtime/stage_metrics.py) or an
+    evaluation pass of the whole forward program filled them."""
     if scope is not paddle.static.global_scope():
         return False
     if all(s.name in held.live for s in auc_states):

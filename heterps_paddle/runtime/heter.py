@@ -22,7 +22,7 @@ import paddle
 
 from heterps_paddle import settings
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import seam
+from heterps_paddle.runtime import seam, stage_metrics
 from heterps_paddle.runtime.watchdog import reachable, split_endpoints
 
 TAKEOVER_TAG = "heterogeneous trainer taken over"
@@ -76,6 +76,9 @@ def take_over(fleet_obj: Any) -> None:
     fleet_obj.init_worker()
     runtime = seam.fleet_runtime()
     fetch, info = _loss_and_auc(program, ctx.heldout.loss if ctx.heldout else None)
+    if ctx.stage == ctx.stage_num:
+        # what stage 1 CPU trainers fetch and read from their scopes (runtime/stage_metrics.py)
+        stage_metrics.Service(program, paddle.static.global_scope(), ctx.heldout.loss if ctx.heldout else None).start()
     period = int(cast(int, settings.get("HETERPS_HETER_PRINT_PERIOD")))  # settings.get is typed object
     logger.info(
         "%s (stage %d): serving the pipeline in one train_from_dataset until every CPU trainer calls "

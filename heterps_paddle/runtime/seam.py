@@ -77,6 +77,7 @@ class ProcessContext:
     # Executor.run of a program this process cannot run as given (the whole model's forward pass on a stage 1
     # CPU trainer): returns the program to run instead
     run_redirect: Callable[[Any, Any, Any], Any] | None = None
+    stage_metrics: Any = None  # runtime.stage_metrics.Client of a stage 1 CPU trainer (False: none found)
 
     @property
     def split(self) -> bool:

@@ -23,7 +23,7 @@ from heterps_paddle.log import logger
 from heterps_paddle.planning.model import Plan
 from heterps_paddle.program.partition import tag_program
 from heterps_paddle.program.profiler import LayerGroup
-from heterps_paddle.runtime import heldout, heter, seam
+from heterps_paddle.runtime import heldout, heter, seam, stage_metrics
 from heterps_paddle.runtime.dense_refresh import DenseRefresher
 from heterps_paddle.runtime.watchdog import Watchdog, peer_endpoints
 
@@ -102,7 +102,9 @@ def section_hook(call: seam.DatasetCall) -> Iterator[None]:
         yield
         return
     ctx = seam.context()
+    metrics = None
     if ctx.role == "trainer" and ctx.heldout is not None:
+        metrics = _pass_metrics(ctx, call, program)
         call.options["fetch_list"], call.options["fetch_info"] = heldout.section_fetch(
             ctx.heldout, program, call.options.get("fetch_list"), call.options.get("fetch_info")
         )
@@ -114,10 +116,45 @@ def section_hook(call: seam.DatasetCall) -> Iterator[None]:
         ctx.dense_refresh = refresher
     try:
         yield
+        if metrics is not None:
+            metrics.finish()
     finally:
+        if metrics is not None:
+            metrics.stop.set()
         if refresher is not None:
             refresher.stop()
             ctx.dense_refresh = None
         if ctx.watchdog is not None and ctx.role == "trainer":
             # Its own training is over: its peers go away because the job is ending, not because one failed.
             ctx.watchdog.armed = False
+
+
+def _pass_metrics(ctx: seam.ProcessContext, call: seam.DatasetCall, program: Any) -> stage_metrics.PassMetrics | None:
+    """The last stage's loss and AUC for this pass's prints, fetch handler and scope (runtime/stage_metrics.py)."""
+    if ctx.stage_metrics is None:
+        ctx.stage_metrics = stage_metrics.Client.find() or False
+    if not ctx.stage_metrics:
+        return None
+    names = {n for blk in program.blocks for n in blk.vars}
+    fetch_list = call.options.get("fetch_list") or []
+    infos = call.options.get("fetch_info") or []
+    elsewhere = []
+    for i, var in enumerate(fetch_list):
+        name = var if isinstance(var, str) else var.name
+        if name not in names:
+            elsewhere.append((name, infos[i] if i < len(infos) else name))
+    handler = call.options.pop("fetch_handler", None)  # Paddle's monitor would read this section's scope
+    metrics = stage_metrics.PassMetrics(
+        client=ctx.stage_metrics,
+        program=program,
+        scope=call.scope if call.scope is not None else paddle.static.global_scope(),
+        fetch=elsewhere,
+        print_period=int(call.options.get("print_period") or 100),
+        batch_size=stage_metrics.dataset_batch_size(call.dataset),
+        handler=handler,
+    )
+    try:
+        return metrics.start()
+    except OSError as exc:
+        logger.warning("the last stage's metrics could not be read (%s): not carried into this pass", exc)
+        return None

@@ -91,6 +91,12 @@ class Main:
                 debug=False,
             )
             print(f"Epoch {epoch} done, use time: {time.time() - start:.1f}", flush=True)
+            # PaddleRec's metric_helper: the epoch's AUC from the AUC states in the scope, summed over the workers
+            # (fleet.util.all_reduce), then the states set to zero for the next epoch
+            auc = global_auc(paddle.static.global_scope(), stat_pos.name, stat_neg.name)
+            print(f"Epoch {epoch} global auc: {auc:.6f}", flush=True)
+            for state in self.model.auc_states:
+                set_zero(paddle.static.global_scope(), state.name)
             if self.args.save_dir and fleet.is_first_worker():
                 # as PaddleRec's trainer saves after every epoch (runner.model_save_path)
                 fleet.save_inference_model(
@@ -156,6 +162,25 @@ class Main:
                 },
                 f,
             )
+
+
+def global_auc(scope, stat_pos_name, stat_neg_name):
+    """PaddleRec's get_global_auc: AUC of the positive / negative histograms, summed over the workers."""
+    pos = np.array(scope.find_var(stat_pos_name).get_tensor()).reshape(-1).astype("int64")
+    neg = np.array(scope.find_var(stat_neg_name).get_tensor()).reshape(-1).astype("int64")
+    pos = np.array(fleet.util.all_reduce(pos, "sum")).reshape(-1)
+    neg = np.array(fleet.util.all_reduce(neg, "sum")).reshape(-1)
+    area, total_pos, total_neg = 0.0, 0.0, 0.0
+    for i in reversed(range(len(pos))):
+        new_pos, new_neg = total_pos + pos[i], total_neg + neg[i]
+        area += (new_neg - total_neg) * (total_pos + new_pos) / 2
+        total_pos, total_neg = new_pos, new_neg
+    return 0.5 if total_pos * total_neg == 0 else area / total_pos / total_neg
+
+
+def set_zero(scope, name):
+    tensor = scope.find_var(name).get_tensor()
+    tensor.set(np.zeros(np.array(tensor).shape, dtype=np.array(tensor).dtype), paddle.CPUPlace())
 
 
 def parse_args():

@@ -1,0 +1,316 @@
+"""The metrics a fleet script reads on a stage 1 CPU trainer of a split job carry the last stage's values.
+
+Under a split, the loss and the AUC ops run in the last stage's section, on heterogeneous trainers; a stage 1 CPU
+trainer's ``train_from_dataset`` has neither, so what PaddleRec-style scripts read was wrong: fetched loss / AUC
+were dropped, and the AUC state variables a script reads from its scope after a pass (``stat_pos`` /
+``stat_neg``, PaddleRec's ``get_global_auc``) stayed zero (an AUC of 0.5 every epoch).  So:
+
+- each last-stage heterogeneous trainer serves its current metrics on a TCP port of its own (:class:`Service`):
+  every auc op's state variables (persistable: they live in its root scope), and the loss, which an ``assign``
+  appended to its section copies into a persistable mirror variable each batch;
+- a stage 1 CPU trainer reads them when its ``train_from_dataset`` starts and ends (:class:`Client`) and adds its
+  share of the difference to its own state variables, so a script's scope reads as after the same pass of the
+  one-stage job (its resets between passes included).  With ``w`` CPU trainers the last stage's counts are
+  shared out so that the ``w`` shares add up to them exactly: a global AUC (summed over trainers, as
+  ``get_global_auc`` does) is exact; one trainer's own AUC is the last stage's over all trainers' batches;
+- while the pass runs, the fetched loss and AUC are printed every ``print_period`` batches in Paddle's format
+  (``time: [...], batch: [N], <fetch_info>[1]:[value]``), and a ``fetch_handler`` gets them every period, from
+  the same figures; the batch count is the last stage's samples over ``w`` and the batch size.
+
+The port is found through a file the service writes under ``HETERPS_CACHE/launches/<launch id>/`` (the launch's
+processes on one host, or a shared cache).  A trainer that finds none within ``HETERPS_STARTUP_TIMEOUT`` says so
+once and goes on as before (the last stage's log prints the metrics).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import socketserver
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast
+
+import numpy as np
+import paddle
+
+from heterps_paddle import settings
+from heterps_paddle.files import write_atomic
+from heterps_paddle.log import logger
+from heterps_paddle.planning.launch import launch_id
+from heterps_paddle.runtime import seam
+
+LOSS_MIRROR = "heterps_last_stage_loss"
+POLL_S = 0.5
+
+
+def launch_dir() -> str | None:
+    key = launch_id()
+    return None if key is None else os.path.join(str(settings.get("HETERPS_CACHE")), "launches", key)
+
+
+@dataclass(frozen=True)
+class AucOp:
+    auc: str  # the op's AUC output (what a script fetches)
+    stat_pos: str
+    stat_neg: str
+
+
+def auc_ops(program: Any) -> list[AucOp]:
+    return [
+        AucOp(op.output("AUC")[0], op.output("StatPosOut")[0], op.output("StatNegOut")[0])
+        for blk in program.blocks
+        for op in blk.ops
+        if op.type == "auc"
+    ]
+
+
+def mirror_loss(program: Any, scope: Any, loss: str | None) -> str | None:
+    """Append to the block that computes ``loss`` an ``assign`` into a persistable mirror (read from the root
+    scope, where the per-micro-batch loss is not)."""
+    if not loss:
+        return None
+    for blk in program.blocks:
+        if loss in blk.vars:
+            var = blk.vars[loss]
+            blk.create_var(name=LOSS_MIRROR, shape=var.shape, dtype=var.dtype, persistable=True)
+            blk.append_op(type="assign", inputs={"X": [var]}, outputs={"Out": [blk.vars[LOSS_MIRROR]]})
+            program._sync_with_cpp()
+            shape = [d if d > 0 else 1 for d in var.shape] or [1]
+            scope.var(LOSS_MIRROR).get_tensor().set(np.zeros(shape, dtype="float32"), paddle.CPUPlace())
+            return LOSS_MIRROR
+    return None
+
+
+def _read(scope: Any, name: str) -> Any:
+    var = scope.find_var(name)
+    if var is None or not var.get_tensor()._is_initialized():
+        return None
+    return np.array(var.get_tensor())
+
+
+class Service:
+    """A last-stage heterogeneous trainer's metrics, one JSON object per connection."""
+
+    def __init__(self, program: Any, scope: Any, loss: str | None):
+        self.scope = scope
+        self.ops = auc_ops(program)
+        self.loss = mirror_loss(program, scope, loss)
+        self.server: socketserver.TCPServer | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        stats = {}
+        for op in self.ops:
+            for name in (op.stat_pos, op.stat_neg):
+                value = _read(self.scope, name)
+                if value is not None:
+                    stats[name] = value.reshape(-1).tolist()
+        loss = _read(self.scope, self.loss) if self.loss else None
+        return {"stats": stats, "loss": None if loss is None else float(np.mean(loss))}
+
+    def start(self) -> Service:
+        service = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                self.wfile.write(json.dumps(service.snapshot()).encode() + b"\n")
+
+        host = os.environ.get("POD_IP", "127.0.0.1")
+        self.server = socketserver.ThreadingTCPServer((host, 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, name="heterps-stage-metrics", daemon=True).start()
+        endpoint = f"{host}:{self.server.server_address[1]}"
+        directory = launch_dir()
+        if directory is not None:
+            os.makedirs(directory, exist_ok=True)
+            index = os.environ.get("PADDLE_TRAINER_ID", "0")
+            write_atomic(os.path.join(directory, f"metrics.{index}.json"), json.dumps({"endpoint": endpoint}) + "\n")
+        logger.info(
+            "last-stage metrics served on %s (auc states: %d ops; loss: %s)", endpoint, len(self.ops), self.loss
+        )
+        return self
+
+
+def _fetch(endpoint: str, timeout: float = 5.0) -> dict[str, Any]:
+    host, port = endpoint.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    return cast("dict[str, Any]", json.loads(data))
+
+
+def _last_stage_count() -> int:
+    groups = [g for g in os.environ.get("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST", "").split(";") if g]
+    return len(groups[-1].split(",")) if groups else 0
+
+
+@dataclass
+class Client:
+    """A stage 1 CPU trainer's view of the last stage's metrics."""
+
+    endpoints: list[str]
+    trainers: int  # CPU trainers sharing the last stage's counts
+    index: int  # this trainer's index among them
+    said: set[str] = field(default_factory=set)
+
+    @staticmethod
+    def find() -> Client | None:
+        directory, expected = launch_dir(), _last_stage_count()
+        deadline = time.monotonic() + float(cast(float, settings.get("HETERPS_STARTUP_TIMEOUT")))
+        while directory is not None and expected:
+            found = (
+                sorted(f for f in os.listdir(directory) if f.startswith("metrics.")) if os.path.isdir(directory) else []
+            )
+            if len(found) >= expected:
+                endpoints = []
+                for name in found:
+                    with open(os.path.join(directory, name), encoding="utf-8") as f:
+                        endpoints.append(str(json.load(f)["endpoint"]))
+                role = seam.role_maker()
+                return Client(endpoints, int(role._worker_num()), int(role._worker_index()))
+            if time.monotonic() > deadline:
+                break
+            time.sleep(POLL_S)
+        logger.warning(
+            "the last stage's metrics service was not found (launch files under %s): fetched loss/AUC and the AUC "
+            "states in this trainer's scope are not the model's; the last stage's heterogeneous trainer prints them",
+            directory,
+        )
+        return None
+
+    def snapshot(self) -> tuple[dict[str, Any], float | None]:
+        """The last stage's AUC states (summed over its trainers) and its mean latest loss."""
+        stats: dict[str, Any] = {}
+        losses = []
+        for endpoint in self.endpoints:
+            reply = _fetch(endpoint)
+            for name, values in reply["stats"].items():
+                array = np.array(values, dtype="int64")
+                stats[name] = stats[name] + array if name in stats else array
+            if reply["loss"] is not None:
+                losses.append(reply["loss"])
+        return stats, (float(np.mean(losses)) if losses else None)
+
+    def share(self, delta: Any) -> Any:
+        """This trainer's share of a count: the shares of all trainers add up to ``delta`` exactly."""
+        return (delta + self.index) // self.trainers
+
+
+def add_to_scope(scope: Any, name: str, values: Any) -> None:
+    var = scope.find_var(name)
+    tensor = (var or scope.var(name)).get_tensor()
+    if tensor._is_initialized() and int(np.prod(tensor.shape())) == values.size:
+        current = np.array(tensor)
+        tensor.set((current.reshape(-1) + values).reshape(current.shape).astype(current.dtype), paddle.CPUPlace())
+    else:
+        tensor.set(values.astype("int64"), paddle.CPUPlace())
+
+
+def auc_of(stat_pos: Any, stat_neg: Any) -> float:
+    from heterps_paddle.data.metrics import auc_from_histograms
+
+    return float(auc_from_histograms(np.asarray(stat_pos), np.asarray(stat_neg)))
+
+
+@dataclass
+class PassMetrics:
+    """One ``train_from_dataset`` of a stage 1 section: what the script's scope and prints get."""
+
+    client: Client
+    program: Any
+    scope: Any
+    fetch: list[tuple[str, str]]  # (var name, fetch_info) the script asked for
+    print_period: int
+    batch_size: int
+    handler: Any
+    before: dict[str, Any] = field(default_factory=dict)
+    local: dict[str, Any] = field(default_factory=dict)  # the scope's states when the pass started
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start(self) -> PassMetrics:
+        self.before, _ = self.client.snapshot()
+        for name in self.before:
+            value = _read(self.scope, name)
+            self.local[name] = np.zeros_like(self.before[name]) if value is None else value.reshape(-1).astype("int64")
+        if self.fetch or self.handler is not None:
+            self.thread = threading.Thread(target=self._loop, name="heterps-stage-metrics-print", daemon=True)
+            self.thread.start()
+        return self
+
+    def _values(self) -> tuple[dict[str, float], int]:
+        """Each fetchable metric's current value for this trainer, and the samples it has seen this pass."""
+        stats, loss = self.client.snapshot()
+        mine = {n: self.local[n] + self.client.share(stats[n] - self.before[n]) for n in stats if n in self.before}
+        values: dict[str, float] = {}
+        samples = 0
+        held = seam.context().heldout
+        for op in auc_ops(held.forward) if held is not None else []:
+            if op.stat_pos in mine and op.stat_neg in mine:
+                values[op.auc] = auc_of(mine[op.stat_pos], mine[op.stat_neg])
+                seen = (mine[op.stat_pos] - self.local[op.stat_pos]) + (mine[op.stat_neg] - self.local[op.stat_neg])
+                samples = max(samples, int(seen.sum()))  # the accumulating op counts every sample of the pass
+        if loss is not None and held is not None and held.loss:
+            values[held.loss] = loss
+        return values, samples
+
+    def _loop(self) -> None:
+        printed = 0
+        last_handler = time.monotonic()
+        while not self.stop.wait(POLL_S):
+            try:
+                values, samples = self._values()
+            except OSError:
+                continue  # the last stage is going away with the job; the pass's end says what is owed
+            batches = samples // max(1, self.batch_size)
+            if self.fetch and self.print_period > 0 and batches // self.print_period > printed:
+                printed = batches // self.print_period
+                shown = [f"{info}[1]:[{values[name]:.6f}]" for name, info in self.fetch if name in values]
+                if shown:
+                    now = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+                    print(f"time: [{now}], batch: [{printed * self.print_period}], {', '.join(shown)}", flush=True)
+            if self.handler is not None and time.monotonic() - last_handler >= float(self.handler.period_secs):
+                last_handler = time.monotonic()
+                wanted = {key: var for key, var in self.handler.var_dict.items()}
+                self.handler.handler(
+                    {
+                        key: np.array([values[getattr(var, "name", var)]])
+                        for key, var in wanted.items()
+                        if getattr(var, "name", var) in values
+                    }
+                )
+
+    def finish(self) -> None:
+        """After the pass: the scope's AUC states get this trainer's share of the last stage's counts."""
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+        try:
+            after, _ = self.client.snapshot()
+        except OSError as exc:
+            logger.warning(
+                "the last stage's metrics could not be read after the pass (%s): this trainer's AUC "
+                "states are not updated for it",
+                exc,
+            )
+            return
+        for name, value in after.items():
+            if name in self.before:
+                add_to_scope(self.scope, name, self.client.share(value - self.before[name]))
+        held = seam.context().heldout
+        if held is not None:
+            held.live.update(after)  # the scope's states are the model's now (fleet.evaluation reads them)
+
+
+def dataset_batch_size(dataset: Any) -> int:
+    try:
+        return int(dataset.proto_desc.batch_size)
+    except AttributeError:
+        return 1
