@@ -45,6 +45,11 @@ RUN_KEYS = {
     "seed": (int, False),
     "accumulate_steps": (int, True),
     "heterps": (dict, False),
+    # as PaddleRec's runner.model_save_path / runner.init_model_path: the inference model is saved after every
+    # epoch to <model_save_path>/<epoch>, a checkpoint of every table to <model_save_path>/checkpoint at the end;
+    # the servers start from init_model_path (a checkpoint or a saved model)
+    "model_save_path": (str, False),
+    "init_model_path": (str, False),
 }
 
 
@@ -68,6 +73,12 @@ def parse_args(argv=None):
         help="an entry of strategy.heterps_configs (value parsed as YAML)",
     )
     parser.add_argument("--result-dir", help="write this worker's figures as JSON here")
+    parser.add_argument(
+        "--eval-model",
+        metavar="DIR",
+        help="train nothing: load the inference model saved in DIR with Paddle's loaders (servers: "
+        "fleet.init_server(DIR); worker: fleet.load_inference_model(DIR)) and print its held-out AUC",
+    )
     return parser.parse_args(argv)
 
 
@@ -162,9 +173,11 @@ def main(argv=None):
     optimizer.minimize(model.loss)
 
     if distributed and fleet.is_server():
-        fleet.init_server()
+        fleet.init_server(args.eval_model or config.get("init_model_path"))
         fleet.run_server()
         return
+    if not distributed and (args.eval_model or "init_model_path" in config or "model_save_path" in config):
+        sys.exit("--eval-model, init_model_path and model_save_path need a launched job (heterps launch ...)")
 
     worker_index = fleet.worker_index() if distributed else 0
     worker_num = fleet.worker_num() if distributed else 1
@@ -174,7 +187,8 @@ def main(argv=None):
     exe.run(paddle.static.default_startup_program())
     if distributed:
         fleet.init_worker()
-
+    if args.eval_model:
+        fleet.load_inference_model(args.eval_model, mode=0)  # dense values into this process and the servers
     train_src, test_src = data_files(config)
     skip = bool(config.get("skip_malformed", False))
     train_files, train_report = data.prepare_multislot(data.shard(train_src, worker_index, worker_num), skip)
@@ -184,7 +198,8 @@ def main(argv=None):
     train_set = data.make_dataset(model.feeds, train_files, batch_size, thread_num)
 
     scope = paddle.static.global_scope()
-    epochs = int(config.get("epochs", 1))
+    epochs = 0 if args.eval_model else int(config.get("epochs", 1))
+    save_path = config.get("model_save_path")
     train_seconds = 0.0
     train_start = time.time()
     for epoch in range(epochs):
@@ -204,6 +219,17 @@ def main(argv=None):
             f"{train_report.rows / seconds:.0f} samples/s",
             flush=True,
         )
+        if save_path:
+            # every worker calls (fleet's saves barrier among them); the first worker writes
+            fleet.save_inference_model(
+                exe, os.path.join(save_path, str(epoch)), [v.name for v in model.feeds[:-1]], [model.predict]
+            )
+            if worker_index == 0:
+                print(f"worker 0 epoch {epoch}: inference model saved to {os.path.join(save_path, str(epoch))}")
+    if save_path:
+        fleet.save_persistables(exe, os.path.join(save_path, "checkpoint"))
+        if worker_index == 0:
+            print(f"worker 0: checkpoint of every table saved to {os.path.join(save_path, 'checkpoint')}")
     result = {
         "worker": worker_index,
         "workers": worker_num,
@@ -215,7 +241,7 @@ def main(argv=None):
         "train_seconds": train_seconds,
         "train_start": train_start,
         "train_end": time.time(),
-        "samples_per_second": train_report.rows * epochs / train_seconds,
+        "samples_per_second": train_report.rows * epochs / train_seconds if epochs else 0.0,
     }
 
     if distributed:

@@ -22,11 +22,11 @@ table) a checkpoint resumes only into the layout it was saved in, and says so ot
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -81,12 +81,30 @@ def _parts(directory: str) -> list[str]:
     return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.startswith("part-"))
 
 
+# Python's zlib must not run in a process that loaded Paddle 2.6.2 first (libpaddle exports zlib's symbols: the
+# checkpoint code crashed in inflateReset2, docs/paddle-notes.md); the gzip program does the compression, as
+# Paddle's own table save and load do.
+def _gunzip(path: str) -> bytes:
+    done = subprocess.run(["gzip", "-dc", path], capture_output=True, check=False)
+    if done.returncode != 0:
+        raise CheckpointError(f"{path}: not a readable gzip file ({done.stderr.decode(errors='replace').strip()})")
+    return done.stdout
+
+
+def _gzip_to(path: str, data: bytes) -> None:
+    with open(path, "wb") as out:
+        subprocess.run(["gzip", "-c"], input=data, stdout=out, check=True)
+
+
 def _read_lines(directory: str) -> list[bytes]:
     lines: list[bytes] = []
     for path in _parts(directory):
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rb") as f:
-            lines.extend(line for line in f.read().splitlines() if line)
+        if path.endswith(".gz"):
+            data = _gunzip(path)
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+        lines.extend(line for line in data.splitlines() if line)
     return lines
 
 
@@ -129,8 +147,7 @@ def _write_tables(root: str, tables: dict[int, list[bytes]]) -> None:
     for table_id, lines in tables.items():
         directory = table_dir(root, table_id)
         os.makedirs(directory, exist_ok=True)
-        with gzip.open(os.path.join(directory, "part-000.gz"), "wb") as f:
-            f.write(b"\n".join(lines) + b"\n")
+        _gzip_to(os.path.join(directory, "part-000.gz"), b"\n".join(lines) + b"\n")
 
 
 def _digests(root: str) -> dict[str, str]:

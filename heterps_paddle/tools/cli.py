@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "write a cluster file describing this machine (measured)",
     ),
     "launch-args": ("heterps_paddle.tools.launch_args", "print the paddle.distributed.launch arguments for a plan"),
+    "eval": ("heterps_paddle.tools.eval_command", "the held-out AUC of a saved model, loaded as a serving job would"),
     "settings": ("heterps_paddle.tools.settings_command", "list the HETERPS_* environment variables"),
     "bench": ("heterps_paddle.tools.bench", "benchmarks that print numbers (JSON with --json)"),
 }
