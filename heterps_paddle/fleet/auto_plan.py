@@ -244,6 +244,13 @@ def _plan_locked(
         keep=lambda value: value["ps_probe_error"] is None,
     )
     measured = JobProfile.from_dict(measurement.value)
+    logger.info(
+        "profile %s (%s)",
+        f"read from the cache, measured {measurement.measured_at}"
+        if measurement.reused
+        else "measured in this process",
+        measurement.path,
+    )
     profile = measured.profile
     stand_in = not cuda
     fit = fit_to_launch(

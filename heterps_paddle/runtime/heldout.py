@@ -96,9 +96,8 @@ def section_fetch(held: HeldOut, program: Any, fetch_list: Any, fetch_info: Any)
         _log_once(
             held,
             "fetch",
-            f"fetch vars {dropped} are computed by a later stage of the split plan, not by this "
-            "section; not fetched here (the last stage's heterogeneous trainer prints the loss "
-            "and AUC)",
+            f"fetch vars {dropped} are computed by the last stage of the split plan, not by this section: "
+            "printed here from the last stage's figures (runtime/stage_metrics.py), and in its own log",
         )
     return (keep or None), (info or None)
 

@@ -5,6 +5,7 @@ fetched loss and AUC as it goes, and writes a result file.  Nothing in it knows 
 trainers: heterps-paddle is the import and ``strategy.heterps = True`` (with a saved plan or a cluster).
 
     heterps launch ... tests/scripts/paddlerec_style_trainer.py --data DIR --out DIR [--plan P | --cluster C]
+        [--save-dir DIR] [--init-model DIR] [--threads N] [--in-memory]
 """
 
 import argparse
@@ -57,7 +58,7 @@ class Main:
             strategy.heterps_configs = (
                 {"plan": self.args.plan}
                 if self.args.plan
-                else {"cluster": self.args.cluster, "output_dir": self.args.out}
+                else {"cluster": self.args.cluster, "output_dir": self.args.out, "replan": self.args.replan}
             )
         optimizer = fleet.distributed_optimizer(paddle.optimizer.Adam(self.args.lr), strategy)
         optimizer.minimize(self.model.loss)
@@ -189,6 +190,7 @@ def parse_args():
     parser.add_argument("--out", required=True)
     parser.add_argument("--plan")
     parser.add_argument("--cluster")
+    parser.add_argument("--replan", action="store_true", help="heterps_configs replan: measure and plan again")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.003)

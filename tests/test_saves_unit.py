@@ -1,0 +1,101 @@
+"""Saves, checkpoints and metrics of split jobs, without launching one (the launched checks are in
+tests/test_style_trainer.py)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from heterps_paddle.planning.model import Plan, Stage
+from heterps_paddle.runtime import checkpoint, saves, seam, stage_metrics
+
+
+@pytest.fixture
+def heter_context():
+    ctx = seam.reset_context({"TRAINING_ROLE": "HETER_TRAINER", "STAGE_ID": "2", "STAGE_NUM": "2"})
+    ctx.plan = Plan(
+        scheduler="file",
+        model="ctr_dnn",
+        feasible=True,
+        assignment={"embedding_0": "local_cpu", "fc_0": "local_gpu"},
+        stages=(
+            Stage(resource="local_cpu", kind="cpu", layers=("embedding_0",), units=1),
+            Stage(resource="local_gpu", kind="gpu", layers=("fc_0",), units=1),
+        ),
+    )
+    yield ctx
+    seam.reset_context({})
+
+
+def test_a_save_on_a_heterogeneous_trainer_is_refused(heter_context, tmp_path):
+    with pytest.raises(saves.SaveNotPossibleHere, match="save on the stage 1 CPU trainers"):
+        saves.before_fleet_save("_save_inference_model", None, {"dirname": str(tmp_path)})
+    written = []
+    with pytest.raises(saves.SaveNotPossibleHere, match="heterogeneous trainer"):
+        saves.static_save(lambda *a, **k: written.append(a), None, str(tmp_path / "model"))
+    assert written == [] and os.listdir(tmp_path) == []  # nothing half-written
+
+
+SPLIT = (
+    checkpoint.DenseTable(1, ("fc.b",), (2,)),
+    checkpoint.DenseTable(2, ("fc.w",), (3,)),
+    checkpoint.DenseTable(3, ("out.b",), (1,)),
+)
+ONE_STAGE = (checkpoint.DenseTable(1, ("fc.b", "fc.w", "out.b"), (2, 3, 1)),)
+
+
+def _lines(n, start):
+    return [f"{start + i}.5 {i} {i * 2}".encode() for i in range(n)]
+
+
+def test_dense_tables_regroup_between_layouts_bit_for_bit(tmp_path):
+    split = {1: _lines(2, 0), 2: _lines(3, 10), 3: _lines(1, 20)}
+    checkpoint._write_tables(str(tmp_path / "split"), split)
+    one = checkpoint.regroup(str(tmp_path / "split"), SPLIT, ONE_STAGE)
+    assert one == {1: split[1] + split[2] + split[3]}
+    checkpoint._write_tables(str(tmp_path / "one"), one)
+    assert checkpoint.regroup(str(tmp_path / "one"), ONE_STAGE, SPLIT) == split
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_the_parameter(tmp_path):
+    checkpoint._write_tables(str(tmp_path), {1: _lines(6, 0)})
+    other = (checkpoint.DenseTable(1, ("fc.b", "fc.w", "out.b"), (2, 2, 2)),)
+    with pytest.raises(checkpoint.CheckpointError, match="fc.w has 2 values, the program's has 3"):
+        checkpoint.regroup(str(tmp_path), other, ONE_STAGE)
+    with pytest.raises(checkpoint.CheckpointError, match="dense table 1 has 6 values, its parameters fc.b have 2"):
+        checkpoint.regroup(str(tmp_path), SPLIT, ONE_STAGE)
+    partial = tmp_path / "partial"
+    checkpoint._write_tables(str(partial), {1: _lines(2, 0)})
+    with pytest.raises(checkpoint.CheckpointError, match=r"dense table 2 \(fc.w\) is missing"):
+        checkpoint.regroup(str(partial), SPLIT, ONE_STAGE)
+
+
+def test_a_corrupted_or_incomplete_checkpoint_is_refused_by_name(tmp_path):
+    checkpoint._write_tables(str(tmp_path), {1: _lines(6, 0)})
+    manifest = {
+        "format": checkpoint.FORMAT,
+        "layout": "one-stage",
+        "servers": 1,
+        "dense_tables": [t.to_dict() for t in ONE_STAGE],
+        "files": checkpoint._digests(str(tmp_path)),
+    }
+    (tmp_path / checkpoint.MANIFEST).write_text(json.dumps(manifest))
+    layout, servers = checkpoint._source_layout(None, str(tmp_path))
+    assert layout == ONE_STAGE and servers == 1
+    part = tmp_path / "001" / "part-000.gz"
+    part.write_bytes(part.read_bytes()[:-3] + b"xyz")
+    with pytest.raises(checkpoint.CheckpointError, match=r"001/part-000.gz does not match its checksum"):
+        checkpoint._source_layout(None, str(tmp_path))
+    part.unlink()
+    with pytest.raises(checkpoint.CheckpointError, match=r"001/part-000.gz is missing"):
+        checkpoint._source_layout(None, str(tmp_path))
+
+
+@pytest.mark.parametrize("trainers", [1, 2, 3, 5])
+def test_the_last_stages_counts_are_shared_out_exactly(trainers):
+    delta = np.array([0, 1, 2, 7, 1000, 12345], dtype="int64")
+    clients = [stage_metrics.Client([], trainers, i) for i in range(trainers)]
+    shares = [c.share(delta) for c in clients]
+    assert np.array_equal(sum(shares), delta)
+    assert all(np.all(s >= 0) for s in shares)
