@@ -13,7 +13,10 @@ What is patched (each once per process):
   ``ps_factory.HeterAsyncPsProgramBuilder`` -> the fixed builder (runtime/heter_builder.py, Paddle's heter
   pipeline made to work), ``Executor.train_from_dataset`` (one hook: the pieces register context managers
   around it), ``Fleet._minimize_impl`` (actions after fleet's minimize, when fleet's PS runtime exists),
-  ``TheOnePSRuntime._stop_worker`` (actions after it).
+  ``TheOnePSRuntime._stop_worker`` (actions after it), ``Executor.run`` (a hook may replace the program),
+  fleet's saves (``TheOnePSRuntime._save_*``) and ``paddle.static.save`` / ``save_inference_model`` (prepared by
+  runtime/saves.py), ``TheOnePSRuntime._init_server`` (dense tables restored, runtime/checkpoint.py) and the initial
+  dense push of ``init_worker`` (``_init_all_params``, ``Communicator.init_params``: skipped over restored tables).
 
 Per-process state lives in one :class:`ProcessContext` (:func:`context`), not in module dictionaries or on
 Paddle's objects.  Paddle is imported inside functions: :func:`install_fleet_surface` runs in the middle of
