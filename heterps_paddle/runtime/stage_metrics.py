@@ -18,7 +18,7 @@ were dropped, and the AUC state variables a script reads from its scope after a 
   the same figures; the batch count is the last stage's samples over ``w`` and the batch size.
 
 The port is found through a file the service writes under ``HETERPS_CACHE/launches/<launch id>/`` (the launch's
-processes on one host, or a shared cache).  A trainer that finds none within ``HETERPS_STARTUP_TIMEOUT`` says so
+processes on one host, or a shared cache).  A trainer that finds none within ``FIND_WAIT_S`` says so
 once and goes on as before (the last stage's log prints the metrics).
 """
 
@@ -45,6 +45,7 @@ from heterps_paddle.runtime import seam
 
 LOSS_MIRROR = "heterps_last_stage_loss"
 POLL_S = 0.5
+FIND_WAIT_S = 10.0
 
 
 def launch_dir() -> str | None:
@@ -163,7 +164,9 @@ class Client:
     @staticmethod
     def find() -> Client | None:
         directory, expected = launch_dir(), _last_stage_count()
-        deadline = time.monotonic() + float(cast(float, settings.get("HETERPS_STARTUP_TIMEOUT")))
+        # The service is up before the last stage's heter server listens, and this trainer's init_worker waited
+        # for that server: a short wait covers a slow file system, not a slow peer.
+        deadline = time.monotonic() + FIND_WAIT_S
         while directory is not None and expected:
             found = (
                 sorted(f for f in os.listdir(directory) if f.startswith("metrics.")) if os.path.isdir(directory) else []
