@@ -19,7 +19,7 @@ import paddle
 from paddle.base import core
 
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import seam
+from heterps_paddle.runtime import seam, stage_metrics
 from heterps_paddle.runtime.dense_refresh import pull_dense_into
 
 WHOLE_FORWARD_MARK = "_heterps_whole_forward"
@@ -191,6 +191,7 @@ def servers_model_program(held: HeldOut, executor: Any, program: Any, scope: Any
         held.converted[id(program)] = converted
         held.sources.append(program)  # keeps id(program) from being reused while the entry exists
     made = materialise(held, executor, converted, scope)
+    stage_metrics.flush_heterogeneous_trainers()  # their last dense pushes have landed before the pull
     pulled = pull_dense_into(scope, runtime)
     for op in (op for blk in converted.blocks for op in blk.ops if op.type == "auc"):
         held.live.update(op.output("StatPosOut") + op.output("StatNegOut"))

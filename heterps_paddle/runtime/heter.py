@@ -76,9 +76,15 @@ def take_over(fleet_obj: Any) -> None:
     fleet_obj.init_worker()
     runtime = seam.fleet_runtime()
     fetch, info = _loss_and_auc(program, ctx.heldout.loss if ctx.heldout else None)
-    if ctx.stage == ctx.stage_num:
-        # what stage 1 CPU trainers fetch and read from their scopes (runtime/stage_metrics.py)
-        stage_metrics.Service(program, paddle.static.global_scope(), ctx.heldout.loss if ctx.heldout else None).start()
+    # what stage 1 CPU trainers fetch and read from their scopes, and the flush their saves ask for
+    # (runtime/stage_metrics.py)
+    stage_metrics.Service(
+        program,
+        paddle.static.global_scope(),
+        ctx.heldout.loss if ctx.heldout else None,
+        runtime,
+        last=ctx.stage == ctx.stage_num,
+    ).start()
     period = int(cast(int, settings.get("HETERPS_HETER_PRINT_PERIOD")))  # settings.get is typed object
     logger.info(
         "%s (stage %d): serving the pipeline in one train_from_dataset until every CPU trainer calls "

@@ -28,7 +28,7 @@ import paddle
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import checkpoint, seam
+from heterps_paddle.runtime import checkpoint, seam, stage_metrics
 from heterps_paddle.runtime.dense_refresh import pull_dense_into
 from heterps_paddle.runtime.heldout import HeldOut, distributed_eval_program, materialise, whole_forward_program
 
@@ -74,6 +74,7 @@ def whole_model_into_scope(executor: Any, program: Any, scope: Any = None, what:
     runtime = seam.fleet_runtime()
     made = materialise(held, executor or paddle.static.Executor(paddle.CPUPlace()), program, scope)
     seam.flush_requests(runtime)
+    stage_metrics.flush_heterogeneous_trainers()
     pulled = pull_dense_into(scope, runtime)
     logger.info(
         "%s of a split job: the whole model from the servers (%d vars made here, %d dense vars pulled)",
@@ -99,6 +100,7 @@ def before_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> Non
         return
     if name in SERVER_SIDE_SAVES:
         seam.flush_requests(runtime)
+        stage_metrics.flush_heterogeneous_trainers()
         return
     origin = seam.origin_program(runtime)
     executor = arguments.get("executor")

@@ -131,9 +131,8 @@ def section_hook(call: seam.DatasetCall) -> Iterator[None]:
 
 def _pass_metrics(ctx: seam.ProcessContext, call: seam.DatasetCall, program: Any) -> stage_metrics.PassMetrics | None:
     """The last stage's loss and AUC for this pass's prints, fetch handler and scope (runtime/stage_metrics.py)."""
-    if ctx.stage_metrics is None:
-        ctx.stage_metrics = stage_metrics.Client.find() or False
-    if not ctx.stage_metrics:
+    client = stage_metrics.client()
+    if client is None:
         return None
     names = {n for blk in program.blocks for n in blk.vars}
     fetch_list = call.options.get("fetch_list") or []
@@ -145,7 +144,7 @@ def _pass_metrics(ctx: seam.ProcessContext, call: seam.DatasetCall, program: Any
             elsewhere.append((name, infos[i] if i < len(infos) else name))
     handler = call.options.pop("fetch_handler", None)  # Paddle's monitor would read this section's scope
     metrics = stage_metrics.PassMetrics(
-        client=ctx.stage_metrics,
+        client=client,
         program=program,
         scope=call.scope if call.scope is not None else paddle.static.global_scope(),
         fetch=elsewhere,

@@ -48,6 +48,27 @@ POLL_S = 0.5
 FIND_WAIT_S = 10.0
 
 
+def client() -> Client | None:
+    """This stage 1 CPU trainer's client, found once (None: none found)."""
+    ctx = seam.context()
+    if ctx.stage_metrics is None:
+        ctx.stage_metrics = Client.find() or False
+    return ctx.stage_metrics or None
+
+
+def flush_heterogeneous_trainers() -> None:
+    """Before a save pulls the servers' dense tables: the heterogeneous trainers' last pushes have landed (with one
+    batch per epoch the last batch's dense push was still queued in the heter trainer's client when a save
+    pulled, and every epoch's save held the same weights)."""
+    found = client()
+    if found is None:
+        return
+    try:
+        found.flush()
+    except OSError as exc:
+        logger.warning("the heterogeneous trainers could not be asked to flush their pushes (%s)", exc)
+
+
 def launch_dir() -> str | None:
     key = launch_id()
     return None if key is None else os.path.join(str(settings.get("HETERPS_CACHE")), "launches", key)
@@ -94,12 +115,16 @@ def _read(scope: Any, name: str) -> Any:
 
 
 class Service:
-    """A last-stage heterogeneous trainer's metrics, one JSON object per connection."""
+    """A heterogeneous trainer's side channel, one request line and one JSON reply per connection: ``metrics`` (the
+    last stage's AUC states and loss) or ``flush`` (wait until this process's pushes to the servers are answered:
+    a save must not pull dense tables a last batch's push has not reached yet)."""
 
-    def __init__(self, program: Any, scope: Any, loss: str | None):
+    def __init__(self, program: Any, scope: Any, loss: str | None, runtime: Any, last: bool):
         self.scope = scope
-        self.ops = auc_ops(program)
-        self.loss = mirror_loss(program, scope, loss)
+        self.runtime = runtime
+        self.last = last
+        self.ops = auc_ops(program) if last else []
+        self.loss = mirror_loss(program, scope, loss) if last else None
         self.server: socketserver.TCPServer | None = None
 
     def snapshot(self) -> dict[str, Any]:
@@ -112,12 +137,18 @@ class Service:
         loss = _read(self.scope, self.loss) if self.loss else None
         return {"stats": stats, "loss": None if loss is None else float(np.mean(loss))}
 
+    def answer(self, request: bytes) -> dict[str, Any]:
+        if request.strip() == b"flush":
+            seam.flush_requests(self.runtime)
+            return {"flushed": True}
+        return self.snapshot()
+
     def start(self) -> Service:
         service = self
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                self.wfile.write(json.dumps(service.snapshot()).encode() + b"\n")
+                self.wfile.write(json.dumps(service.answer(self.rfile.readline())).encode() + b"\n")
 
         host = os.environ.get("POD_IP", "127.0.0.1")
         self.server = socketserver.ThreadingTCPServer((host, 0), Handler)
@@ -127,17 +158,24 @@ class Service:
         directory = launch_dir()
         if directory is not None:
             os.makedirs(directory, exist_ok=True)
-            index = os.environ.get("PADDLE_TRAINER_ID", "0")
-            write_atomic(os.path.join(directory, f"metrics.{index}.json"), json.dumps({"endpoint": endpoint}) + "\n")
+            ctx = seam.context()
+            name = f"heter.{ctx.stage}.{os.environ.get('PADDLE_TRAINER_ID', '0')}.json"
+            write_atomic(
+                os.path.join(directory, name),
+                json.dumps({"endpoint": endpoint, "stage": ctx.stage, "last": self.last}) + "\n",
+            )
         logger.info(
-            "last-stage metrics served on %s (auc states: %d ops; loss: %s)", endpoint, len(self.ops), self.loss
+            "side channel of this heterogeneous trainer on %s (flush%s)",
+            endpoint,
+            f"; last-stage metrics: {len(self.ops)} auc ops, loss {self.loss}" if self.last else "",
         )
         return self
 
 
-def _fetch(endpoint: str, timeout: float = 5.0) -> dict[str, Any]:
+def _fetch(endpoint: str, request: bytes = b"metrics", timeout: float = 60.0) -> dict[str, Any]:
     host, port = endpoint.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+        conn.sendall(request + b"\n")
         data = b""
         while not data.endswith(b"\n"):
             chunk = conn.recv(1 << 16)
@@ -147,43 +185,49 @@ def _fetch(endpoint: str, timeout: float = 5.0) -> dict[str, Any]:
     return cast("dict[str, Any]", json.loads(data))
 
 
-def _last_stage_count() -> int:
+def _heter_count() -> int:
     groups = [g for g in os.environ.get("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST", "").split(";") if g]
-    return len(groups[-1].split(",")) if groups else 0
+    return sum(len(g.split(",")) for g in groups)
 
 
 @dataclass
 class Client:
-    """A stage 1 CPU trainer's view of the last stage's metrics."""
+    """A stage 1 CPU trainer's view of the heterogeneous trainers' side channels."""
 
-    endpoints: list[str]
+    endpoints: list[str]  # the last stage's (metrics)
     trainers: int  # CPU trainers sharing the last stage's counts
     index: int  # this trainer's index among them
-    said: set[str] = field(default_factory=set)
+    every_heter: list[str] = field(default_factory=list)  # every heterogeneous trainer's (flush)
 
     @staticmethod
     def find() -> Client | None:
-        directory, expected = launch_dir(), _last_stage_count()
-        # The service is up before the last stage's heter server listens, and this trainer's init_worker waited
-        # for that server: a short wait covers a slow file system, not a slow peer.
+        directory, expected = launch_dir(), _heter_count()
+        # The services are up before the heter servers listen, and this trainer's init_worker waited for its next
+        # stage's: a short wait covers a slow file system and later stages starting, not a slow peer.
         deadline = time.monotonic() + FIND_WAIT_S
         while directory is not None and expected:
             found = (
-                sorted(f for f in os.listdir(directory) if f.startswith("metrics.")) if os.path.isdir(directory) else []
+                sorted(f for f in os.listdir(directory) if f.startswith("heter.")) if os.path.isdir(directory) else []
             )
             if len(found) >= expected:
-                endpoints = []
+                entries = []
                 for name in found:
                     with open(os.path.join(directory, name), encoding="utf-8") as f:
-                        endpoints.append(str(json.load(f)["endpoint"]))
+                        entries.append(json.load(f))
                 role = seam.role_maker()
-                return Client(endpoints, int(role._worker_num()), int(role._worker_index()))
+                return Client(
+                    [str(e["endpoint"]) for e in entries if e["last"]],
+                    int(role._worker_num()),
+                    int(role._worker_index()),
+                    [str(e["endpoint"]) for e in entries],
+                )
             if time.monotonic() > deadline:
                 break
             time.sleep(POLL_S)
         logger.warning(
-            "the last stage's metrics service was not found (launch files under %s): fetched loss/AUC and the AUC "
-            "states in this trainer's scope are not the model's; the last stage's heterogeneous trainer prints them",
+            "the heterogeneous trainers' side channels were not found (launch files under %s): fetched loss/AUC and "
+            "the AUC states in this trainer's scope are not the model's (the last stage's log prints them), and "
+            "saves do not wait for their last pushes",
             directory,
         )
         return None
@@ -200,6 +244,11 @@ class Client:
             if reply["loss"] is not None:
                 losses.append(reply["loss"])
         return stats, (float(np.mean(losses)) if losses else None)
+
+    def flush(self) -> None:
+        """Wait until every heterogeneous trainer's pushes to the servers have been answered."""
+        for endpoint in self.every_heter:
+            _fetch(endpoint, b"flush")
 
     def share(self, delta: Any) -> Any:
         """This trainer's share of a count: the shares of all trainers add up to ``delta`` exactly."""
