@@ -3,13 +3,9 @@ seeded and reproducible, and it finds its plans without exact or brute."""
 
 import statistics
 
-import pytest
-
-pytest.importorskip("paddle")
-
-from heterps_paddle.planning.catalog import generate_workload  # noqa: E402
-from heterps_paddle.planning.cost_model import CostModel  # noqa: E402
-from heterps_paddle.planning.schedulers import brute, exact, make_scheduler  # noqa: E402
+from heterps_paddle.planning.catalog import generate_workload
+from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.planning.schedulers import brute, exact, make_scheduler
 
 # (seed, layers, types, binding limit): small but not trivial, a third with the shared limit binding.
 SUITE = [
