@@ -36,7 +36,9 @@ from heterps_paddle.planning.schedulers.policy import (
     Policy,
     RolloutRecord,
 )
-from heterps_paddle.planning.schedulers.refine import MoveScorer, descend
+from heterps_paddle.planning.schedulers.refine import MoveScorer, descend, oscillate
+
+KICK_ROUNDS = 4  # oscillation rounds after each kick (the best plan's own oscillation has refine's default)
 
 
 def fractional_cost(cost_model: CostModel) -> NDArray[np.float64]:
@@ -177,6 +179,7 @@ class RLScheduler(Scheduler):
         entropy_bonus: float = 0.005,
         top_fraction: float = 0.15,
         patience: int = 30,
+        kick_patience: int = 40,
         prior_strengths: tuple[float, ...] = (2.0, 1.0, 3.0, 0.5),
     ):
         super().__init__(seed)
@@ -194,6 +197,7 @@ class RLScheduler(Scheduler):
         self.entropy_bonus = entropy_bonus
         self.top_fraction = top_fraction
         self.patience = patience  # a restart ends once its policy is nearly deterministic and stuck this long
+        self.kick_patience = kick_patience  # the refinement stops after this many kicks in a row found nothing
         self.prior_strengths = prior_strengths  # cycled over restarts: how much the prior steers the start
         # (restart, iteration, best cost, entropy, stay share) when set to a list
         self.trace: list[tuple[int, int, float | None, float, float]] | None = None
@@ -204,15 +208,55 @@ class RLScheduler(Scheduler):
         scorer = MoveScorer(cost_model)
         best: Evaluation | None = None
         deadline = started + self.time_budget
-        for start in elites.ranked():
+        starts = elites.ranked()
+        for start in starts:
             refined = descend(cost_model, start, scorer, deadline)
             if refined.feasible and (best is None or refined.cost_per_hour < best.cost_per_hour):
                 best = refined
             if time.perf_counter() > deadline:
                 break
+        if best is not None:
+            best = self._improve(cost_model, scorer, best, starts, deadline)
         if best is None:
             return Schedule(None, reason=no_plan_reason(cost_model) + " (rl found none)")
         return Schedule(list(best.assignment), refined_from_cost=sampled.cost_per_hour if sampled else None)
+
+    def _improve(
+        self,
+        cost_model: CostModel,
+        scorer: MoveScorer,
+        best: Evaluation,
+        starts: list[NDArray[np.int64]],
+        deadline: float,
+    ) -> Evaluation:
+        """The refined best plan, improved while it keeps improving and the budget lasts: strategic oscillation
+        around the shared limits (``refine.oscillate``), then kicks: a window of the best plan replaced by the
+        same window of another of the policy's samples, or a few windows by random types, descended and
+        oscillated again, kept where cheaper. Stops after ``kick_patience`` kicks in a row that found nothing
+        cheaper (seeded: the same plan on any machine unless the budget ends it first)."""
+        best = oscillate(cost_model, np.array(best.assignment), scorer, deadline)
+        rng = np.random.default_rng(self.seed * 7919 + 17)
+        n, T = cost_model.num_layers, cost_model.num_types
+        stale = 0
+        while stale < self.kick_patience and time.perf_counter() < deadline:
+            kicked = np.array(best.assignment, dtype=np.intp)
+            if len(starts) > 1 and rng.random() < 0.5:
+                other = starts[int(rng.integers(len(starts)))]
+                first = int(rng.integers(n))
+                last = first + int(rng.integers(1, max(2, n // 4) + 1))
+                kicked[first:last] = other[first:last]
+            else:
+                for _ in range(int(rng.integers(1, 4))):
+                    first = int(rng.integers(n))
+                    kicked[first : first + int(rng.integers(1, max(2, n // 8) + 1))] = int(rng.integers(T))
+            refined = descend(cost_model, kicked, scorer, deadline)
+            if refined.feasible:
+                refined = oscillate(cost_model, np.array(refined.assignment), scorer, deadline, KICK_ROUNDS)
+            if refined.feasible and refined.cost_per_hour < best.cost_per_hour * (1 - 1e-12):
+                best, stale = refined, 0
+            else:
+                stale += 1
+        return best
 
     def _train(self, cost_model: CostModel, started: float) -> tuple[Elites, Evaluation | None]:
         """Train the policy; the best distinct samples, and the cheapest feasible one."""
@@ -226,11 +270,16 @@ class RLScheduler(Scheduler):
         best: Evaluation | None = None
         stop = started + self.training_share * self.time_budget
         # Restarts: one policy converges to one mode of a rugged landscape (unit counts are integers), so
-        # fresh policies with differently strong priors explore others; the best sample over all wins.
-        for restart in range(self.restarts):
+        # fresh policies with differently strong priors explore others; the best sample over all wins. Past the
+        # fixed number, another restart follows while the last one found a cheaper plan than all before it.
+        restart, improved = 0, True
+        while restart < self.restarts or improved:
             strength = self.prior_strengths[restart % len(self.prior_strengths)]
             prior = prior_logits(cost_model, strength, share).astype(np.float64)
+            before = best.cost_per_hour if best is not None else np.inf
             best = self._train_one(cost_model, features, prior, reference, best, restart, elites, stop)
+            improved = best is not None and best.cost_per_hour < before * (1 - 1e-12)
+            restart += 1
             if time.perf_counter() > stop:
                 break
         return elites, best
@@ -255,7 +304,9 @@ class RLScheduler(Scheduler):
         reach = free_reach(unit_table)
         own_best: Evaluation | None = None
         since_better = 0
-        for iteration in range(self.iterations):
+        iteration = 0
+        # The fixed iterations, then more while the best sample still improves (until the training's time).
+        while iteration < self.iterations or since_better < self.patience:
             forward = policy.forward(features)
             logits = forward.type_logits + prior
             logits -= logits.max(axis=1, keepdims=True)
@@ -308,6 +359,7 @@ class RLScheduler(Scheduler):
                 break
             if entropy < 0.2 and since_better >= self.patience:
                 break
+            iteration += 1
         if own_best is not None and (best is None or own_best.cost_per_hour < best.cost_per_hour):
             return own_best
         return best
