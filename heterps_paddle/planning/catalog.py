@@ -330,7 +330,9 @@ def tight_case(seed: int, num_layers: int | None = None, num_types: int | None =
     n = int(num_layers if num_layers is not None else rng.integers(16, 65))
     T = int(num_types if num_types is not None else rng.integers(4, 17))
     for _ in range(200):
-        profile, cluster = random_case(int(rng.integers(2**31)), n, T, time_scale=float(rng.uniform(TIME_LOW, TIME_HIGH)))
+        profile, cluster = random_case(
+            int(rng.integers(2**31)), n, T, time_scale=float(rng.uniform(TIME_LOW, TIME_HIGH))
+        )
         unlimited, plan = unlimited_optimum(profile, cluster)
         if plan is None:
             continue
