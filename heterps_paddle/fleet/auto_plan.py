@@ -301,9 +301,9 @@ def _advice(
     profile_path: str, cluster_path: str, goal: tuple[str, float], configs: dict[str, Any], cuda: bool
 ) -> tuple[Plan | None, str | None]:
     """The best plan on any launch of the cluster, made by `heterps plan` in a process of its own (the command
-    the report then names): no scheduler runs inside a training process.  rl would seed and use Paddle's
-    generator there, and exact's MILP imports scipy, which cannot load in a process that imported Paddle first:
-    the import fails with a zlib.error or the process dies in inflateReset2 (docs/paddle-notes.md; checked by
+    the report then names): no scheduler runs inside a training process (rl's training would take the trainer's
+    time and memory there), and exact's MILP imports scipy, which cannot load in a process that imported Paddle
+    first: the import fails with a zlib.error or the process dies in inflateReset2 (docs/paddle-notes.md; checked by
     tests/test_planner_process.py, which fails when that stops being true).  The same rules as the fit: a split's
     first stage is a cpu type; without CUDA the trainers of a one-stage plan are cpu types too.  Returns (plan,
     None) or (None, why there is none)."""

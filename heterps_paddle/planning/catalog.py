@@ -306,6 +306,67 @@ def scale_suite(seed: int = 0) -> list[Workload]:
     return suite
 
 
+# How much the shared unit limits of a tight case take from what the plan could save without them: the unlimited
+# optimum is 15% to 29% cheaper than the limited one (the limited one 1.18x to 1.40x it).
+TIME_LOW, TIME_HIGH = -11.0, -9.0
+TIGHT_CUT = (0.15, 2.0 / 7.0)
+# Unit limits of the tight cases: each type the unlimited optimum uses keeps this share of its units (the
+# first share that cuts by TIGHT_CUT is taken), the others keep random_case's few units.
+_TIGHT_SHARES = (0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
+
+
+def unlimited_optimum(profile: ModelProfile, cluster: Cluster) -> tuple[float, list[int] | None]:
+    """The cheapest plan with every max_units lifted (only the stage tables' DP: nothing shared binds)."""
+    lifted = Cluster(tuple(dataclasses.replace(t, max_units=10**6) for t in cluster.resource_types), cluster.throughput)
+    return dp_assignment(CostModel(profile, lifted).stage_tables().cost)
+
+
+def tight_case(seed: int, num_layers: int | None = None, num_types: int | None = None) -> Workload:
+    """A mid-size case (16-64 layers, 4-16 types unless given) whose shared unit limits bind hard: the types the
+    unlimited optimum uses get a share of the units it gives them, so many stages compete for a few units of the
+    cheap types; the limited optimum (exact) is 1.18x to 1.40x the unlimited one (``TIGHT_CUT``). Times per
+    layer and type as ``random_case``'s; candidates are drawn from the seed until one cuts that much."""
+    rng = np.random.default_rng(seed)
+    n = int(num_layers if num_layers is not None else rng.integers(16, 65))
+    T = int(num_types if num_types is not None else rng.integers(4, 17))
+    for _ in range(200):
+        profile, cluster = random_case(
+            int(rng.integers(2**31)), n, T, time_scale=float(rng.uniform(TIME_LOW, TIME_HIGH))
+        )
+        unlimited, plan = unlimited_optimum(profile, cluster)
+        if plan is None:
+            continue
+        used = np.zeros(T)
+        for stage in CostModel(profile, cluster).evaluate(plan).stages:
+            used[stage.type_index] += stage.units
+        for share in _TIGHT_SHARES:
+            types = tuple(
+                dataclasses.replace(t, max_units=max(1, int(used[i] * share))) if used[i] > 0 else t
+                for i, t in enumerate(cluster.resource_types)
+            )
+            limited = Cluster(types, cluster.throughput)
+            optimum = ExactScheduler().plan(CostModel(profile, limited))
+            if not optimum.feasible:
+                break
+            cut = 1.0 - unlimited / optimum.cost_per_hour
+            if cut > TIGHT_CUT[1]:
+                break
+            if cut >= TIGHT_CUT[0]:
+                name = f"limited_{seed}"
+                return Workload(name, dataclasses.replace(profile, name=name), limited, True)
+    raise RuntimeError(f"tight_case({seed}): no candidate cut the unlimited optimum by {TIGHT_CUT}")
+
+
+# (layers, types) of the tight suite: mid-size, the issue's 32x8 twice.
+TIGHT_SIZES = ((16, 4), (24, 6), (32, 8), (32, 8), (40, 10), (48, 12), (64, 8), (64, 16))
+
+
+def tight_suite(seed: int = 0) -> list[Workload]:
+    """``tight_case`` at each of ``TIGHT_SIZES``: the cases where rl's refinement must free units of one type to
+    make room on another (issue 22)."""
+    return [tight_case(seed * 1000 + 2200 + index, n, T) for index, (n, T) in enumerate(TIGHT_SIZES)]
+
+
 def workload_suite(count: int = 24, seed: int = 0) -> list[Workload]:
     """The benchmark suite: sizes spread over 4..64 layers and 2..16 types, the largest case included, a few
     small enough for brute force, every third with a binding shared unit limit."""

@@ -1,6 +1,7 @@
 """Schedulers behind one interface (``base.Scheduler``); ``make_scheduler(name, seed)`` builds one by name.
 
-Modules are imported on demand: ``rl`` needs Paddle (imported inside its functions), the others do not."""
+Modules are imported on demand. None of them needs Paddle: ``rl``'s policy is numpy (``policy.py``), so the
+whole planning half runs without it."""
 
 from __future__ import annotations
 

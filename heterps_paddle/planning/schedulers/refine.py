@@ -48,6 +48,11 @@ EJECTION_TRIES = 6
 RECOVER_SPAN = 4
 RECOVER_PIECES = 4
 RECOVER_TRIES = 4  # covers tried per window when the cheapest breaks a shared limit
+# Strategic oscillation (``oscillate``): rounds, and the price of a unit over a limit, first as a share of the
+# type's price, then multiplied or divided by the growth each round.
+OSCILLATION_ROUNDS = 12
+PENALTY_START = 0.25
+PENALTY_GROWTH = 2.0
 
 
 @dataclass(frozen=True)
@@ -131,10 +136,14 @@ class MoveScorer:
         """What a descent minimises, in this order: units over the limits, then cost."""
         return float(np.maximum(0.0, stages.used - self.limit).sum()), stages.total
 
-    def segment_moves(self, stages: _Stages) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    def segment_moves(
+        self, stages: _Stages, weights: NDArray[np.float64] | None = None
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """[types, segments]: the plan's cost after each segment move, and its units over the limits (inf where
-        a new stage cannot run). Everything that does not depend on the new type is worked out once per segment;
-        per type it is a lookup of the new stage and a few operations."""
+        a new stage cannot run), each type's units counted ``weights[type]`` times when given (a price per unit
+        over the limit: ``penalised_descent``). Everything that does not depend on the new type is worked out
+        once per segment; per type it is a lookup of the new stage and a few operations."""
+        w = np.ones(self.T) if weights is None else weights
         seg_start, seg_end = self.segment_start, self.segment_end
         has_left, has_right = seg_start > 0, seg_end < self.n
         left = stages.of_layer[np.maximum(seg_start - 1, 0)]  # the stage holding layer i-1 (first removed)
@@ -177,12 +186,16 @@ class MoveScorer:
                 0.0, stages.used[right_type] - removed(right_type) + right_units - self.limit[right_type]
             )
         right_over = np.where(same_neighbour, 0.0, right_over)  # counted with the left one
+        if weights is not None:
+            left_over, right_over = left_over * w[left_type], right_over * w[right_type]
         # Types already over their limit that the move does not add to: what is left of their excess.
         rest = np.zeros(seg_start.size)
         rest_of: dict[int, NDArray[np.float64]] = {}
         for y in np.flatnonzero(stages.used > self.limit):
             remaining = np.maximum(0.0, stages.used[y] - removed_of(int(y)) - self.limit[y])
-            rest_of[int(y)] = np.where((has_left & (left_type == y)) | (has_right & (right_type == y)), 0.0, remaining)
+            rest_of[int(y)] = w[y] * np.where(
+                (has_left & (left_type == y)) | (has_right & (right_type == y)), 0.0, remaining
+            )
             rest += rest_of[int(y)]
         # Per type: does the new stage join the left / right neighbour (same type), else its piece stays.
         left_kind = np.where(has_left, left_type, -1)
@@ -208,7 +221,7 @@ class MoveScorer:
                     + middle_units * self.price[t]
                 )
                 over = (
-                    np.maximum(0.0, stages.used[t] - removed_of(t) + middle_units - self.limit[t])
+                    w[t] * np.maximum(0.0, stages.used[t] - removed_of(t) + middle_units - self.limit[t])
                     + np.where(joins_left, 0.0, left_over)
                     + np.where(joins_right, 0.0, right_over)
                     + rest
@@ -218,10 +231,13 @@ class MoveScorer:
                 excess[t] = np.where(np.isfinite(costs[t]), over, np.inf)
         return costs, excess
 
-    def split_moves(self, stages: _Stages, q: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    def split_moves(
+        self, stages: _Stages, q: int, weights: NDArray[np.float64] | None = None
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """[cuts, a, b]: the plan's cost after stage ``q`` becomes [start, cut) on type a and [cut, end) on b (cut
         from start + 1 on), and its units over the limits (inf for a == b, a segment move, and where a new stage
-        cannot run)."""
+        cannot run), weighted per type as in ``segment_moves``."""
+        w = np.ones(self.T) if weights is None else weights
         s, e, x = int(stages.start[q]), int(stages.end[q]), int(stages.type[q])
         cuts = np.arange(s + 1, e)
         types = np.arange(self.T)
@@ -248,8 +264,8 @@ class MoveScorer:
         a_use = (without_stage - np.where(types == left_type, left_units, 0.0))[None, :] + first_units  # [cuts, a]
         b_use = (without_stage - np.where(types == right_type, right_units, 0.0))[None, :] + second_units  # [cuts, b]
         with np.errstate(invalid="ignore"):
-            a_over = np.maximum(0.0, a_use - self.limit[None, :])
-            b_over = np.maximum(0.0, b_use - self.limit[None, :])
+            a_over = w[None, :] * np.maximum(0.0, a_use - self.limit[None, :])
+            b_over = w[None, :] * np.maximum(0.0, b_use - self.limit[None, :])
         excess = a_over[:, :, None] + b_over[:, None, :]
         for y in np.flatnonzero(stages.used > self.limit):  # a type over its limit that is neither a nor b
             use_y = (
@@ -259,7 +275,7 @@ class MoveScorer:
                 - np.where(types == right_type, float(right_type == y) * right_units, 0.0)[None, None, :]
             )
             neither = (types != y)[None, :, None] & (types != y)[None, None, :]
-            excess = excess + np.where(neither, np.maximum(0.0, use_y - self.limit[y]), 0.0)
+            excess = excess + np.where(neither, w[y] * np.maximum(0.0, use_y - self.limit[y]), 0.0)
         same = types[:, None] == types[None, :]  # a == b is a segment move, scored there
         excess = np.where(np.isfinite(costs) & ~same[None], excess, np.inf)
         return costs, excess
@@ -341,19 +357,27 @@ class MoveScorer:
 
     def best_moves(self, assignment: NDArray[np.intp], count: int) -> list[Move]:
         """Up to ``count`` moves, fewest units over the limits first, then cheapest."""
-        found = self._candidates(assignment, count, breaking=False)
+        found = self._candidates(assignment, count, "repair")
         return sorted(found, key=lambda move: (move.excess, move.cost))[:count]
 
     def breaking_moves(self, assignment: NDArray[np.intp], count: int) -> list[Move]:
         """The ``count`` cheapest moves of a plan that leave some units over the limits."""
-        return sorted(self._candidates(assignment, count, breaking=True), key=lambda move: move.cost)[:count]
+        return sorted(self._candidates(assignment, count, "breaking"), key=lambda move: move.cost)[:count]
 
-    def _candidates(self, assignment: NDArray[np.intp], count: int, breaking: bool) -> list[Move]:
+    def penalised_moves(self, assignment: NDArray[np.intp], count: int, penalty: NDArray[np.float64]) -> list[Move]:
+        """Up to ``count`` moves with the least cost plus ``penalty[type]`` per unit of a type over its limit
+        (their ``excess`` is that penalty), least first."""
+        found = self._candidates(assignment, count, "penalised", penalty)
+        return sorted(found, key=lambda move: move.cost + move.excess)[:count]
+
+    def _candidates(
+        self, assignment: NDArray[np.intp], count: int, mode: str, weights: NDArray[np.float64] | None = None
+    ) -> list[Move]:
         stages = self.stages(assignment)
-        found = self._pick(*self.segment_moves(stages), count, breaking, stages, None)
+        found = self._pick(*self.segment_moves(stages, weights), count, mode, stages, None)
         for q in range(stages.start.size):
             if stages.end[q] - stages.start[q] >= 2:
-                found += self._pick(*self.split_moves(stages, q), count, breaking, stages, q)
+                found += self._pick(*self.split_moves(stages, q, weights), count, mode, stages, q)
         return found
 
     def _pick(
@@ -361,15 +385,19 @@ class MoveScorer:
         costs: NDArray[np.float64],
         excess: NDArray[np.float64],
         count: int,
-        breaking: bool,
+        mode: str,
         stages: _Stages,
         q: int | None,
     ) -> list[Move]:
-        """The best ``count`` of one array of moves: by cost among those over a limit (``breaking``), else by
-        units over the limits and then cost."""
+        """The best ``count`` of one array of moves: by cost among those over a limit (``"breaking"``), by cost
+        plus the (weighted) units over the limits (``"penalised"``), else (``"repair"``) by units over the limits
+        and then cost."""
         costs, excess = costs.ravel(), excess.ravel()
-        if breaking:
+        if mode == "breaking":
             key = np.where((excess > 0) & np.isfinite(excess), costs, np.inf)
+        elif mode == "penalised":
+            with np.errstate(invalid="ignore"):
+                key = np.where(np.isfinite(excess), costs + excess, np.inf)
         else:
             fewest = excess.min()
             key = np.where(excess == fewest, costs, np.inf)
@@ -425,6 +453,66 @@ def descend(
             break
         current, state = jump[0], (0.0, jump[1])
     return cost_model.evaluate(current.tolist())
+
+
+def penalised_value(scorer: MoveScorer, stages: _Stages, penalty: NDArray[np.float64]) -> float:
+    """A plan's cost plus ``penalty[type]`` for each unit of a type over its limit."""
+    return stages.total + float((penalty * np.maximum(0.0, stages.used - scorer.limit)).sum())
+
+
+def penalised_descent(
+    scorer: MoveScorer, assignment: NDArray[np.intp], penalty: NDArray[np.float64], deadline: float | None = None
+) -> NDArray[np.intp]:
+    """Descent on the cost plus ``penalty[type]`` per unit over a type's limit: a plan may go over a limit where
+    what it saves elsewhere is worth more than the penalty. Returns the plan it ends at (maybe over the limits)."""
+    current = np.asarray(assignment, dtype=np.intp)
+    value = penalised_value(scorer, scorer.stages(current), penalty)
+    while not _late(deadline):
+        improved = False
+        for move in scorer.penalised_moves(current, MOVES_PER_ROUND, penalty):
+            moved = move.apply(current)
+            candidate = penalised_value(scorer, scorer.stages(moved), penalty)
+            if candidate < value - _RELATIVE_GAIN * max(1.0, abs(value)):
+                current, value, improved = moved, candidate, True
+        if not improved:
+            break
+    return current
+
+
+def oscillate(
+    cost_model: CostModel,
+    assignment: NDArray[np.intp],
+    scorer: MoveScorer | None = None,
+    deadline: float | None = None,
+    rounds: int = OSCILLATION_ROUNDS,
+) -> Evaluation:
+    """Strategic oscillation around the shared limits, from a plan that keeps them: where limits bind hard, the
+    better plans lie behind chains of exchanges (a stage frees units of one type so that another stage can take
+    them, which frees units of a third ...), each step of which breaks some limit, so no descent that keeps the
+    limits, and no single ejection, walks there. Each round descends on the cost plus a price per unit over a
+    limit (``penalised_descent``), then repairs a copy of where it ended with ``descend``; the penalty of every
+    type left over its limit rises (``PENALTY_GROWTH``), and all fall when the round ended within the limits, so
+    the search crosses the boundary back and forth from where it was. Returns the cheapest repaired plan, never
+    worse than ``assignment``."""
+    scorer = scorer or MoveScorer(cost_model)
+    best = cost_model.evaluate(np.asarray(assignment).tolist())
+    penalty = PENALTY_START * scorer.price.astype(float)
+    current = np.asarray(assignment, dtype=np.intp)
+    for _ in range(rounds):
+        if _late(deadline):
+            break
+        current = penalised_descent(scorer, current, penalty, deadline)
+        over = scorer.stages(current).used > scorer.limit
+        repaired = descend(cost_model, current, scorer, deadline)
+        if repaired.feasible and (
+            not best.feasible or _better((0.0, repaired.cost_per_hour), (0.0, best.cost_per_hour))
+        ):
+            best = repaired
+        if over.any():
+            penalty[over] *= PENALTY_GROWTH
+        else:
+            penalty /= PENALTY_GROWTH
+    return best
 
 
 def _recover(

@@ -16,22 +16,29 @@ cost is reported as ``refined_from_cost``. It never calls ``exact`` or ``brute``
 plan every time where the fixed restarts x iterations end before the budget (small and medium models); where
 the budget ends training (hundreds of layers x dozens of types) the plan can depend on the machine's speed.
 
-Paddle is imported inside functions only: planning with the other schedulers never loads it.
+The policy is numpy (``policy.py``: the LSTM's forward and backward written out, and Adam): rl, like the rest
+of the planning half, runs without Paddle.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from types import ModuleType
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from heterps_paddle.planning.cost_model import CostModel, Evaluation
 from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, no_plan_reason
-from heterps_paddle.planning.schedulers.refine import MoveScorer, descend
+from heterps_paddle.planning.schedulers.policy import (
+    RETURN_FEATURES,
+    STAY_FEATURES,
+    Adam,
+    Policy,
+    RolloutRecord,
+)
+from heterps_paddle.planning.schedulers.refine import MoveScorer, descend, oscillate
+
+KICK_ROUNDS = 4  # oscillation rounds after each kick (the best plan's own oscillation has refine's default)
 
 
 def fractional_cost(cost_model: CostModel) -> NDArray[np.float64]:
@@ -172,6 +179,7 @@ class RLScheduler(Scheduler):
         entropy_bonus: float = 0.005,
         top_fraction: float = 0.15,
         patience: int = 30,
+        kick_patience: int = 40,
         prior_strengths: tuple[float, ...] = (2.0, 1.0, 3.0, 0.5),
     ):
         super().__init__(seed)
@@ -189,6 +197,7 @@ class RLScheduler(Scheduler):
         self.entropy_bonus = entropy_bonus
         self.top_fraction = top_fraction
         self.patience = patience  # a restart ends once its policy is nearly deterministic and stuck this long
+        self.kick_patience = kick_patience  # the refinement stops after this many kicks in a row found nothing
         self.prior_strengths = prior_strengths  # cycled over restarts: how much the prior steers the start
         # (restart, iteration, best cost, entropy, stay share) when set to a list
         self.trace: list[tuple[int, int, float | None, float, float]] | None = None
@@ -199,52 +208,87 @@ class RLScheduler(Scheduler):
         scorer = MoveScorer(cost_model)
         best: Evaluation | None = None
         deadline = started + self.time_budget
-        for start in elites.ranked():
+        starts = elites.ranked()
+        for start in starts:
             refined = descend(cost_model, start, scorer, deadline)
             if refined.feasible and (best is None or refined.cost_per_hour < best.cost_per_hour):
                 best = refined
             if time.perf_counter() > deadline:
                 break
+        if best is not None:
+            best = self._improve(cost_model, scorer, best, starts, deadline)
         if best is None:
             return Schedule(None, reason=no_plan_reason(cost_model) + " (rl found none)")
         return Schedule(list(best.assignment), refined_from_cost=sampled.cost_per_hour if sampled else None)
 
+    def _improve(
+        self,
+        cost_model: CostModel,
+        scorer: MoveScorer,
+        best: Evaluation,
+        starts: list[NDArray[np.int64]],
+        deadline: float,
+    ) -> Evaluation:
+        """The refined best plan, improved while it keeps improving and the budget lasts: strategic oscillation
+        around the shared limits (``refine.oscillate``), then kicks: a window of the best plan replaced by the
+        same window of another of the policy's samples, or a few windows by random types, descended and
+        oscillated again, kept where cheaper. Stops after ``kick_patience`` kicks in a row that found nothing
+        cheaper (seeded: the same plan on any machine unless the budget ends it first)."""
+        best = oscillate(cost_model, np.array(best.assignment), scorer, deadline)
+        rng = np.random.default_rng(self.seed * 7919 + 17)
+        n, T = cost_model.num_layers, cost_model.num_types
+        stale = 0
+        while stale < self.kick_patience and time.perf_counter() < deadline:
+            kicked = np.array(best.assignment, dtype=np.intp)
+            if len(starts) > 1 and rng.random() < 0.5:
+                other = starts[int(rng.integers(len(starts)))]
+                first = int(rng.integers(n))
+                last = first + int(rng.integers(1, max(2, n // 4) + 1))
+                kicked[first:last] = other[first:last]
+            else:
+                for _ in range(int(rng.integers(1, 4))):
+                    first = int(rng.integers(n))
+                    kicked[first : first + int(rng.integers(1, max(2, n // 8) + 1))] = int(rng.integers(T))
+            refined = descend(cost_model, kicked, scorer, deadline)
+            if refined.feasible:
+                refined = oscillate(cost_model, np.array(refined.assignment), scorer, deadline, KICK_ROUNDS)
+            if refined.feasible and refined.cost_per_hour < best.cost_per_hour * (1 - 1e-12):
+                best, stale = refined, 0
+            else:
+                stale += 1
+        return best
+
     def _train(self, cost_model: CostModel, started: float) -> tuple[Elites, Evaluation | None]:
         """Train the policy; the best distinct samples, and the cheapest feasible one."""
-        import paddle  # lazy: keeps Paddle out of the planning half (only this scheduler needs it)
-
-        was_static = not paddle.in_dynamic_mode()
-        if was_static:
-            paddle.disable_static()
-        try:
-            singles = cost_model.single_type_evaluations()
-            feasible_singles = [e.cost_per_hour for e in singles if e.feasible]
-            # Single-type plans only set the reward's scale; the answer comes from the policy's own samples.
-            reference = min(feasible_singles) if feasible_singles else max(e.cost_per_hour for e in singles)
-            share = stage_share(cost_model)  # O(n^2 T): once, for the features and every restart's prior
-            features = paddle.to_tensor(layer_features(cost_model, share)[None])
-            elites = Elites(self.elites)
-            best: Evaluation | None = None
-            stop = started + self.training_share * self.time_budget
-            # Restarts: one policy converges to one mode of a rugged landscape (unit counts are integers), so
-            # fresh policies with differently strong priors explore others; the best sample over all wins.
-            for restart in range(self.restarts):
-                strength = self.prior_strengths[restart % len(self.prior_strengths)]
-                prior = prior_logits(cost_model, strength, share)
-                best = self._train_one(paddle, cost_model, features, prior, reference, best, restart, elites, stop)
-                if time.perf_counter() > stop:
-                    break
-            return elites, best
-        finally:
-            if was_static:
-                paddle.enable_static()
+        singles = cost_model.single_type_evaluations()
+        feasible_singles = [e.cost_per_hour for e in singles if e.feasible]
+        # Single-type plans only set the reward's scale; the answer comes from the policy's own samples.
+        reference = min(feasible_singles) if feasible_singles else max(e.cost_per_hour for e in singles)
+        share = stage_share(cost_model)  # O(n^2 T): once, for the features and every restart's prior
+        features = layer_features(cost_model, share).astype(np.float64)
+        elites = Elites(self.elites)
+        best: Evaluation | None = None
+        stop = started + self.training_share * self.time_budget
+        # Restarts: one policy converges to one mode of a rugged landscape (unit counts are integers), so
+        # fresh policies with differently strong priors explore others; the best sample over all wins. Past the
+        # fixed number, another restart follows while the last one found a cheaper plan than all before it.
+        restart, improved = 0, True
+        while restart < self.restarts or improved:
+            strength = self.prior_strengths[restart % len(self.prior_strengths)]
+            prior = prior_logits(cost_model, strength, share).astype(np.float64)
+            before = best.cost_per_hour if best is not None else np.inf
+            best = self._train_one(cost_model, features, prior, reference, best, restart, elites, stop)
+            improved = best is not None and best.cost_per_hour < before * (1 - 1e-12)
+            restart += 1
+            if time.perf_counter() > stop:
+                break
+        return elites, best
 
     def _train_one(
         self,
-        paddle: ModuleType,
         cost_model: CostModel,
-        features: Any,
-        prior_values: NDArray[np.float32],
+        features: NDArray[np.float64],
+        prior: NDArray[np.float64],
         reference: float,
         best: Evaluation | None,
         restart: int,
@@ -252,24 +296,27 @@ class RLScheduler(Scheduler):
         stop: float,
     ) -> Evaluation | None:
         seed = self.seed * 1009 + restart
-        paddle.seed(seed)
         rng = np.random.default_rng(seed)
-        n, T = cost_model.num_layers, cost_model.num_types
-        prior = paddle.to_tensor(prior_values)
-        policy = _make_policy(paddle, features.shape[-1], self.hidden_size, T)
-        optimizer = paddle.optimizer.Adam(learning_rate=self.learning_rate, parameters=policy.parameters())
+        T = cost_model.num_types
+        policy = Policy.create(features.shape[-1], self.hidden_size, T, rng)
+        optimizer = Adam(policy.params, self.learning_rate)
         unit_table = cost_model.stage_tables().units
         reach = free_reach(unit_table)
         own_best: Evaluation | None = None
         since_better = 0
-        for iteration in range(self.iterations):
-            type_logits, move_logits = policy(features)
-            log_probs = paddle.nn.functional.log_softmax(type_logits[0] + prior, axis=-1)  # [n, T]
-            weights = (policy.stay_weights.numpy().astype(float), policy.return_weights.numpy().astype(float))
+        iteration = 0
+        # The fixed iterations, then more while the best sample still improves (until the training's time).
+        while iteration < self.iterations or since_better < self.patience:
+            forward = policy.forward(features)
+            logits = forward.type_logits + prior
+            logits -= logits.max(axis=1, keepdims=True)
+            probs = np.exp(logits)
+            probs /= probs.sum(axis=1, keepdims=True)
+            weights = (policy.params["stay_weights"], policy.params["return_weights"])
             rollout = _rollout(
                 rng,
-                np.exp(log_probs.numpy().astype(float)),
-                move_logits[0].numpy().astype(float),
+                probs,
+                forward.move_logits,
                 weights,
                 unit_table,
                 reach,
@@ -296,28 +343,23 @@ class RLScheduler(Scheduler):
             spread = rewards.std()
             if spread > 1e-9:
                 advantages /= spread
-            chosen = _log_probability(paddle, policy, log_probs, move_logits[0], rollout)  # [batch]
-            entropy = -paddle.sum(paddle.exp(log_probs) * log_probs) / n
-            loss = (
-                -paddle.mean(paddle.to_tensor(advantages.astype("float32")) * chosen) / n - self.entropy_bonus * entropy
-            )
-            optimizer.clear_grad()
-            loss.backward()
-            optimizer.step()
+            _, entropy, grads = policy.loss_and_gradients(forward, prior, rollout, advantages, self.entropy_bonus)
+            optimizer.step(grads)
             if self.trace is not None and iteration % 10 == 0:
                 self.trace.append(
                     (
                         restart,
                         iteration,
                         own_best.cost_per_hour if own_best else None,
-                        float(entropy),
+                        entropy,
                         float(rollout.moves[:, 1:, 0].mean()),
                     )
                 )
             if time.perf_counter() > stop:
                 break
-            if float(entropy) < 0.2 and since_better >= self.patience:
+            if entropy < 0.2 and since_better >= self.patience:
                 break
+            iteration += 1
         if own_best is not None and (best is None or own_best.cost_per_hour < best.cost_per_hour):
             return own_best
         return best
@@ -325,54 +367,15 @@ class RLScheduler(Scheduler):
 
 # ---------------------------------------------------------------------------------------------- the policy
 #
-# Per layer the LSTM gives a distribution over types and two "move" logits. A sample is drawn layer by layer:
-# keep the previous layer's type (stay), go back to the type of the run before the current one (return: a short
-# stage of another type between two stages of one type is a common shape of optimal plans, because a stage
-# that grows past one unit pays the dense gradient sync), or draw a fresh type. The move logits are shifted by
-# features of the partial sample (what staying would add to the current run's units, how long the run is) with
-# learned weights, so the policy can learn where stages should end.
-
-STAY_FEATURES = 5
-RETURN_FEATURES = 2
+# Per layer the LSTM (``policy.py``) gives a distribution over types and two "move" logits. A sample is drawn
+# layer by layer: keep the previous layer's type (stay), go back to the type of the run before the current one
+# (return: a short stage of another type between two stages of one type is a common shape of optimal plans,
+# because a stage that grows past one unit pays the dense gradient sync), or draw a fresh type. The move logits
+# are shifted by features of the partial sample (what staying would add to the current run's units, how long the
+# run is) with learned weights, so the policy can learn where stages should end.
 
 
-def _make_policy(paddle: Any, feature_size: int, hidden_size: int, num_types: int) -> Any:
-    # Paddle ships no type information, so its Layer is Any to mypy (and ``paddle`` is Any here, not ModuleType:
-    # mypy takes no base class from a ModuleType attribute); subclassing it is unavoidable.
-    class Policy(paddle.nn.Layer):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.embed = paddle.nn.Linear(feature_size, hidden_size)
-            self.lstm = paddle.nn.LSTM(hidden_size, hidden_size, direction="bidirect")
-            self.head = paddle.nn.Linear(2 * hidden_size, num_types)
-            # Start by staying most of the time and rarely returning: early samples then have a few long
-            # stages, as good plans do, instead of a new stage (and at least one more unit) every other layer.
-            self.moves = paddle.nn.Linear(
-                2 * hidden_size, 2, bias_attr=paddle.ParamAttr(initializer=paddle.nn.initializer.Assign([1.0, -1.0]))
-            )
-            # At first: stay within the run's free reach, leave at its end, and return after a one-layer stage.
-            self.stay_weights = self.create_parameter(
-                [STAY_FEATURES], default_initializer=paddle.nn.initializer.Assign([2.0, -2.0, -1.0, -0.5, 0.0])
-            )
-            self.return_weights = self.create_parameter(
-                [RETURN_FEATURES], default_initializer=paddle.nn.initializer.Assign([1.0, 0.0])
-            )
-
-        def forward(self, x: Any) -> tuple[Any, Any]:
-            """Per layer: type logits [1, n, T] and (stay, return) logits [1, n, 2]."""
-            hidden, _ = self.lstm(paddle.tanh(self.embed(x)))
-            return self.head(hidden), self.moves(hidden)
-
-    return Policy()
-
-
-@dataclass
-class Rollout:
-    samples: NDArray[np.int64]  # [batch, n] type indices
-    stay_features: NDArray[np.float32]  # [batch, n, STAY_FEATURES]
-    return_features: NDArray[np.float32]  # [batch, n, RETURN_FEATURES]
-    can_return: NDArray[np.bool_]  # [batch, n] bool: there is a run before the current one
-    moves: NDArray[np.float32]  # [batch, n, 2] float: the sampled type equals the stay / return type
+Rollout = RolloutRecord  # [batch, n] samples and what their log-probability needs (``policy.RolloutRecord``)
 
 
 def free_reach(unit_table: NDArray[np.float64]) -> NDArray[np.int64]:
@@ -448,28 +451,6 @@ def _rollout(
         previous_run = np.where(switched, current, previous_run)
         run_start = np.where(switched, layer, run_start)
     return Rollout(samples, stay_features, return_features, can_return, moves)
-
-
-def _log_probability(paddle: ModuleType, policy: Any, log_probs: Any, move_logits: Any, rollout: Rollout) -> Any:
-    """log P(sample) under the policy, differentiable: per layer
-    P = p_stay [a = current] + p_return [a = previous run] + p_fresh pi(a)."""
-    count, n = rollout.samples.shape
-    T = log_probs.shape[-1]
-    one_hot = np.zeros((count, n, T), dtype="float32")
-    one_hot[np.arange(count)[:, None], np.arange(n)[None, :], rollout.samples] = 1.0
-    fresh_prob = paddle.sum(paddle.to_tensor(one_hot) * paddle.exp(log_probs)[None], axis=2)  # [batch, n]
-    z_stay = move_logits[None, :, 0] + paddle.matmul(paddle.to_tensor(rollout.stay_features), policy.stay_weights)
-    z_return = move_logits[None, :, 1] + paddle.matmul(paddle.to_tensor(rollout.return_features), policy.return_weights)
-    not_first = np.ones((count, n), dtype="float32")
-    not_first[:, 0] = 0.0  # layer 0 has nothing to stay with: its type is a fresh draw
-    can_return = paddle.to_tensor(rollout.can_return.astype("float32"))
-    z_return = z_return - 1e4 * (1.0 - can_return)
-    z_stay = z_stay - 1e4 * (1.0 - paddle.to_tensor(not_first))
-    z = paddle.stack([z_stay, z_return, paddle.zeros_like(z_stay)], axis=-1)
-    p = paddle.nn.functional.softmax(z, axis=-1)
-    moves = paddle.to_tensor(rollout.moves)
-    step = p[..., 0] * moves[..., 0] + p[..., 1] * moves[..., 1] + p[..., 2] * fresh_prob
-    return paddle.sum(paddle.log(step + 1e-12), axis=1)
 
 
 SCHEDULER = RLScheduler
