@@ -99,3 +99,31 @@ def test_the_last_stages_counts_are_shared_out_exactly(trainers):
     shares = [c.share(delta) for c in clients]
     assert np.array_equal(sum(shares), delta)
     assert all(np.all(s >= 0) for s in shares)
+
+
+def test_static_savers_refuse_parameter_server_tables(tmp_path):
+    import paddle
+    from paddle.base import core
+
+    paddle.enable_static()
+    try:
+        main = paddle.static.Program()
+        main.global_block().create_var(
+            name="SparseFeatFactors",
+            type=core.VarDesc.VarType.SELECTED_ROWS,
+            persistable=True,
+            shape=[10, 2],
+            dtype="float32",
+        )
+        seam.reset_context({"TRAINING_ROLE": "TRAINER"})
+        written = []
+        with pytest.raises(saves.SaveNotPossibleHere, match="SparseFeatFactors live on the parameter servers"):
+            saves.static_save(lambda *a, **k: written.append(a), main, str(tmp_path / "all"))
+        with pytest.raises(saves.SaveNotPossibleHere, match="fleet.save_inference_model"):
+            saves.static_save_inference_model(
+                lambda *a, **k: written.append(a), str(tmp_path / "model"), [], [], None, program=main
+            )
+        assert written == [] and os.listdir(tmp_path) == []
+    finally:
+        seam.reset_context({})
+        paddle.disable_static()

@@ -94,6 +94,15 @@ def jobs(tmp_path_factory, heterps_cache):
         extra=["--init-model", str(tmp / "save_two" / "checkpoint"), "--epochs", "1", "--print_period", "1"],
         save=False,
     )
+    # ... and under a 3-stage plan (the checkpoint's one dense table regrouped into one per parameter)
+    out["resumed3"] = run_style(
+        tmp,
+        "resumed3",
+        data_dir,
+        "three",
+        extra=["--init-model", str(tmp / "save_two" / "checkpoint"), "--epochs", "1"],
+        save=False,
+    )
     # one batch per epoch (80 rows, batch 1000): every save must still be the trained model
     tiny_dir = str(tmp / "tiny")
     generate(tiny_dir, 80, seed=5, test_fraction=0.25)
@@ -209,10 +218,23 @@ def test_stage1_prints_the_last_stages_loss_and_auc(jobs):
 
 def test_resumed_job_starts_from_the_checkpoint(jobs):
     logs = jobs["resumed"].logs()
-    assert "dense tables restored (regrouped from" in logs["serverlog.0"]
+    # the 2-stage job wrote its checkpoint in the one-stage layout (its manifest says so); restored as it is
+    manifest = json.loads((jobs["tmp"] / "save_two" / "checkpoint" / "heterps_checkpoint.json").read_text())
+    assert manifest["layout"] == "one-stage" and len(manifest["dense_tables"]) == 1
+    assert "1 dense tables restored (same layout)" in logs["serverlog.0"]
     assert "not overwritten with this trainer's initial values" in logs["workerlog.0"]
     fresh = float(FIRST_LOSS.search(jobs["plain"].logs()["workerlog.0"]).group(1))
     resumed = float(FIRST_LOSS.search(logs["workerlog.0"]).group(1))
     print(f"\nfirst batch loss: fresh model {fresh:.4f}, resumed from the 2-stage checkpoint {resumed:.4f}")
     # a fresh model starts near log(2) = 0.69; the 2-stage job's trained one well below it
     assert resumed < fresh - 0.05
+
+
+def test_checkpoint_resumes_into_a_split_of_other_stages(jobs):
+    assert "6 dense tables restored (regrouped from 1 tables)" in jobs["resumed3"].logs()["serverlog.0"]
+    resumed, saved = heldout_auc(jobs, "resumed3"), heldout_auc(jobs, "two")
+    print(
+        f"\nheld-out AUC: 2-stage job at its checkpoint {saved:.4f}, one more epoch under a 3-stage plan {resumed:.4f}"
+    )
+    # one more epoch from the trained model, not from a fresh one (one fresh epoch is far below two)
+    assert resumed >= saved - 0.01

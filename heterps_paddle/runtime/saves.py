@@ -9,9 +9,11 @@ one-stage job writes:
 
 - the whole model's persistable dense variables are made in the global scope (from the whole model's startup,
   runtime/heldout.py) and every dense table is pulled from the servers into them;
-- a program argument that is the section (or none) becomes the whole model: the PS runtime's origin program for
-  ``fleet.save_inference_model`` (what a one-stage job's runtime saves), the whole forward pass with the servers'
-  lookups for ``paddle.static.save_inference_model``, the origin program for ``paddle.static.save``;
+- a program argument that is the section (or none) becomes the whole model, the PS runtime's origin program (what
+  a one-stage job's runtime saves);
+- Paddle's static-graph savers (``paddle.static.save_inference_model`` / ``save``) cannot write a program with
+  parameter-server tables at all, one-stage or split (a crash after writing the ``.pdmodel``, or an error): they are
+  refused before anything is written, naming the tables and the fleet saves that work;
 - saves that run on the servers (``fleet.save_persistables``, ``save_cache_model``, ``save_one_table``) already
   write every table; the trainer's own pending requests are flushed first.
 
@@ -25,12 +27,13 @@ import os
 from typing import Any
 
 import paddle
+from paddle.base import core
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import checkpoint, seam, stage_metrics
 from heterps_paddle.runtime.dense_refresh import pull_dense_into
-from heterps_paddle.runtime.heldout import HeldOut, distributed_eval_program, materialise, whole_forward_program
+from heterps_paddle.runtime.heldout import HeldOut, materialise, whole_forward_program
 
 # Fleet's save entry points (TheOnePSRuntime methods) and what each writes.
 SERVER_SIDE_SAVES = ("_save_persistables", "_save_cache_model", "_save_one_table", "_save_cache_table")
@@ -121,27 +124,48 @@ def after_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> None
         checkpoint.after_save_persistables(runtime, os.path.normpath(arguments["dirname"]))
 
 
+def _refuse_server_tables(what: str, program: Any) -> None:
+    """Paddle 2.6.2 cannot save a parameter-server program with its static-graph savers, one-stage or split: the
+    sparse table is a SELECTED_ROWS variable on the trainer, ``save_inference_model`` crashes in ``save_combine``
+    after writing the ``.pdmodel``, ``save`` raises on it.  Refused before anything is written, saying what works."""
+    tables = sorted(
+        name
+        for blk in program.blocks
+        for name, var in blk.vars.items()
+        if var.persistable and var.type == core.VarDesc.VarType.SELECTED_ROWS
+    )
+    if tables:
+        raise SaveNotPossibleHere(
+            f"{what}: {', '.join(tables)} live on the parameter servers (sparse tables), which Paddle 2.6.2's "
+            "static-graph savers cannot write (the same in a plain parameter-server job: save_inference_model "
+            "crashes after writing the .pdmodel, save raises); nothing was written.  Use "
+            "fleet.save_inference_model(exe, dirname, feed_names, targets) for the model and "
+            "fleet.save_persistables(exe, dirname) for a checkpoint: both write every table"
+        )
+
+
 def static_save_inference_model(
     original: Any, path_prefix: Any, feed_vars: Any, fetch_vars: Any, executor: Any, **kwargs: Any
 ) -> Any:
-    """``paddle.static.save_inference_model`` in a split job: the whole model with the servers' values."""
-    refuse_on_heter("paddle.static.save_inference_model")
+    """``paddle.static.save_inference_model`` under heterps: refused on heterogeneous trainers and for programs
+    with parameter-server tables (:func:`_refuse_server_tables`); others go to Paddle unchanged."""
+    what = "paddle.static.save_inference_model"
+    refuse_on_heter(what)
     ctx = seam.context()
+    program = kwargs.get("program") or paddle.static.default_main_program()
     if ctx.split and ctx.role == "trainer" and _is_section(kwargs.get("program")):
-        held = _held("paddle.static.save_inference_model")
-        # A one-stage PS trainer's program reads the servers' tables (distributed_lookup_table): the same here.
-        program = distributed_eval_program(whole_forward_program(held), seam.fleet_runtime())
-        whole_model_into_scope(executor, program, what="paddle.static.save_inference_model")
-        kwargs["program"] = program
-        feed_vars, fetch_vars = _vars_by_name(program, feed_vars), _vars_by_name(program, fetch_vars)
+        program = whole_forward_program(_held(what))
+    _refuse_server_tables(what, program)
     return original(path_prefix, feed_vars, fetch_vars, executor, **kwargs)
 
 
 def static_save(original: Any, program: Any, model_path: Any, *args: Any, **kwargs: Any) -> Any:
-    """``paddle.static.save`` in a split job: the whole (origin) program's persistables, dense ones pulled."""
-    refuse_on_heter("paddle.static.save")
+    """``paddle.static.save`` under heterps: the same rules."""
+    what = "paddle.static.save"
+    refuse_on_heter(what)
     ctx = seam.context()
+    whole = program if program is not None else paddle.static.default_main_program()
     if ctx.split and ctx.role == "trainer" and _is_section(program):
-        program = seam.origin_program(seam.fleet_runtime())
-        whole_model_into_scope(None, program, what="paddle.static.save")
+        whole = seam.origin_program(seam.fleet_runtime())
+    _refuse_server_tables(what, whole)
     return original(program, model_path, *args, **kwargs)

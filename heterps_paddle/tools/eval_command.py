@@ -22,11 +22,9 @@ DEFAULT_TIMEOUT_S = 600.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from heterps_paddle.examples import TRAINER_SCRIPT, model_config_path
-
     parser.add_argument("--model", required=True, metavar="DIR", help="a directory fleet.save_inference_model wrote")
     parser.add_argument(
-        "-m", "--config", default=model_config_path("ctr_dnn"), help="the run config the model was trained with"
+        "-m", "--config", help="the run config the model was trained with (default: the installed ctr_dnn example's)"
     )
     parser.add_argument(
         "-o", "--override", action="append", default=[], metavar="KEY=VALUE", help="override a run config key"
@@ -34,17 +32,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-dir", help="where the evaluation job's logs go (default: a temporary directory)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds the job may take")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(trainer=TRAINER_SCRIPT)
 
 
 def run(args: argparse.Namespace) -> int:
+    # the installed examples (not in a source checkout's package): imported here, not when the CLI is built
+    from heterps_paddle.examples import TRAINER_SCRIPT, model_config_path
+
     model = os.path.abspath(args.model)
     if not os.path.isdir(os.path.join(model, "dnn_plugin")):
         raise CommandError(f"--model {args.model}: no dnn_plugin/ there (not a fleet.save_inference_model directory)")
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="heterps-eval-")
     results = os.path.join(log_dir, "results")
     overrides = [a for item in args.override for a in ("-o", item)]
-    argv = [args.trainer, "-m", args.config, *overrides, "--eval-model", model, "--result-dir", results]
+    argv = [
+        TRAINER_SCRIPT,
+        "-m",
+        args.config or model_config_path("ctr_dnn"),
+        *overrides,
+        "--eval-model",
+        model,
+        "--result-dir",
+        results,
+    ]
     job = launch(["--server_num=1", "--worker_num=1"], argv, log_dir, timeout=args.timeout)
     result_path = os.path.join(results, "worker-0.json")
     if job.returncode != 0 or not os.path.isfile(result_path):
