@@ -154,7 +154,15 @@ setup(
     ],
     # test: the suite, and the gates .ci/run applies (pinned: a formatter's next release reformats code)
     extras_require={
-        "test": ["pytest", "matplotlib", "ruff==0.17.6", "mypy==2.4.1", "clang-format==23.1.5", "import-linter==2.16"],
+        "test": [
+            "pytest",
+            "matplotlib",
+            "ruff==0.17.6",
+            "mypy==2.4.1",
+            "clang-format==23.1.5",
+            "import-linter==2.16",
+            "kubernetes-validate==1.37.0",
+        ],
         "plot": ["matplotlib"],
     },
     ext_modules=NATIVE_EXTENSIONS,

@@ -2,7 +2,7 @@
 
 Every scheduler, the benchmark and the CLI evaluate plans here, so "optimal" and "1.01x the optimum" always
 mean the same thing. A stage's cost depends only on its first and last layer and its type (boundary traffic
-uses the stage's own ``net_bw``), so stage options are computed once per ``(start, end, type)`` from prefix sums
+uses the stage's own ``net_bw``, or the cluster's slower ``links`` of that type), so stage options are computed once per ``(start, end, type)`` from prefix sums
 and memoised; a plan's evaluation is then a walk over its runs plus the shared ``max_units`` check.
 """
 
@@ -147,6 +147,8 @@ class CostModel:
         self.mem_bw: NDArray[np.float64] = np.array([t.mem_bw for t in self.types], dtype=float)
         self.ssd_bw: NDArray[np.float64] = np.array([t.ssd_bw for t in self.types], dtype=float)
         self.net_bw: NDArray[np.float64] = np.array([t.net_bw for t in self.types], dtype=float)
+        # What a boundary's activations cross at: net_bw, or the cluster's slower link between hosts of the type.
+        self.boundary_bw: NDArray[np.float64] = np.array([self.cluster.boundary_bw(t) for t in self.types], dtype=float)
         self.has_ssd: NDArray[np.bool_] = np.array([t.has_ssd for t in self.types])
         self.max_units: NDArray[np.int64] = np.array([t.max_units for t in self.types])
 
@@ -185,10 +187,10 @@ class CostModel:
                 compute = self.compute_time[type_index, idx]
                 delta = np.maximum(compute, memory_time) - self.base_time[type_index, idx]
                 time[rows] += np.sum(np.where(inside, delta, 0.0), axis=1)
-        net_bw = self.net_bw[types]
+        net_bw, boundary_bw = self.net_bw[types], self.boundary_bw[types]
         extra = np.zeros(starts.shape)
-        extra += np.where(starts > 0, self.out[starts - 1] / net_bw, 0.0)
-        extra += np.where(ends < self.num_layers, self.out[ends - 1] / net_bw, 0.0)
+        extra += np.where(starts > 0, self.out[starts - 1] / boundary_bw, 0.0)
+        extra += np.where(ends < self.num_layers, self.out[ends - 1] / boundary_bw, 0.0)
         dense = self.dense_param_prefix[ends] - self.dense_param_prefix[starts]
         extra += np.where(units > 1, 2.0 * dense / (self.profile.batch_size * net_bw), 0.0)
         return time + extra

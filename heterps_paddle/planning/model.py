@@ -7,6 +7,7 @@ Loading is strict on purpose: a profile or cluster file is hand-edited, and a si
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -70,15 +71,35 @@ class ResourceType:
 
 
 @dataclass(frozen=True)
+class Links:
+    """The network between hosts, where it is slower than a unit's own ``net_bw`` (a shaped link, another zone):
+    bytes/s between a host of a type and any other host (``types``), or between any two hosts (``default``).  The
+    cost model sends a stage boundary's activations at ``min(net_bw, link)`` of each side's type."""
+
+    default: float | None = None
+    types: Mapping[str, float] = field(default_factory=dict)
+
+    def bandwidth(self, type_name: str) -> float:
+        """Bytes/s of the link of a host of ``type_name`` to the others (inf: not limited beyond its net_bw)."""
+        value = self.types.get(type_name, self.default)
+        return math.inf if value is None else value
+
+
+@dataclass(frozen=True)
 class Cluster:
     resource_types: tuple[ResourceType, ...]
     throughput: float | None = None  # required samples/s; may come from the command line instead
+    links: Links | None = None  # None: boundaries cross at each type's net_bw
 
     def type_names(self) -> list[str]:
         return [t.name for t in self.resource_types]
 
     def with_throughput(self, throughput: float | None) -> Cluster:
-        return Cluster(self.resource_types, throughput)
+        return dataclasses.replace(self, throughput=throughput)
+
+    def boundary_bw(self, resource: ResourceType) -> float:
+        """Bytes/s at which a unit of ``resource`` sends and receives a stage boundary's activations."""
+        return resource.net_bw if self.links is None else min(resource.net_bw, self.links.bandwidth(resource.name))
 
 
 @dataclass(frozen=True)
@@ -353,7 +374,7 @@ _TYPE_REQUIRED = _TYPE_KEYS - {"ssd_bw"}
 
 def cluster_from_dict(document: Any, source: str = "<cluster>") -> Cluster:
     r = _Reader(source)
-    doc = r.mapping(document, "", {"format", "throughput", "resource_types"}, {"format", "resource_types"})
+    doc = r.mapping(document, "", {"format", "throughput", "resource_types", "links"}, {"format", "resource_types"})
     r.format_version(doc)
     types = []
     for index, raw in enumerate(r.sequence(doc["resource_types"], "resource_types")):
@@ -377,7 +398,25 @@ def cluster_from_dict(document: Any, source: str = "<cluster>") -> Cluster:
     throughput = None
     if doc.get("throughput") is not None:
         throughput = r.number(doc["throughput"], "throughput", positive=True)
-    return Cluster(resource_types=tuple(types), throughput=throughput)
+    links = None
+    if doc.get("links") is not None:
+        links = _links(r, doc["links"], {t.name for t in types})
+    return Cluster(resource_types=tuple(types), throughput=throughput, links=links)
+
+
+def _links(r: _Reader, value: Any, type_names: set[str]) -> Links:
+    item = r.mapping(value, "links", {"default", "types"}, set())
+    default = None if item.get("default") is None else r.number(item["default"], "links.default", positive=True)
+    by_type: dict[str, float] = {}
+    if item.get("types") is not None:
+        raw = r.mapping(item["types"], "links.types", set(map(str, item["types"])), set())
+        for name, bandwidth in raw.items():
+            if str(name) not in type_names:
+                raise r.fail(
+                    f"links.types.{name}", f"not a resource type of this cluster ({', '.join(sorted(type_names))})"
+                )
+            by_type[str(name)] = r.number(bandwidth, f"links.types.{name}", positive=True)
+    return Links(default=default, types=by_type)
 
 
 def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
@@ -398,6 +437,13 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
         }
         for t in cluster.resource_types
     ]
+    if cluster.links is not None:
+        links: dict[str, Any] = {}
+        if cluster.links.default is not None:
+            links["default"] = cluster.links.default
+        if cluster.links.types:
+            links["types"] = dict(cluster.links.types)
+        out["links"] = links
     return out
 
 

@@ -40,6 +40,7 @@ import psutil
 
 from heterps_paddle import settings
 from heterps_paddle.planning.launch import LAUNCH_ENV
+from heterps_paddle.tools.launch_hosts import take_hosts_options
 
 CHILD_FLAG = "--heterps-supervised-child"
 OWN_PREFIX = "heterps launch:"
@@ -129,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [CHILD_FLAG]:
         return _child(argv[1:])
+    hosts = take_hosts_options(argv)  # --hosts/--plan: this host's part of a plan across hosts (launch_hosts.py)
+    if hosts.exit_code is not None:
+        return hosts.exit_code
+    argv = hosts.argv
+    os.environ.update(hosts.env)
     own, launch_argv = split_own_options(argv)
     args = paddle_arguments(launch_argv) if launch_argv else None
     if args is None or not getattr(args, "training_script", None):

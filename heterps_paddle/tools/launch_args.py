@@ -7,6 +7,12 @@ heterogeneous trainers (``--heter_worker_num "n2;n3"``, ``--heter_devices "gpu;c
 only when the installed Paddle can use a GPU (``--devices auto``, the default); with the CPU wheel it runs on
 ``cpu``.  The plan does not size the parameter servers: ``--server-num`` (default 1).
 
+Across hosts (``--hosts HOSTS.yaml``, planning/hosts.py): the one command each host runs, every port explicit, the
+parameter servers placed by the stated rule (printed); ``--json`` gives the same as one object.  ``--devices auto``
+then reads the plan (a GPU stage runs on ``gpu``: the hosts are not this machine, and every host must compute the
+same arguments).  ``--k8s DIR --image IMAGE`` writes Kubernetes manifests (a Job per process and a headless
+Service, tools/k8s.py) that run ``--train 'TRAIN.py ARGS'``.
+
 No Paddle import at module level (the CLI stays fast); ``--devices auto`` imports it to ask about CUDA.
 """
 
@@ -14,8 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 
+from heterps_paddle.files import write_atomic
+from heterps_paddle.planning.hosts import Expansion, expand_files
 from heterps_paddle.planning.launch import heter_device_for, launch_arguments
 from heterps_paddle.planning.model import PlanningInputError, load_plan
 
@@ -25,7 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster", default=None, help="cluster file, for the kind (cpu|gpu) of stages whose plan does not carry it"
     )
-    parser.add_argument("--server-num", type=int, default=1, help="parameter servers to start (default 1)")
+    parser.add_argument(
+        "--server-num",
+        type=int,
+        default=None,
+        help="parameter servers to start (default 1; with --hosts: one per stage 1 host, unless the file places them)",
+    )
     parser.add_argument(
         "--devices",
         choices=("auto", "plan", "cpu"),
@@ -34,6 +49,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "plan = as the plan says; cpu = always cpu",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON object instead of the arguments")
+    parser.add_argument(
+        "--hosts", default=None, help="hosts file (docs/plan-formats.md, Hosts): print the command each host runs"
+    )
+    parser.add_argument("--k8s", metavar="DIR", default=None, help="with --hosts: write Kubernetes manifests to DIR")
+    parser.add_argument("--image", default=None, help="with --k8s: the container image of every pod")
+    parser.add_argument("--name", default="heterps", help="with --k8s: the job's name (prefix of every object)")
+    parser.add_argument("--namespace", default=None, help="with --k8s: the namespace of every object")
+    parser.add_argument(
+        "--train",
+        metavar="'TRAIN.py ARGS'",
+        default=None,
+        help="with --hosts: the training script and its arguments, as one string (appended to each host's command; "
+        "what each pod runs with --k8s)",
+    )
 
 
 def _paddle_has_cuda() -> bool:
@@ -45,9 +74,14 @@ def _paddle_has_cuda() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan, args.cluster)
-    if args.server_num < 1:
+    if args.server_num is not None and args.server_num < 1:
         raise PlanningInputError(f"--server-num must be >= 1, got {args.server_num}")
+    if args.hosts is not None:
+        return _run_hosts(args)
+    if args.k8s or args.train:
+        raise PlanningInputError("--k8s and --train need --hosts")
+    plan = load_plan(args.plan, args.cluster)
+    args.server_num = 1 if args.server_num is None else args.server_num
     if args.devices == "plan":
         gpu = True
     elif args.devices == "cpu":
@@ -81,3 +115,43 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(" ".join(argv))
     return 0
+
+
+def _run_hosts(args: argparse.Namespace) -> int:
+    expansion = expand_files(args.plan, args.hosts, args.cluster, args.server_num, gpu=args.devices != "cpu")
+    command = shlex.split(args.train) if args.train else []
+    if args.k8s is not None:
+        from heterps_paddle.tools.k8s import manifests, to_yaml  # the YAML writer only when asked
+
+        if not args.image:
+            raise PlanningInputError("--k8s needs --image (the container image every pod runs)")
+        if not command:
+            raise PlanningInputError("--k8s needs --train 'TRAIN.py ARGS' (what every pod runs)")
+        documents = manifests(expansion, command, args.image, args.name, args.namespace)
+        os.makedirs(args.k8s, exist_ok=True)
+        path = os.path.join(args.k8s, f"{args.name}.yaml")
+        write_atomic(path, to_yaml(documents))
+        print(
+            f"heterps launch-args: wrote {len(documents)} objects to {path} (kubectl apply -f {path})", file=sys.stderr
+        )
+    if args.json:
+        print(json.dumps({**expansion.to_dict(), "command": command}))
+    else:
+        print("\n".join(host_commands(expansion, command)))
+    return 0
+
+
+def host_commands(expansion: Expansion, command: list[str]) -> list[str]:
+    """What ``heterps launch-args --hosts`` prints: the placement, then the command of each host."""
+    args = " ".join(shlex.quote(a) for a in expansion.arguments())
+    tail = " " + " ".join(shlex.quote(c) for c in command) if command else " TRAIN.py [ARGS...]"
+    lines = [f"# {line}" for line in expansion.placement()]
+    lines.append(
+        "# every host runs the same arguments; POD_IP says which host it is (or, on every host: heterps launch "
+        "--hosts HOSTS --plan PLAN ... TRAIN.py)"
+    )
+    for part in expansion.parts:
+        lines.append(f"# {part.describe()}")
+        if part.processes:
+            lines.append(f"POD_IP={part.host.address} heterps launch {args}{tail}")
+    return lines

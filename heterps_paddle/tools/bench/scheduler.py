@@ -96,7 +96,10 @@ def example_workloads() -> list[Workload]:
     from heterps_paddle.examples import EXAMPLES_DIR, MODELS
     from heterps_paddle.tools.profile_command import profile_example
 
-    clusters = sorted(glob.glob(os.path.join(EXAMPLES_DIR, "clusters", "*.yaml")))
+    # *_hosts.yaml are hosts files beside the cluster they name (planning/hosts.py), not clusters.
+    clusters = sorted(
+        p for p in glob.glob(os.path.join(EXAMPLES_DIR, "clusters", "*.yaml")) if not p.endswith("_hosts.yaml")
+    )
     workloads = []
     for model_name in MODELS:
         profile = profile_example(model_name, time_key=None, measure=False).profile

@@ -1,0 +1,98 @@
+"""``heterps launch --hosts HOSTS --plan PLAN [--host ADDR] ... TRAIN.py``: the same command on every host.
+
+Leading options, read before Paddle's arguments (anywhere among ``--timeout`` / ``--quiet``):
+
+- ``--hosts FILE`` and ``--plan FILE``: the job's hosts and plan; ``--cluster FILE`` the cluster (default: the one the
+  hosts file names), ``--server-num N`` and ``--devices plan|cpu`` as ``heterps launch-args``.
+- ``--host ADDR``: which host this is; default ``POD_IP``, else ``gethostbyname(gethostname())``, as Paddle's launcher
+  finds it (``launch_utils.py: ParameterServerLauncher.get_role_endpoints``).
+
+They expand (planning/hosts.py: ``expand``) into the ``paddle.distributed.launch`` arguments every host runs, and
+``POD_IP`` is set to the host's address for Paddle's launcher.  A host that runs nothing of the plan says so and
+ends 0 without starting Paddle's launcher (in plain PS mode it would fail an assertion).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
+from heterps_paddle.planning.hosts import expand_files
+
+_VALUED = ("--hosts", "--plan", "--host", "--cluster", "--server-num", "--devices")
+_OWN_VALUED = ("--timeout",)
+_OWN_FLAGS = ("--quiet",)
+
+
+@dataclass
+class HostsLaunch:
+    argv: list[str]  # heterps launch's arguments with the hosts options replaced by Paddle's
+    env: dict[str, str] = field(default_factory=dict)  # to set for Paddle's launcher (POD_IP)
+    exit_code: int | None = None  # end here with this status (bad input, or nothing to run on this host)
+
+
+def take_hosts_options(argv: list[str], environ: Mapping[str, str] | None = None) -> HostsLaunch:
+    """``argv`` unchanged when it has no ``--hosts``; else the expanded arguments for this host."""
+    environ = os.environ if environ is None else environ
+    kept: list[str] = []
+    given: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if name in _VALUED or name in _OWN_VALUED:
+            if not eq:
+                if i + 1 >= len(argv):
+                    break
+                value, i = argv[i + 1], i + 1
+            if name in _VALUED:
+                given[name] = value
+            else:
+                kept += [name, value]
+            i += 1
+        elif arg in _OWN_FLAGS:
+            kept.append(arg)
+            i += 1
+        else:
+            break
+    rest = argv[i:]
+    if not given:
+        return HostsLaunch(argv)
+    try:
+        if "--hosts" not in given or "--plan" not in given:
+            missing = " and ".join(o for o in ("--hosts", "--plan") if o not in given)
+            raise HeterPSError(f"{', '.join(sorted(given))} across hosts needs {missing}")
+        devices = given.get("--devices", "plan")
+        if devices not in ("auto", "plan", "cpu"):
+            raise HeterPSError(f"--devices must be plan or cpu, got {devices!r}")
+        server_num = None
+        if "--server-num" in given:
+            try:
+                server_num = int(given["--server-num"])
+            except ValueError:
+                raise HeterPSError(f"--server-num: {given['--server-num']!r} is not a number") from None
+        expansion = expand_files(
+            given["--plan"], given["--hosts"], given.get("--cluster"), server_num, gpu=devices != "cpu"
+        )
+        address = given.get("--host") or environ.get("POD_IP") or _own_address()
+        part = expansion.part(address)
+    except HeterPSError as exc:
+        print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
+        return HostsLaunch(argv, exit_code=EXIT_INPUT_ERROR)
+    print(f"heterps launch: this host is {part.describe()}", flush=True)
+    if not part.processes:
+        print(f"heterps launch: {address} runs nothing of this plan; nothing started", flush=True)
+        return HostsLaunch(argv, exit_code=0)
+    return HostsLaunch(kept + expansion.arguments() + rest, {"POD_IP": address})
+
+
+def _own_address() -> str:
+    """What Paddle's launcher takes for this host's IP without POD_IP."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError as exc:
+        raise HeterPSError(f"cannot tell this host's address ({exc}): give --host ADDR or set POD_IP") from None

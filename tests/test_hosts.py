@@ -1,0 +1,300 @@
+"""A plan across hosts (planning/hosts.py, `heterps launch-args --hosts`, `heterps launch --hosts`): the hosts file,
+where every process goes, the one set of arguments every host runs, and what is refused before anything starts."""
+
+import json
+import os
+
+import pytest
+import yaml
+from conftest import REPO, run_cli
+
+from heterps_paddle.planning.hosts import (
+    SERVER_RULE_DEFAULT,
+    SERVER_RULE_FILE,
+    expand,
+    expand_files,
+    hosts_from_dict,
+    hosts_to_dict,
+    load_hosts,
+)
+from heterps_paddle.planning.model import PlanningInputError, load_cluster, load_model_profile, plan_from_dict
+from heterps_paddle.planning.planner import make_plans
+from heterps_paddle.tools.launch_hosts import take_hosts_options
+
+CLUSTER = os.path.join(REPO, "examples", "clusters", "dlrm_aws.yaml")
+HOSTS = os.path.join(REPO, "examples", "clusters", "dlrm_aws_hosts.yaml")
+KINDS = {t.name: t.kind for t in load_cluster(CLUSTER).resource_types}
+WHATIF = {
+    "format": 1,
+    "feasible": True,
+    "stages": [
+        {"resource": "cpu_r6i_8xl", "kind": "cpu", "layers": ["emb", "bottom"], "units": 3},
+        {"resource": "gpu_t4", "kind": "gpu", "layers": ["top"], "units": 1},
+    ],
+}
+
+
+def hosts(*entries, **top):
+    return hosts_from_dict({"format": 1, "hosts": list(entries), **top}, "hosts.yaml")
+
+
+def paddle_ranks(args):
+    """Paddle 2.6.2's own numbering (launch_utils.py: get_role_endpoints' node_ips, start_ps' rank counters):
+    hosts ordered by first appearance in --servers, --workers, --heter_workers; ranks counted host by host."""
+    lists = {a.split("=", 1)[0][2:]: a.split("=", 1)[1] for a in args}
+    servers = lists["servers"].split(",")
+    workers = lists["workers"].split(",")
+    heter = [e for e in lists.get("heter_workers", "").replace(";", ",").split(",") if e]
+    nodes = []
+    for endpoint in servers + workers + heter:
+        if endpoint.split(":")[0] not in nodes:
+            nodes.append(endpoint.split(":")[0])
+    ranks = {}
+    for role, endpoints in (("server", servers), ("trainer", workers)):
+        counter = 0
+        for node in nodes:
+            for endpoint in endpoints:
+                if endpoint.split(":")[0] == node:
+                    ranks[(role, endpoint)] = counter
+                    counter += 1
+    return nodes, ranks
+
+
+def test_the_dlrm_what_if_on_its_hosts_file():
+    """The shipped hosts file runs the shipped what-if's exact plan: 3 x cpu_r6i_8xl | 1 x gpu_t4 on four hosts."""
+    profile = load_model_profile(os.path.join(REPO, "examples", "profiles", "dlrm_criteo_1tb.yaml"))
+    _, plan = make_plans(profile, load_cluster(CLUSTER), "exact", [None])[0]
+    expansion = expand(plan, load_hosts(HOSTS), KINDS)
+    assert expansion.arguments() == [
+        "--server_num=3",
+        "--servers=10.0.1.11:36000,10.0.1.12:36000,10.0.1.13:36000",
+        "--worker_num=3",
+        "--workers=10.0.1.11:36001,10.0.1.12:36001,10.0.1.13:36001",
+        "--heter_worker_num=1",
+        "--heter_workers=10.0.1.21:36000",
+        "--heter_devices=gpu",
+        "--http_port=36002",
+    ]
+    assert expansion.server_rule == SERVER_RULE_DEFAULT
+    assert [p.address for p in expansion.trainers] == ["10.0.1.11", "10.0.1.12", "10.0.1.13"]  # trainer ids
+    assert [part.host.address for part in expansion.parts] == ["10.0.1.11", "10.0.1.12", "10.0.1.13", "10.0.1.21"]
+    # the file names its cluster (relative to itself): the same from the files
+    assert expand_files_args(HOSTS, plan) == expansion.arguments()
+
+
+def expand_files_args(hosts_path, plan, tmp=None, **kwargs):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "plan.json")
+        with open(path, "w") as handle:
+            handle.write(plan.to_json())
+        return expand_files(path, hosts_path, **kwargs).arguments()
+
+
+def test_ranks_are_list_positions_as_paddle_numbers_them():
+    """Servers on the second trainer host and on a server-only host: Paddle puts those hosts first, and the lists
+    follow, so PADDLE_TRAINER_ID is the index in --workers."""
+    plan = plan_from_dict(WHATIF)
+    h = hosts(
+        {"address": "10.0.0.1", "type": "cpu_r6i_8xl"},
+        {"address": "10.0.0.2", "type": "cpu_r6i_8xl", "servers": 2},
+        {"address": "10.0.0.3", "type": "cpu_r6i_8xl"},
+        {"address": "10.0.0.9", "type": "cpu_r6i_16xl", "units": 0, "servers": 1},
+        {"address": "10.0.0.4", "type": "gpu_t4", "port": 40000},
+    )
+    expansion = expand(plan, h, KINDS)
+    assert expansion.server_rule == SERVER_RULE_FILE
+    nodes, ranks = paddle_ranks(expansion.arguments())
+    assert nodes == [part.host.address for part in expansion.parts]
+    for process in expansion.servers + expansion.trainers:
+        assert ranks[(process.role, process.endpoint)] == process.rank
+    assert [p.endpoint for p in expansion.servers] == ["10.0.0.2:36000", "10.0.0.2:36001", "10.0.0.9:36000"]
+    assert [p.endpoint for p in expansion.trainers] == ["10.0.0.2:36002", "10.0.0.1:36000", "10.0.0.3:36000"]
+    assert [p.endpoint for p in expansion.heter[0]] == ["10.0.0.4:40000"]
+    assert expansion.http_port == 36003  # the next port free on server 0's host
+    with pytest.raises(PlanningInputError, match=r"places 3 parameter servers.*but 2 were asked for"):
+        expand(plan, h, KINDS, server_num=2)
+
+
+def test_server_num_round_robin_and_multi_unit_hosts_across_stages():
+    plan = plan_from_dict(
+        {
+            "format": 1,
+            "feasible": True,
+            "stages": [
+                {"resource": "cpu_r6i_8xl", "kind": "cpu", "layers": ["a"], "units": 2},
+                {"resource": "gpu_a100", "kind": "gpu", "layers": ["b"], "units": 3},
+                {"resource": "cpu_r6i_8xl", "kind": "cpu", "layers": ["c"], "units": 1},
+                {"resource": "gpu_a100", "kind": "gpu", "layers": ["d"], "units": 5},
+            ],
+        }
+    )
+    h = hosts(
+        {"address": "10.0.0.1", "type": "cpu_r6i_8xl"},
+        {"address": "10.0.0.2", "type": "cpu_r6i_8xl", "units": 2},
+        {"address": "10.0.0.3", "type": "gpu_a100", "units": 8},
+        http_port=35000,
+        base_port=20000,
+    )
+    expansion = expand(plan, h, KINDS, server_num=3, gpu=False)
+    assert [p.endpoint for p in expansion.servers] == ["10.0.0.1:20000", "10.0.0.1:20001", "10.0.0.2:20000"]
+    assert [p.endpoint for p in expansion.trainers] == ["10.0.0.1:20002", "10.0.0.2:20001"]
+    assert [[p.endpoint for p in group] for group in expansion.heter] == [
+        ["10.0.0.3:20000", "10.0.0.3:20001", "10.0.0.3:20002"],
+        ["10.0.0.2:20002"],
+        [f"10.0.0.3:{20003 + i}" for i in range(5)],
+    ]
+    args = expansion.arguments()
+    assert (
+        "--heter_worker_num=3;1;5" in args and "--heter_devices=cpu;cpu;cpu" in args and args[-1] == "--http_port=35000"
+    )
+    assert expansion.part("10.0.0.3").stage_units == {2: 3, 4: 5}
+    # too few units of a type: named with its hosts, counting what earlier stages took
+    h2 = hosts(
+        {"address": "10.0.0.1", "type": "cpu_r6i_8xl", "units": 3},
+        {"address": "10.0.0.3", "type": "gpu_a100", "units": 7},
+    )
+    with pytest.raises(
+        PlanningInputError,
+        match=r"hosts.yaml: the plan's stage 4 needs 5 units of type 'gpu_a100' \(and earlier stages 3\), but the "
+        r"hosts of that type have 7: 10.0.0.3 \(7 units\)",
+    ):
+        expand(plan, h2, KINDS)
+
+
+def test_refused_before_anything_starts_naming_host_and_type():
+    plan = plan_from_dict(WHATIF)
+    two = hosts(
+        {"address": "10.0.0.1", "type": "cpu_r6i_8xl"},
+        {"address": "10.0.0.2", "type": "cpu_r6i_8xl"},
+        {"address": "10.0.0.4", "type": "gpu_t4"},
+    )
+    with pytest.raises(
+        PlanningInputError,
+        match=r"stage 1 needs 3 units of type 'cpu_r6i_8xl', but the hosts of that type have 2: 10.0.0.1 \(1 unit\), 10.0.0.2 \(1 unit\)",
+    ):
+        expand(plan, two, KINDS)
+    no_gpu = hosts(*[{"address": f"10.0.0.{i}", "type": "cpu_r6i_8xl"} for i in (1, 2, 3)])
+    with pytest.raises(
+        PlanningInputError,
+        match=r"stage 2 needs 1 unit of type 'gpu_t4', but the hosts of that type have 0 \(no host of that type\)",
+    ):
+        expand(plan, no_gpu, KINDS)
+    wrong = hosts(
+        *[{"address": f"10.0.0.{i}", "type": "cpu_r6i_8xl"} for i in (1, 2, 3)],
+        {"address": "10.0.0.7", "type": "gpu_tpu"},
+    )
+    with pytest.raises(
+        PlanningInputError, match=r"hosts\[3\] \(10.0.0.7\): type 'gpu_tpu' is not a resource type of the cluster"
+    ):
+        expand(plan, wrong, KINDS)
+    with pytest.raises(
+        PlanningInputError, match=r"hosts\[3\] \(10.0.0.7\): type 'gpu_tpu' is not a type of the plan, and no cluster"
+    ):
+        expand(plan, wrong)
+    with pytest.raises(PlanningInputError, match=r"hosts.yaml: hosts\[1\].address: 10.0.0.1 is already hosts\[0\]"):
+        hosts({"address": "10.0.0.1", "type": "a"}, {"address": "10.0.0.1", "type": "b"})
+    with pytest.raises(PlanningInputError, match=r"hosts\[0\].address: 'node-1' is not an IPv4 address"):
+        hosts({"address": "node-1", "type": "a"})
+    with pytest.raises(PlanningInputError, match=r"hosts\[0\].gpus: unknown key"):
+        hosts({"address": "10.0.0.1", "type": "a", "gpus": 8})
+    with pytest.raises(PlanningInputError, match=r"hosts\[0\].port: must be a port number"):
+        hosts({"address": "10.0.0.1", "type": "a", "port": 70000})
+    with pytest.raises(PlanningInputError, match=r"place no parameter server"):
+        expand(
+            plan,
+            hosts(
+                *[{"address": f"10.0.0.{i}", "type": "cpu_r6i_8xl", "servers": 0} for i in (1, 2, 3)],
+                {"address": "10.0.0.4", "type": "gpu_t4"},
+            ),
+            KINDS,
+        )
+    with pytest.raises(PlanningInputError, match=r"infeasible"):
+        expand(plan_from_dict({"format": 1, "feasible": False}), two, KINDS)
+
+
+def test_hosts_file_round_trips():
+    h = load_hosts(HOSTS)
+    assert h.cluster == CLUSTER and h.base_port == 36000 and len(h.hosts) == 4
+    again = hosts_from_dict(hosts_to_dict(h), HOSTS)
+    assert again == h
+
+
+def write(tmp_path, name, document):
+    path = tmp_path / name
+    path.write_text(json.dumps(document) if name.endswith(".json") else yaml.safe_dump(document))
+    return str(path)
+
+
+ONE_STAGE = {"format": 1, "feasible": True, "stages": [{"resource": "cpu", "kind": "cpu", "layers": ["x"], "units": 1}]}
+LOOPBACK = {
+    "format": 1,
+    "hosts": [
+        {"address": "127.0.0.2", "type": "cpu", "units": 0, "servers": 1, "port": 36100},
+        {"address": "127.0.0.3", "type": "cpu", "port": 36200},
+        {"address": "127.0.0.4", "type": "cpu", "units": 0},
+    ],
+}
+
+
+def test_heterps_launch_finds_its_part_from_its_address(tmp_path, capsys):
+    plan, hosts_path = write(tmp_path, "plan.json", ONE_STAGE), write(tmp_path, "hosts.yaml", LOOPBACK)
+    argv = ["--quiet", "--hosts", hosts_path, f"--plan={plan}", "--timeout", "60", "--log_dir", "log", "train.py", "-x"]
+    assert take_hosts_options(["--log_dir", "log", "train.py"]).argv == ["--log_dir", "log", "train.py"]
+    expanded = take_hosts_options(argv, {"POD_IP": "127.0.0.3"})
+    assert expanded.exit_code is None and expanded.env == {"POD_IP": "127.0.0.3"}
+    assert expanded.argv == [
+        "--quiet",
+        "--timeout",
+        "60",
+        "--server_num=1",
+        "--servers=127.0.0.2:36100",
+        "--worker_num=1",
+        "--workers=127.0.0.3:36200",
+        "--http_port=36101",
+        "--log_dir",
+        "log",
+        "train.py",
+        "-x",
+    ]
+    assert "this host is 127.0.0.3 (cpu): CPU trainer 0" in capsys.readouterr().out
+    # --host wins over POD_IP; the same arguments on every host
+    server = take_hosts_options(argv[:1] + ["--host", "127.0.0.2"] + argv[1:], {"POD_IP": "127.0.0.3"})
+    assert server.argv == expanded.argv and server.env == {"POD_IP": "127.0.0.2"}
+    idle = take_hosts_options(argv, {"POD_IP": "127.0.0.4"})
+    assert idle.exit_code == 0 and "127.0.0.4 runs nothing of this plan" in capsys.readouterr().out
+    stranger = take_hosts_options(argv, {"POD_IP": "127.0.0.9"})
+    assert stranger.exit_code == 2
+    assert (
+        "this host's address 127.0.0.9 is not in it (hosts: 127.0.0.2, 127.0.0.3, 127.0.0.4)" in capsys.readouterr().err
+    )
+    assert take_hosts_options(["--hosts", hosts_path, "train.py"]).exit_code == 2
+    assert "needs --plan" in capsys.readouterr().err
+
+
+def test_launch_args_hosts_command(tmp_path, capsys):
+    plan, hosts_path = write(tmp_path, "plan.json", ONE_STAGE), write(tmp_path, "hosts.yaml", LOOPBACK)
+    code, out, err = run_cli(capsys, "launch-args", plan, "--hosts", hosts_path, "--train", "train.py -m 'a b.yaml'")
+    assert code == 0, err
+    lines = out.splitlines()
+    commands = [line for line in lines if not line.startswith("#")]
+    args = "--server_num=1 --servers=127.0.0.2:36100 --worker_num=1 --workers=127.0.0.3:36200 --http_port=36101"
+    assert commands == [
+        f"POD_IP=127.0.0.2 heterps launch {args} train.py -m 'a b.yaml'",
+        f"POD_IP=127.0.0.3 heterps launch {args} train.py -m 'a b.yaml'",
+    ]
+    assert f"# parameter servers: 127.0.0.2:36100 ({SERVER_RULE_FILE})" in lines
+    assert "# 127.0.0.4 (cpu): nothing (no unit of the plan, no server)" in lines
+    code, out, _ = run_cli(capsys, "launch-args", plan, "--hosts", hosts_path, "--json")
+    document = json.loads(out)
+    assert document["launch_args"] == args.split() and document["server_rule"] == SERVER_RULE_FILE
+    assert [h["address"] for h in document["hosts"]] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    assert document["hosts"][1]["processes"] == [
+        {"role": "trainer", "rank": 0, "stage": 1, "endpoint": "127.0.0.3:36200"}
+    ]
+    big = write(tmp_path, "big.json", {**ONE_STAGE, "stages": [{**ONE_STAGE["stages"][0], "units": 2}]})
+    code, out, err = run_cli(capsys, "launch-args", big, "--hosts", hosts_path)
+    assert code == 2 and "stage 1 needs 2 units of type 'cpu', but the hosts of that type have 1" in err
+    code, _, err = run_cli(capsys, "launch-args", plan, "--k8s", str(tmp_path))
+    assert code == 2 and "need --hosts" in err
