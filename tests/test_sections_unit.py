@@ -139,9 +139,9 @@ def test_paddle_remove_var_pair_bug_is_still_there_and_fixed():
 
 def test_seam_installs_the_fixed_builder_after_checking_paddle():
     code = (
-        "import paddle.distributed.fleet; from heterps_paddle.runtime import seam, heter_builder; "
+        "import paddle.distributed.fleet; from heterps_paddle.runtime import heter_builder, patches, seam; "
         "from paddle.distributed.ps.utils import ps_factory; assert seam.paddle_shape_problems() == []; "
-        "seam.install(); assert ps_factory.HeterAsyncPsProgramBuilder is heter_builder.FixedHeterProgramBuilder; "
+        "patches.install(); assert ps_factory.HeterAsyncPsProgramBuilder is heter_builder.FixedHeterProgramBuilder; "
         "import inspect; src = inspect.getsource(ps_factory); "
         "assert \"globals()['HeterAsyncPsProgramBuilder'](pass_ctx)\" in src; print('ok')"
     )
