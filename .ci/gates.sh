@@ -37,7 +37,7 @@ found = [
     if by_name.search(line)
 ]
 if found:
-    sys.exit("private attributes by name outside the seam (pyproject.toml per-file-ignores, SLF001):\n" + "\n".join(found))
+    sys.exit("private attributes by name outside the seam (SLF001's per-file-ignores):\n" + "\n".join(found))
 PY
 echo "== gates: mypy"
 mypy
