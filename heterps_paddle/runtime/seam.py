@@ -10,9 +10,11 @@ The modules that may touch Paddle's private attributes are listed once, in pypro
 
 Our state is never stored on Paddle's objects: per-process state lives in one :class:`ProcessContext`
 (:func:`context`), not in module dictionaries or as attributes of Paddle's programs, runtimes or role makers.  What
-this module writes onto Paddle's objects is Paddle's own state, which Paddle or the script reads (a program's
-``_fleet_opt``, the role maker's heter flag).  Paddle is imported inside functions: this module stays importable
-without it (fleet/evaluation.py and the fleet hook import it early), and it imports no other runtime module.
+the seam writes onto Paddle's objects is state Paddle or the script reads: Paddle's own (a program's ``_fleet_opt``,
+the role maker's heter flag, gloo's initialised flag) and the script's ``strategy.heterps`` / ``heterps_configs``
+(runtime/patches.py: they are the strategy's, and must survive fleet's copies of it).  Paddle is imported inside
+functions: this module stays importable without it (fleet/evaluation.py and the fleet hook import it early), and it
+imports no other runtime module.
 """
 
 from __future__ import annotations
