@@ -159,6 +159,25 @@ def test_seam_refuses_another_paddle_with_what_differs(monkeypatch):
         seam.check_paddle()
 
 
+def test_heterps_launch_patches_start_ps_only_while_paddles_launcher_runs():
+    from paddle.distributed.fleet import launch_utils
+
+    from heterps_paddle.runtime import patches
+
+    launcher_cls = launch_utils.ParameterServerLauncher
+    original = launcher_cls.start_ps
+    attached = []
+    with pytest.raises(KeyError):
+        with patches.supervised_launcher(attached.append):
+            assert launcher_cls.start_ps is not original
+            launcher = object.__new__(launcher_cls)
+            with pytest.raises(AttributeError):
+                launcher_cls.start_ps(launcher)  # the supervisor hears of it first, then Paddle's start_ps runs
+            assert attached == [launcher]
+            raise KeyError("Paddle's launcher failed")
+    assert launcher_cls.start_ps is original  # restored, also when the launch raised
+
+
 def test_watchdog_names_a_dead_and_a_missing_peer():
     from heterps_paddle.runtime.watchdog import FATAL_TAG, Watchdog
 
