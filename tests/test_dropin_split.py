@@ -126,7 +126,7 @@ def test_cpu_trainers_ran_every_epoch_and_print_the_last_stages_train_auc(jobs):
 def test_saved_split_model_evaluates_as_the_job_did(jobs):
     # heterps eval: a plain Paddle PS job loads model/1 (fleet.init_server + fleet.load_inference_model)
     done = subprocess.run(
-        [heterps_cli(), "eval", "--model", str(jobs["model"] / "1"), "-m", CONFIG, *OVERRIDES, "--json"],
+        [*heterps_cli(), "eval", "--model", str(jobs["model"] / "1"), "-m", CONFIG, *OVERRIDES, "--json"],
         capture_output=True,
         text=True,
         timeout=400,

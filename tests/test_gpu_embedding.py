@@ -200,6 +200,7 @@ JOB = textwrap.dedent(r'''
     import heterps_paddle  # noqa: F401  (strategy.heterps)
     from heterps_paddle.table.sparse_table import load_ops
     from heterps_paddle.runtime.dense_refresh import pull_dense_into
+    from heterps_paddle.runtime.gpu_embedding import pass_sync
 
     load_ops()
     out_dir, plan, test_file = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -231,7 +232,7 @@ JOB = textwrap.dedent(r'''
     fleet.init_worker()
     prog = loss.block.program  # the trainer program the PS optimizer built (and heterps rewrote)
     types = [op.type for op in prog.global_block().ops]
-    sync = prog._heterps_pass_sync
+    sync = pass_sync(prog)
     t = sync.tables[0]
     rt = fleet.fleet._runtime_handle
     scope = paddle.static.global_scope()

@@ -139,9 +139,9 @@ def test_paddle_remove_var_pair_bug_is_still_there_and_fixed():
 
 def test_seam_installs_the_fixed_builder_after_checking_paddle():
     code = (
-        "import paddle.distributed.fleet; from heterps_paddle.runtime import seam, heter_builder; "
+        "import paddle.distributed.fleet; from heterps_paddle.runtime import heter_builder, patches, seam; "
         "from paddle.distributed.ps.utils import ps_factory; assert seam.paddle_shape_problems() == []; "
-        "seam.install(); assert ps_factory.HeterAsyncPsProgramBuilder is heter_builder.FixedHeterProgramBuilder; "
+        "patches.install(); assert ps_factory.HeterAsyncPsProgramBuilder is heter_builder.FixedHeterProgramBuilder; "
         "import inspect; src = inspect.getsource(ps_factory); "
         "assert \"globals()['HeterAsyncPsProgramBuilder'](pass_ctx)\" in src; print('ok')"
     )
@@ -157,6 +157,25 @@ def test_seam_refuses_another_paddle_with_what_differs(monkeypatch):
     monkeypatch.setattr(paddle, "__version__", "3.1.1")
     with pytest.raises(seam.PaddleBehaviourChanged, match=r"paddle 3.1.1 \(heterps-paddle supports 2.6.x\)"):
         seam.check_paddle()
+
+
+def test_heterps_launch_patches_start_ps_only_while_paddles_launcher_runs():
+    from paddle.distributed.fleet import launch_utils
+
+    from heterps_paddle.runtime import patches
+
+    launcher_cls = launch_utils.ParameterServerLauncher
+    original = launcher_cls.start_ps
+    attached = []
+    with pytest.raises(KeyError):
+        with patches.supervised_launcher(attached.append):
+            assert launcher_cls.start_ps is not original
+            launcher = object.__new__(launcher_cls)
+            with pytest.raises(AttributeError):
+                launcher_cls.start_ps(launcher)  # the supervisor hears of it first, then Paddle's start_ps runs
+            assert attached == [launcher]
+            raise KeyError("Paddle's launcher failed")
+    assert launcher_cls.start_ps is original  # restored, also when the launch raised
 
 
 def test_watchdog_names_a_dead_and_a_missing_peer():

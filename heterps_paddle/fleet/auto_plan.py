@@ -29,7 +29,7 @@ from typing import Any
 
 import paddle
 
-from heterps_paddle import settings
+from heterps_paddle import graph_seam, settings
 from heterps_paddle.errors import EXIT_INFEASIBLE, HeterPSError
 from heterps_paddle.files import locked, write_atomic
 from heterps_paddle.fleet.strategy import LOCAL_CLUSTER
@@ -198,7 +198,7 @@ def _plan_locked(
     depends_on = {
         "program": program_digest(loss.block.program),
         "optimizer": type(optimizer).__name__,
-        "learning_rate": repr(getattr(optimizer, "_learning_rate", None)),
+        "learning_rate": repr(graph_seam.optimizer_setting(optimizer, "learning_rate")),
         "batch_size": configs["profile_batch_size"],
         "seed": configs["seed"],
         "time_keys": time_keys,

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import paddle
 
+from heterps_paddle import graph_seam
 from heterps_paddle.data.metrics import auc_from_histograms
 from heterps_paddle.runtime import seam
 from heterps_paddle.runtime.heldout import train_auc_is_elsewhere, whole_forward_program
@@ -47,14 +48,14 @@ def forward_only_program(program: Any) -> Any:
     job's evaluation does.
     """
     held = seam.context().heldout
-    if held is not None and getattr(program, "_heter_pipeline_opt", None) is not None:
+    if held is not None and seam.is_heter_section(program):
         return whole_forward_program(held)
     test_program = program.clone(for_test=True)
     block = test_program.global_block()
     for index in reversed(range(len(block.ops))):
         if block.ops[index].type in PS_WRITE_OPS:
-            block._remove_op(index, sync=False)
-    test_program._sync_with_cpp()
+            graph_seam.remove_op(block, index, sync=False)
+    graph_seam.sync_with_cpp(test_program)
     return test_program
 
 
@@ -67,7 +68,7 @@ def reset_auc(scope: Any, auc_states: list[Any]) -> None:
             # from the whole model's startup program (runtime/heldout.py).
             continue
         tensor = var.get_tensor()
-        if not tensor._is_initialized():
+        if not graph_seam.is_initialized(tensor):
             continue
         tensor.set(np.zeros(tensor.shape(), dtype=np.array(tensor).dtype), paddle.CPUPlace())
 

@@ -31,7 +31,7 @@ def _apply() -> None:
     # optimizer module does) nor load the fleet surface before fleet exists.
     from heterps_paddle.fleet.meta_optimizer import HeterPSOptimizer
     from heterps_paddle.fleet.strategy import validate_heterps_configs, validate_heterps_flag
-    from heterps_paddle.runtime.seam import install_fleet_surface
+    from heterps_paddle.runtime.patches import install_fleet_surface
 
     install_fleet_surface(HeterPSOptimizer, validate_heterps_flag, validate_heterps_configs)
 

@@ -27,7 +27,8 @@ from heterps_paddle.fleet.strategy import HeterPSConfigError, configured_plan, v
 from heterps_paddle.log import configure as configure_logging
 from heterps_paddle.planning.launch import check_launch_matches, launch_from_env
 from heterps_paddle.planning.model import Plan
-from heterps_paddle.runtime.seam import set_heterps_flag
+from heterps_paddle.runtime.patches import set_heterps_flag
+from heterps_paddle.runtime.seam import is_collective
 
 
 class HeterPSOptimizer(MetaOptimizerBase):  # type: ignore[misc]  # Paddle ships no type stubs: its base is Any
@@ -41,7 +42,7 @@ class HeterPSOptimizer(MetaOptimizerBase):  # type: ignore[misc]  # Paddle ships
         strategy = self.user_defined_strategy
         if not getattr(strategy, "heterps", False):
             return False
-        if self.role_maker._is_collective:
+        if is_collective(self.role_maker):
             raise HeterPSConfigError(
                 "strategy.heterps = True needs a parameter-server job, but this fleet job is collective "
                 "(fleet.init(is_collective=True) or a collective launch). Launch with --server_num/--worker_num "

@@ -3,7 +3,7 @@
 Validation is pure Python, so it is tested and reused without Paddle, and it happens when the user assigns the
 configs: a missing or malformed cluster or plan file (read by the loader ``heterps plan`` uses, so with its
 messages), an unknown key or a wrong type is an error at that line of the fleet script, naming the key, the value
-and what is allowed, not later inside a launched job.  runtime/seam.install_fleet_surface attaches the fields to
+and what is allowed, not later inside a launched job.  runtime/patches.install_fleet_surface attaches the fields to
 fleet's DistributedStrategy.
 """
 

@@ -217,13 +217,13 @@ class CostModel:
                 tables = self.stage_tables()
                 units, time = tables.units[type_index, start, end], tables.time[type_index, start, end]
             else:
-                one_units, one_time = self._provision(*_one(start, end, type_index))
+                one_units, one_time = self.provision(*_one(start, end, type_index))
                 units, time = one_units[0], one_time[0]
             option = self._option(start, end, type_index, float(units), float(time))
             self._cache[key] = option
         return option
 
-    def _provision(
+    def provision(
         self, starts: NDArray[np.intp], ends: NDArray[np.intp], types: NDArray[np.intp]
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Units (the fewest that reach the throughput, ignoring max_units) and time per sample of many stages at
@@ -496,7 +496,7 @@ class StageTables:
         starts, ends = np.triu_indices(n + 1, 1)
         types = np.repeat(np.arange(T), starts.size)
         starts, ends = np.tile(starts, T), np.tile(ends, T)
-        units, time = cost_model._provision(starts, ends, types)
+        units, time = cost_model.provision(starts, ends, types)
 
         def table(fill: float) -> NDArray[np.float64]:
             # Indexed [type, start, end], laid out [end, start, type] in memory: exact's DP reads every stage

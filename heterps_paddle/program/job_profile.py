@@ -19,6 +19,7 @@ import numpy as np
 import paddle
 from paddle.base import core
 
+from heterps_paddle import graph_seam
 from heterps_paddle.measure.local_cluster import LOCAL_CPU
 from heterps_paddle.measure.ps_service import ProbeFailed, ps_row_cost
 from heterps_paddle.planning.model import ModelProfile, model_profile_from_dict, model_profile_to_dict
@@ -143,7 +144,7 @@ def _measure_copy(
     # table every step (its lazy mode does what the servers do).
     options = {"lazy_mode": True} if isinstance(optimizer, paddle.optimizer.Adam) else {}
     with paddle.static.program_guard(main, startup):
-        type(optimizer)(learning_rate=optimizer._learning_rate, **options).minimize(copy_loss)
+        type(optimizer)(learning_rate=graph_seam.learning_rate(optimizer), **options).minimize(copy_loss)
     feed = random_feed_for(main, batch_size, seed)
     # Times are measured only for the cluster's local types; without one every time is an estimate, and only
     # the sizes (FLOPs, bytes) are needed.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from heterps_paddle import graph_seam
 from heterps_paddle.planning.model import Plan, PlanningInputError
 from heterps_paddle.program.profiler import (  # the one home of "ops -> layers" (and of layer names)
     LayerGroup,
@@ -78,5 +79,5 @@ def tag_program(program: Any, plan: Plan, layers: list[LayerGroup] | None = None
     for layer in layers:
         tag = split_tag(layer_stage[layer.name])
         for index in layer.op_indices:
-            ops[index]._set_attr("op_device", tag)
+            graph_seam.set_op_attr(ops[index], "op_device", tag)
     return layer_stage

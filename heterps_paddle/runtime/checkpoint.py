@@ -167,7 +167,7 @@ def _digests(root: str) -> dict[str, str]:
 
 
 def servers_of(runtime: Any) -> int:
-    return len(runtime.role_maker._get_pserver_endpoints())
+    return len(seam.server_endpoints(runtime.role_maker))
 
 
 def after_save_persistables(runtime: Any, dirname: str) -> None:
@@ -253,7 +253,9 @@ def restore_dense(runtime: Any, dirname: str) -> None:
         load_from = staging
     try:
         for table in target:
-            runtime._server.load_sparse(load_from, "0", table.table_id)  # any table's Load (dense ones too)
+            seam.server_service(runtime).load_sparse(
+                load_from, "0", table.table_id
+            )  # any table's Load (dense ones too)
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
@@ -277,7 +279,7 @@ def mark_restored(runtime: Any, dirname: str) -> None:
     if directory is not None:
         os.makedirs(directory, exist_ok=True)
         write_atomic(
-            os.path.join(directory, f"dense-restored.server{runtime.role_maker._role_id()}.json"),
+            os.path.join(directory, f"dense-restored.server{seam.role_id(runtime.role_maker)}.json"),
             json.dumps({"checkpoint": dirname}) + "\n",
         )
 

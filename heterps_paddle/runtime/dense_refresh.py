@@ -16,6 +16,7 @@ from paddle.distributed.ps.utils.public import get_the_one_recv_context
 
 from heterps_paddle import settings
 from heterps_paddle.log import logger
+from heterps_paddle.runtime import seam
 
 
 def dense_tables(runtime: Any) -> dict[int, list[str]]:
@@ -28,7 +29,7 @@ def pull_dense_into(scope: Any, runtime: Any) -> list[str]:
     """Copy every dense table from the servers into ``scope`` (its vars must exist there)."""
     names = []
     for table_id, var_names in dense_tables(runtime).items():
-        runtime._worker.pull_dense_params(scope, table_id, var_names)
+        seam.worker_client(runtime).pull_dense_params(scope, table_id, var_names)
         names.extend(var_names)
     return names
 
@@ -58,7 +59,7 @@ class DenseRefresher:
 
     def pull_once(self) -> None:
         for table_id, names in self.tables.items():
-            self.runtime._worker.pull_dense_params(self.scope, table_id, names)
+            seam.worker_client(self.runtime).pull_dense_params(self.scope, table_id, names)
         self.pulls += 1
         if self.pulls == 1:
             logger.info("dense refresh every %.0f ms for tables %s", self.interval_s * 1000, self.tables)

@@ -41,7 +41,7 @@ import numpy.typing as npt
 import paddle
 from paddle.distributed import fleet
 
-from heterps_paddle import settings
+from heterps_paddle import graph_seam, settings
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.log import logger
 from heterps_paddle.planning.model import Plan, PlanningInputError
@@ -105,17 +105,19 @@ def local_table_options(optimizer: Any) -> dict[str, Any]:
             f"embeddings on a GPU stage train with the job's optimizer in the project's table, "
             f"which has {sorted(LOCAL_OPTIMIZERS)}; got {type(optimizer).__name__}"
         )
-    lr = getattr(optimizer, "_learning_rate", None)
+    lr = graph_seam.optimizer_setting(optimizer, "learning_rate")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)):
         raise GpuEmbeddingError(f"embeddings on a GPU stage need a constant float learning rate, got {lr!r}")
     opts: dict[str, Any] = {"optimizer": kind, "lr": float(lr)}
     if kind == "adam":
-        for key, attr in (("beta1", "_beta1"), ("beta2", "_beta2"), ("epsilon", "_epsilon")):
-            value = getattr(optimizer, attr, None)
+        for key in ("beta1", "beta2", "epsilon"):
+            value = graph_seam.optimizer_setting(optimizer, key)
             if isinstance(value, (int, float)):
                 opts[key] = float(value)
-    elif kind == "adagrad" and isinstance(getattr(optimizer, "_epsilon", None), (int, float)):
-        opts["epsilon"] = float(optimizer._epsilon)
+    elif kind == "adagrad":
+        epsilon = graph_seam.optimizer_setting(optimizer, "epsilon")
+        if isinstance(epsilon, (int, float)):
+            opts["epsilon"] = float(epsilon)
     return opts
 
 
@@ -149,10 +151,7 @@ def prepare(
     opts = local_table_options(optimizer)
     # The PS runtime builds its table protos from fleet's context copy of the strategy, not from the one the
     # meta optimizers hold: both get the rule.
-    fleet_context = getattr(fleet.fleet, "_context", None) or {}
-    strategies = [strategy] + [
-        s for s in (fleet_context.get("user_defined_strategy"), fleet_context.get("valid_strategy")) if s is not None
-    ]
+    strategies = [strategy, *seam.fleet_strategy_copies()]
     params = sorted({param for _, param in found})
     for s in strategies:
         use_naive_sgd_on_servers(s, params)
@@ -197,7 +196,7 @@ def apply(program: Any, startup_programs: Iterable[Any], tables: list[GpuTable])
         handle = _handle(program, startup_programs, t)
         version = op.attr("lookup_table_version") if op.has_attr("lookup_table_version") else "lookup_table"
         ids_names, out_names = op.input("Ids"), op.output("Outputs")
-        block._remove_op(idx)
+        graph_seam.remove_op(block, idx)
         at = idx
         for ids_name, out_name in zip(ids_names, out_names):
             ids = block.var(ids_name)
@@ -216,7 +215,7 @@ def apply(program: Any, startup_programs: Iterable[Any], tables: list[GpuTable])
         t = by_table_id[int(op.attr("table_id"))]
         handle = block.var(_handle_name(t))
         ids_names, grad_names = op.input("Ids"), op.output("Outputs")  # the gradients (an output: scaled in place)
-        block._remove_op(idx)
+        graph_seam.remove_op(block, idx)
         for i, (ids_name, grad_name) in enumerate(zip(ids_names, grad_names)):
             hgrad = block.create_var(name=f"{_handle_name(t)}@GRAD.{i}", shape=[1], dtype="float32")
             # A custom grad op has no Python op proto (block._insert_op refuses it): build its desc the way
@@ -228,13 +227,14 @@ def apply(program: Any, startup_programs: Iterable[Any], tables: list[GpuTable])
             desc.set_input("Handle", [handle.name])
             desc.set_input("Out@GRAD", [grad_name])
             desc.set_output("Handle@GRAD", [hgrad.name])
-            desc._set_str_attr("table", t.table.name)
-            desc._set_str_attr("config", t.table.config_string)
-            desc._set_int32_attr("op_role", 1)  # backward
-        block._sync_with_cpp()
+            graph_seam.set_desc_str_attr(desc, "table", t.table.name)
+            graph_seam.set_desc_str_attr(desc, "config", t.table.config_string)
+            graph_seam.set_desc_int32_attr(desc, "op_role", 1)  # backward
+        graph_seam.sync_with_cpp(block)
     sync = PassSync(tables)
-    program._heterps_pass_sync = sync
-    seam.context().dataset_hooks["gpu_embedding"] = pass_hook
+    ctx = seam.context()
+    ctx.pass_syncs[program] = sync
+    ctx.dataset_hooks["gpu_embedding"] = pass_hook
     return sync
 
 
@@ -261,7 +261,8 @@ def _handle(program: Any, startup_programs: Iterable[Any], t: GpuTable) -> Any:
 def _insert_pull(block: Any, at: int, ids: Any, out: Any, handle: Any, t: GpuTable, version: str) -> int:
     """heterps_pull -> (reshape, for lookup_table v1's [.., 1] ids) -> (lod_reset, for LoD ids) -> out."""
     rows = block.create_var(name=f"{out.name}.heterps_rows", dtype="float32")
-    block._insert_op(
+    graph_seam.insert_op(
+        block,
         at,
         type="heterps_pull",
         inputs={"Ids": [ids], "Handle": [handle]},
@@ -273,7 +274,8 @@ def _insert_pull(block: Any, at: int, ids: Any, out: Any, handle: Any, t: GpuTab
     if version == "lookup_table":  # v1 drops the ids' trailing 1: [.., 1] -> [.., dim]
         shaped = block.create_var(name=f"{out.name}.heterps_shaped", dtype="float32")
         xshape = block.create_var(name=f"{out.name}.heterps_xshape", dtype="float32")
-        block._insert_op(
+        graph_seam.insert_op(
+            block,
             at,
             type="reshape2",
             inputs={"X": [cur]},
@@ -283,11 +285,16 @@ def _insert_pull(block: Any, at: int, ids: Any, out: Any, handle: Any, t: GpuTab
         at += 1
         cur = shaped
     if getattr(ids, "lod_level", 0):
-        block._insert_op(
-            at, type="lod_reset", inputs={"X": [cur], "Y": [ids]}, outputs={"Out": [out]}, attrs={"append": False}
+        graph_seam.insert_op(
+            block,
+            at,
+            type="lod_reset",
+            inputs={"X": [cur], "Y": [ids]},
+            outputs={"Out": [out]},
+            attrs={"append": False},
         )
     else:
-        block._insert_op(at, type="assign", inputs={"X": [cur]}, outputs={"Out": [out]})
+        graph_seam.insert_op(block, at, type="assign", inputs={"X": [cur]}, outputs={"Out": [out]})
     return at + 1
 
 
@@ -373,7 +380,7 @@ class PassSync:
         """Built on first use: fleet creates its PS runtime only after minimize, where this object is made."""
         if self.worker is not None:
             return
-        self.worker = seam.fleet_runtime()._worker
+        self.worker = seam.worker_client(seam.fleet_runtime())
         self.exe = paddle.static.Executor(paddle.CPUPlace())
         self.scope = paddle.static.Scope()
         # A private name generator: names made here must not shift the names of what the script builds next
@@ -503,7 +510,7 @@ class PassSync:
         for t in self.tables:
             rec = self.last[t.param]
             ids = rec["ids"]
-            gpu_call("heterps_gpu_table_flush_to_host", t.table._bname)
+            gpu_call("heterps_gpu_table_flush_to_host", t.table.bname)
             if len(t.table) != self._known[t.param].size:
                 raise GpuEmbeddingError(
                     f"unit {self.unit}: table {t.param}: the pass trained {len(t.table)} rows but the working sets "
@@ -531,10 +538,16 @@ class PassSync:
         )
 
 
+def pass_sync(program: Any) -> PassSync | None:
+    """The PassSync of a trainer program :func:`apply` rewrote in this process (None for any other program)."""
+    sync: PassSync | None = seam.context().pass_syncs.get(program)
+    return sync
+
+
 @contextlib.contextmanager
 def pass_hook(call: seam.DatasetCall) -> Iterator[None]:
-    """A pass around each ``train_from_dataset`` of a program that carries a PassSync."""
-    sync = getattr(call.main_program(), "_heterps_pass_sync", None)
+    """A pass around each ``train_from_dataset`` of a program :func:`apply` rewrote (it has a PassSync)."""
+    sync = pass_sync(call.main_program())
     if sync is None:
         yield
         return

@@ -12,17 +12,17 @@ from the servers first, so the held-out AUC is the servers' model, as in the uns
 from __future__ import annotations
 
 import contextlib
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import paddle
 from paddle.base import core
 
+from heterps_paddle import graph_seam
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import seam, stage_metrics
 from heterps_paddle.runtime.dense_refresh import pull_dense_into
-
-WHOLE_FORWARD_MARK = "_heterps_whole_forward"
 
 
 @dataclass
@@ -34,24 +34,28 @@ class HeldOut:
     logged: set[str] = field(default_factory=set)  # one-time log lines already printed
     converted: dict[int, Any] = field(default_factory=dict)  # id(whole forward copy) -> its servers' version
     sources: list[Any] = field(default_factory=list)  # the copies converted (their ids key ``converted``)
+    # the whole forward programs handed out (``forward`` and its copies), known here rather than marked on them
+    whole_forward: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
 
 
 def stash(program: Any, startup: Any, loss: Any) -> HeldOut:
     """Called before the program is tagged and split (forward ops only at that point)."""
     forward = program.clone(for_test=True)
-    setattr(forward, WHOLE_FORWARD_MARK, True)
-    return HeldOut(forward=forward, startup=startup.clone(), loss=getattr(loss, "name", None))
+    held = HeldOut(forward=forward, startup=startup.clone(), loss=getattr(loss, "name", None))
+    held.whole_forward.add(forward)
+    return held
 
 
 def whole_forward_program(held: HeldOut) -> Any:
     """A fresh forward-only copy of the whole (pre-split) model, for held-out evaluation."""
     program = held.forward.clone(for_test=True)
-    setattr(program, WHOLE_FORWARD_MARK, True)
+    held.whole_forward.add(program)
     return program
 
 
-def is_whole_forward(program: Any) -> bool:
-    return bool(getattr(program, WHOLE_FORWARD_MARK, False))
+def is_whole_forward(held: HeldOut, program: Any) -> bool:
+    """Whether ``program`` is the whole forward program or one of the copies :func:`whole_forward_program` made."""
+    return program is not None and program in held.whole_forward
 
 
 def _log_once(held: HeldOut, key: str, message: str) -> None:
@@ -104,7 +108,7 @@ def section_fetch(held: HeldOut, program: Any, fetch_list: Any, fetch_info: Any)
 
 def sparse_table_ids(runtime: Any) -> dict[str, int]:
     ids = {}
-    for ctx in runtime._send_ctx.values():
+    for ctx in seam.send_contexts(runtime).values():
         if ctx.is_sparse():
             for grad in ctx.origin_varnames():
                 ids[grad.split("@GRAD")[0]] = ctx.table_id()
@@ -128,8 +132,9 @@ def distributed_eval_program(test_program: Any, runtime: Any) -> Any:
             "lookup_table_version": op.type,
         }
         ids, out = op.input("Ids")[0], op.output("Out")[0]
-        block._remove_op(idx)
-        block._insert_op(
+        graph_seam.remove_op(block, idx)
+        graph_seam.insert_op(
+            block,
             idx,
             type="distributed_lookup_table",
             inputs={"Ids": [block.var(ids)], "W": [block.var(w)]},
@@ -153,7 +158,7 @@ def materialise(held: HeldOut, executor: Any, program: Any, scope: Any) -> list[
                 missing.append(name)
                 continue
             try:
-                if not found.get_tensor()._is_initialized():
+                if not graph_seam.is_initialized(found.get_tensor()):
                     missing.append(name)
             except ValueError:  # the scope holds another kind of variable under this name: leave it
                 pass
@@ -164,15 +169,15 @@ def materialise(held: HeldOut, executor: Any, program: Any, scope: Any) -> list[
     block = startup.global_block()
     for idx in reversed(range(len(block.ops))):
         if not set(block.ops[idx].output_arg_names) & set(missing):
-            block._remove_op(idx, sync=False)
-    startup._sync_with_cpp()
+            graph_seam.remove_op(block, idx, sync=False)
+    graph_seam.sync_with_cpp(startup)
     scratch = paddle.static.Scope()
     with paddle.static.scope_guard(scratch):
         executor.run(startup)
     made = []
     for name in missing:
         source = scratch.find_var(name)
-        if source is None or not source.get_tensor()._is_initialized():
+        if source is None or not graph_seam.is_initialized(source.get_tensor()):
             continue  # e.g. a var no startup op writes; the forward pass writes it first
         scope.var(name).get_tensor().set(source.get_tensor(), paddle.CPUPlace())
         made.append(name)
@@ -209,7 +214,7 @@ def servers_model_program(held: HeldOut, executor: Any, program: Any, scope: Any
 def redirect_hook(call: seam.DatasetCall) -> Iterator[None]:
     """``train_from_dataset`` of the whole forward program: run with the servers' parameters (module doc)."""
     held = seam.context().heldout
-    if held is None or not is_whole_forward(call.program):
+    if held is None or not is_whole_forward(held, call.program):
         yield
         return
     scope = call.scope if call.scope is not None else paddle.static.global_scope()
@@ -220,6 +225,6 @@ def redirect_hook(call: seam.DatasetCall) -> Iterator[None]:
 def run_redirect(executor: Any, program: Any, scope: Any) -> Any:
     """``Executor.run`` of the whole forward program (e.g. predictions of ``forward_only_program``): the same."""
     held = seam.context().heldout
-    if held is None or not is_whole_forward(program):
+    if held is None or not is_whole_forward(held, program):
         return program
     return servers_model_program(held, executor, program, paddle.static.global_scope() if scope is None else scope)

@@ -2,7 +2,7 @@
 
 A fleet script written for plain parameter-server jobs has two branches, ``fleet.is_server()`` and
 ``fleet.is_worker()``; a heterogeneous trainer is neither, so such a script would let it fall through and exit.
-So the extension takes heterogeneous trainers over at the end of fleet's ``minimize`` (runtime/seam.py), before
+So the extension takes heterogeneous trainers over at the end of fleet's ``minimize`` (runtime/patches.py), before
 the script's code after it can run: the section's startup, ``init_worker``, then one ``train_from_dataset`` that
 serves the pipeline until every previous-stage trainer has stopped, then the process ends (exit 0).  Launched
 heterogeneous trainers that the plan does not use (a one-stage plan) leave at ``minimize`` instead, saying why.
@@ -138,7 +138,7 @@ def _end_when_served(fleet_obj: Any, runtime: Any, started: float, poll_s: float
     else:
         # The last stage has no next stage: HeterClient::Stop would send its stop to zero channels and wait
         # forever for the answers (Paddle 2.6.2's SendCmd completes after the last of 0 replies).
-        runtime._worker.stop_worker()
+        seam.worker_client(runtime).stop_worker()
     logger.info("%s: stop_worker done; exit 0", TAKEOVER_END_TAG)
     # The main thread is blocked in C++ for good; a normal interpreter exit can also crash in the brpc client.
     seam.end_process(0, "")

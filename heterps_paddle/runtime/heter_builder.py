@@ -3,7 +3,7 @@
 Paddle builds a heter job's programs in ``ps/utils/ps_program_builder.py: HeterAsyncPsProgramBuilder``
 with passes from ``passes/ps_trainer_pass.py``.  As shipped it does not run, and once made to run it does
 not learn (see docs/sections.md and docs/paddle-notes.md).  ``FixedHeterProgramBuilder``
-replaces it (runtime/seam.py points Paddle's builder factory at it) and differs in exactly these places:
+replaces it (runtime/patches.py points Paddle's builder factory at it) and differs in exactly these places:
 
 1. ``SplitTrainerOpsPass._remove_var_pair_by_grad`` reads ``merged_*_pairs`` as flat lists; they hold one
    list per program.                                                   -> ``_FixedSplitTrainerOpsPass``

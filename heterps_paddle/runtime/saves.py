@@ -66,7 +66,7 @@ def _held(what: str) -> HeldOut:
 
 
 def _is_section(program: Any) -> bool:
-    return program is None or getattr(program, "_heter_pipeline_opt", None) is not None
+    return program is None or seam.is_heter_section(program)
 
 
 def whole_model_into_scope(executor: Any, program: Any, scope: Any = None, what: str = "save") -> list[str]:
@@ -120,7 +120,7 @@ def before_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> Non
 
 def after_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> None:
     """After a fleet save returned (every trainer passed its closing barrier)."""
-    if name == "_save_persistables" and runtime.role_maker._is_first_worker() and not arguments.get("mode"):
+    if name == "_save_persistables" and seam.is_first_worker(runtime.role_maker) and not arguments.get("mode"):
         checkpoint.after_save_persistables(runtime, os.path.normpath(arguments["dirname"]))
 
 

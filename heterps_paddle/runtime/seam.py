@@ -1,35 +1,29 @@
-"""The one seam over Paddle's internals: every place heterps-paddle changes or reads Paddle 2.6.2's private
-machinery is here, behind a check of Paddle's shape, so another Paddle fails at ``minimize`` (or at import,
-for the fleet surface) with a message naming what changed, never silently in training.
+"""The one seam over Paddle's internals, in two modules: this one reads and writes Paddle 2.6.2's private state
+through small named functions and keeps this process's context; runtime/patches.py replaces Paddle's functions
+(every patch, each once per process).  Both sit behind :func:`check_paddle`, a check of Paddle's shape, so another
+Paddle fails at ``minimize`` with a message naming what changed, never silently in training.  Paddle's private
+methods on its static graph (editing a Program's blocks and ops, reading an optimizer's settings) are behind
+heterps_paddle/graph_seam.py, below every package that edits a program.
 
-What is patched (each once per process):
+The modules that may touch Paddle's private attributes are listed once, in pyproject.toml (ruff's SLF001
+``per-file-ignores``, checked by .ci/gates.sh), each with its reason; everything else goes through these functions.
 
-- fleet surface, when ``paddle.distributed.fleet`` is imported (:func:`install_fleet_surface`):
-  ``DistributedStrategy.heterps`` / ``heterps_configs`` (properties: fleet's ``__setattr__`` accepts only names
-  ``hasattr`` knows), the meta optimizer factory's list of names (fleet instantiates meta optimizers by name), and
-  ``Fleet.distributed_optimizer`` (with ``strategy.heterps = True`` it applies the runtime patches: they must be in
-  place before ``minimize`` starts, since one of them acts when fleet's minimize ends);
-- runtime, from ``fleet.distributed_optimizer`` with ``strategy.heterps = True`` (:func:`install`):
-  ``ps_factory.HeterAsyncPsProgramBuilder`` -> the fixed builder (runtime/heter_builder.py, Paddle's heter
-  pipeline made to work), ``Executor.train_from_dataset`` (one hook: the pieces register context managers
-  around it), ``Fleet._minimize_impl`` (actions after fleet's minimize, when fleet's PS runtime exists),
-  ``TheOnePSRuntime._stop_worker`` (actions after it), ``Executor.run`` (a hook may replace the program),
-  fleet's saves (``TheOnePSRuntime._save_*``) and ``paddle.static.save`` / ``save_inference_model`` (prepared by
-  runtime/saves.py), ``TheOnePSRuntime._init_server`` (dense tables restored, runtime/checkpoint.py) and the initial
-  dense push of ``init_worker`` (``_init_all_params``, ``Communicator.init_params``: skipped over restored tables).
-
-Per-process state lives in one :class:`ProcessContext` (:func:`context`), not in module dictionaries or on
-Paddle's objects.  Paddle is imported inside functions: :func:`install_fleet_surface` runs in the middle of
-``import paddle.distributed.fleet``, where importing more of Paddle can re-enter it.
+Our state is never stored on Paddle's objects: per-process state lives in one :class:`ProcessContext`
+(:func:`context`), not in module dictionaries or as attributes of Paddle's programs, runtimes or role makers.  What
+the seam writes onto Paddle's objects is state Paddle or the script reads: Paddle's own (a program's ``_fleet_opt``,
+the role maker's heter flag, gloo's initialised flag) and the script's ``strategy.heterps`` / ``heterps_configs``
+(runtime/patches.py: they are the strategy's, and must survive fleet's copies of it).  Paddle is imported inside
+functions: this module stays importable without it (fleet/evaluation.py and the fleet hook import it early), and it
+imports no other runtime module.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
 import os
 import sys
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator
 
@@ -81,6 +75,8 @@ class ProcessContext:
     # CPU trainer): returns the program to run instead
     run_redirect: Callable[[Any, Any, Any], Any] | None = None
     stage_metrics: Any = None  # runtime.stage_metrics.Client of a stage 1 CPU trainer (False: none found)
+    # runtime.gpu_embedding.PassSync of each trainer program it rewrote (the program's pass hook finds it here)
+    pass_syncs: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
 
     @property
     def split(self) -> bool:
@@ -131,7 +127,7 @@ def _require(ok: bool, what: str, problems: list[str]) -> None:
         problems.append(what)
 
 
-def _params(fn: Any) -> list[str]:
+def parameter_names(fn: Any) -> list[str]:
     try:
         return list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
@@ -158,14 +154,17 @@ def paddle_shape_problems() -> list[str]:
         problems,
     )
     _require(
-        _params(paddle.static.Executor.train_from_dataset) == ["self", "program", "dataset", "scope", *DATASET_OPTIONS],
-        f"Executor.train_from_dataset{_params(paddle.static.Executor.train_from_dataset)}",
+        parameter_names(paddle.static.Executor.train_from_dataset)
+        == ["self", "program", "dataset", "scope", *DATASET_OPTIONS],
+        f"Executor.train_from_dataset{parameter_names(paddle.static.Executor.train_from_dataset)}",
         problems,
     )
-    _require(_params(Fleet._minimize_impl)[:2] == ["self", "loss"], "Fleet._minimize_impl(self, loss, ...)", problems)
+    _require(
+        parameter_names(Fleet._minimize_impl)[:2] == ["self", "loss"], "Fleet._minimize_impl(self, loss, ...)", problems
+    )
     runtime = getattr(the_one_ps, "TheOnePSRuntime", None)
     _require(
-        runtime is not None and _params(runtime._stop_worker) == ["self"],
+        runtime is not None and parameter_names(runtime._stop_worker) == ["self"],
         "paddle.distributed.ps.the_one_ps.TheOnePSRuntime._stop_worker(self)",
         problems,
     )
@@ -178,269 +177,13 @@ def check_paddle() -> None:
         raise PaddleBehaviourChanged("heterps-paddle cannot run on this Paddle: " + "; ".join(problems))
 
 
-# --------------------------------------------------------------------------------------------- fleet surface
-
-
-def install_fleet_surface(
-    meta_optimizer_cls: type,
-    validate_flag: Callable[[Any], bool],
-    validate_configs: Callable[[Any], dict[str, Any]],
-) -> None:
-    """``strategy.heterps`` / ``strategy.heterps_configs`` and the meta optimizer's registration (idempotent).
-
-    Only modules fleet has loaded by the time its import finishes are touched here."""
-    # lazy: this runs in the middle of ``import paddle.distributed.fleet``; only modules fleet has loaded by now
-    from paddle.distributed.fleet.base import meta_optimizer_factory
-    from paddle.distributed.fleet.base.distributed_strategy import DistributedStrategy
-    from paddle.distributed.fleet.fleet import Fleet
-
-    name = meta_optimizer_cls.__name__
-    if not hasattr(meta_optimizer_factory, "meta_optimizer_names"):
-        raise PaddleBehaviourChanged(
-            "paddle.distributed.fleet.base.meta_optimizer_factory has no "
-            "meta_optimizer_names: heterps cannot register its meta optimizer"
-        )
-    # fleet instantiates meta optimizers with globals()[name] of the factory module
-    setattr(meta_optimizer_factory, name, meta_optimizer_cls)
-    if name not in meta_optimizer_factory.meta_optimizer_names:
-        meta_optimizer_factory.meta_optimizer_names.append(name)
-    if isinstance(getattr(DistributedStrategy, "heterps", None), property):
-        return
-
-    if _params(Fleet.distributed_optimizer)[:3] != ["self", "optimizer", "strategy"]:
-        raise PaddleBehaviourChanged(
-            f"Fleet.distributed_optimizer{_params(Fleet.distributed_optimizer)}: heterps "
-            "expects (self, optimizer, strategy=None)"
-        )
-    original_distributed_optimizer = Fleet.distributed_optimizer
-
-    def distributed_optimizer(self: Any, optimizer: Any, strategy: Any = None) -> Any:
-        result = original_distributed_optimizer(self, optimizer, strategy)
-        if getattr(getattr(self, "_user_defined_strategy", None), "heterps", False):
-            install()
-        return result
-
-    # (paddle.distributed.fleet.distributed_optimizer looks the method up on the fleet singleton at each call)
-    Fleet.distributed_optimizer = distributed_optimizer
-
-    def get_flag(self: Any) -> bool:
-        return bool(self.__dict__.get("_heterps_flag", False))
-
-    def set_flag(self: Any, value: Any) -> None:
-        object.__setattr__(self, "_heterps_flag", validate_flag(value))
-
-    def get_configs(self: Any) -> dict[str, Any]:
-        configs: dict[str, Any] | None = self.__dict__.get("_heterps_configs")
-        if configs is None:
-            configs = validate_configs({})
-            object.__setattr__(self, "_heterps_configs", configs)
-        return configs
-
-    def set_configs(self: Any, value: Any) -> None:
-        object.__setattr__(self, "_heterps_configs", validate_configs(copy.deepcopy(value)))
-
-    # Stored in the instance dict, which survives fleet's deepcopy of the strategy.
-    DistributedStrategy.heterps = property(
-        get_flag, set_flag, doc="Let heterps-paddle plan and split this parameter-server job (bool)."
-    )
-    DistributedStrategy.heterps_configs = property(
-        get_configs, set_configs, doc="Options of strategy.heterps; see heterps_paddle.fleet.strategy.CONFIG_KEYS."
-    )
-
-
-def set_heterps_flag(strategy: Any, value: bool) -> None:
-    """Fleet's _enable/_disable_strategy: the flag without validation (fleet calls it on copies)."""
-    object.__setattr__(strategy, "_heterps_flag", value)
-
-
-# ------------------------------------------------------------------------------------------- runtime patches
-
-_installed = False
-
-
-def install() -> ProcessContext:
-    """Check Paddle's shape and apply the runtime patches once per process; returns the context."""
-    global _installed
-    ctx = context()
-    if _installed:
-        return ctx
-    check_paddle()
-    # lazy: seam must stay importable without Paddle; heter_builder imports seam (a cycle at module level)
-    import paddle
-    from paddle.distributed.fleet.fleet import Fleet
-    from paddle.distributed.ps import the_one_ps
-    from paddle.distributed.ps.utils import ps_factory
-
-    from heterps_paddle.runtime.heter_builder import FixedHeterProgramBuilder
-
-    # The factory looks the builder class up in its module globals at build time.
-    ps_factory.HeterAsyncPsProgramBuilder = FixedHeterProgramBuilder
-
-    original_tfd = paddle.static.Executor.train_from_dataset
-
-    def train_from_dataset(
-        self: Any, program: Any = None, dataset: Any = None, scope: Any = None, *args: Any, **kwargs: Any
-    ) -> Any:
-        hooks = list(context().dataset_hooks.values())
-        if not hooks:
-            return original_tfd(self, program, dataset, scope, *args, **kwargs)
-        options = dict(zip(DATASET_OPTIONS, args))
-        options.update(kwargs)
-        call = DatasetCall(self, program, dataset, scope, options)
-        with contextlib.ExitStack() as stack:
-            for hook in hooks:
-                stack.enter_context(hook(call))
-            return original_tfd(call.executor, call.program, call.dataset, call.scope, **call.options)
-
-    paddle.static.Executor.train_from_dataset = train_from_dataset
-
-    original_minimize = Fleet._minimize_impl
-
-    def _minimize_impl(self: Any, loss: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original_minimize(self, loss, *args, **kwargs)
-        for action in list(context().after_minimize.values()):
-            action(self)
-        return result
-
-    Fleet._minimize_impl = _minimize_impl
-
-    original_stop = the_one_ps.TheOnePSRuntime._stop_worker
-
-    def _stop_worker(self: Any) -> None:
-        original_stop(self)
-        for action in list(context().after_stop_worker.values()):
-            action()
-
-    the_one_ps.TheOnePSRuntime._stop_worker = _stop_worker
-    _install_run_and_saves(paddle, the_one_ps.TheOnePSRuntime)
-    _installed = True
-    return ctx
-
-
-def _install_run_and_saves(paddle: Any, runtime_cls: type) -> None:
-    """``Executor.run`` (a hook may replace the program it runs) and every save a fleet script can call (a hook
-    prepares the scope and the arguments first: runtime/saves.py)."""
-    from heterps_paddle.runtime import saves  # lazy: saves imports Paddle
-
-    original_run = paddle.static.Executor.run
-
-    def run(self: Any, program: Any = None, *args: Any, **kwargs: Any) -> Any:
-        redirect = context().run_redirect
-        if redirect is not None and program is not None:
-            program = redirect(self, program, kwargs.get("scope"))
-        return original_run(self, program, *args, **kwargs)
-
-    paddle.static.Executor.run = run
-
-    for name in saves.FLEET_SAVES:
-        _wrap_fleet_save(runtime_cls, name, saves.before_fleet_save, saves.after_fleet_save)
-    _install_resume(paddle, runtime_cls)
-
-    original_static_save_inference_model = paddle.static.save_inference_model
-    original_static_save = paddle.static.save
-
-    def save_inference_model(path_prefix: Any, feed_vars: Any, fetch_vars: Any, executor: Any, **kwargs: Any) -> Any:
-        return saves.static_save_inference_model(
-            original_static_save_inference_model, path_prefix, feed_vars, fetch_vars, executor, **kwargs
-        )
-
-    def save(program: Any, model_path: Any, *args: Any, **kwargs: Any) -> Any:
-        return saves.static_save(original_static_save, program, model_path, *args, **kwargs)
-
-    # Scripts call them as paddle.static.<name> (looked up at each call).
-    paddle.static.save_inference_model = save_inference_model
-    paddle.static.save = save
-
-
-# Fleet's save methods that only barrier and pass (*args, **kwargs) on to the method that does the work: their
-# arguments are named by that method's signature.
-_SAVE_IMPLEMENTATIONS = {
-    "_save_inference_model": "_ps_inference_save_inference_model",
-    "_save_dense_params": "_ps_save_dense_params",
-    "_save_persistables": "_save_distributed_persistables",
-}
-
-
-def _install_resume(paddle: Any, runtime_cls: Any) -> None:
-    """``init_server(dirname)`` restores the dense tables too; trainers' ``init_worker`` does not push its initial
-    dense values over tables the servers already hold (runtime/checkpoint.py)."""
-    from paddle.distributed.communicator import Communicator
-
-    from heterps_paddle.runtime import checkpoint  # lazy: imports Paddle
-
-    original_init_server = runtime_cls._init_server
-    if _params(original_init_server)[:3] != ["self", "dirname", "var_names"]:
-        raise PaddleBehaviourChanged(f"TheOnePSRuntime._init_server{_params(original_init_server)}")
-
-    def _init_server(self: Any, dirname: Any = None, var_names: Any = None, **kwargs: Any) -> Any:
-        result = original_init_server(self, dirname, var_names, **kwargs)
-        if dirname and var_names is None:
-            checkpoint.restore_dense(self, os.path.normpath(dirname))
-        return result
-
-    runtime_cls._init_server = _init_server
-
-    original_init_all = runtime_cls._init_all_params
-
-    def _init_all_params(self: Any, scopes: Any, send_ctx: Any, recv_map: Any) -> Any:
-        restored = checkpoint.servers_restored()
-        if restored:
-            return _resumed(recv_map, restored)
-        return original_init_all(self, scopes, send_ctx, recv_map)
-
-    runtime_cls._init_all_params = _init_all_params
-
-    original_init_params = Communicator.init_params
-
-    def init_params(self: Any, context: Any) -> Any:
-        restored = checkpoint.servers_restored()
-        if restored:
-            return _resumed(context, restored)
-        return original_init_params(self, context)
-
-    Communicator.init_params = init_params
-
-
-def _resumed(tables: Any, checkpoint_dir: str) -> list[str]:
-    from heterps_paddle.log import logger  # lazy: keeps this module's imports minimal
-
-    logger.info(
-        "init_worker: the servers restored the dense tables %s from %s (init_server(dirname)): not overwritten "
-        "with this trainer's initial values",
-        sorted(tables),
-        checkpoint_dir,
-    )
-    return [name for names in tables.values() for name in names]
-
-
-def _wrap_fleet_save(runtime_cls: type, name: str, before: Callable[..., None], after: Callable[..., None]) -> None:
-    original = getattr(runtime_cls, name, None)
-    implementation = getattr(runtime_cls, _SAVE_IMPLEMENTATIONS.get(name, name), None)
-    if original is None or implementation is None:
-        raise PaddleBehaviourChanged(
-            f"paddle.distributed.ps.the_one_ps.TheOnePSRuntime has no {name} / {_SAVE_IMPLEMENTATIONS.get(name)}"
-        )
-    signature = inspect.signature(implementation)
-
-    def save(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # By name: fleet passes them positionally, the hooks read and replace them by name.
-        arguments = dict(signature.bind(self, *args, **kwargs).arguments)
-        del arguments["self"]
-        before(name, self, arguments)
-        result = original(self, **arguments)
-        after(name, self, arguments)
-        return result
-
-    setattr(runtime_cls, name, save)
-
-
 @contextlib.contextmanager
 def no_hook(call: DatasetCall) -> Iterator[None]:
     """A dataset hook that does nothing (what a hook yields when the call is not its business)."""
     yield
 
 
-# ------------------------------------------------------------------------------- Paddle's private state, read
+# ---------------------------------------------------------------------------- Paddle's private state, read and written
 
 
 def fleet_runtime() -> Any:
@@ -461,15 +204,90 @@ def origin_program(runtime: Any) -> Any:
     return programs[0]
 
 
+def worker_client(runtime: Any) -> Any:
+    """The PS runtime's brpc client to the servers (``fleet.Communicator``'s worker: pull_dense_params,
+    client_flush, stop_worker)."""
+    return runtime._worker
+
+
+def server_service(runtime: Any) -> Any:
+    """A server's own table service (``load_sparse`` loads any of its tables, dense ones too)."""
+    return runtime._server
+
+
+def send_contexts(runtime: Any) -> dict[str, Any]:
+    """The PS runtime's send contexts (one per table: ``is_sparse()``, ``origin_varnames()``, ``table_id()``),
+    built by ``init_worker``."""
+    contexts: dict[str, Any] = runtime._send_ctx
+    return contexts
+
+
 def flush_requests(runtime: Any) -> None:
     """Wait until this process's pending requests to the servers (sparse pushes) have been answered."""
-    runtime._worker.client_flush()
+    worker_client(runtime).client_flush()
 
 
 def role_maker() -> Any:
     from paddle.distributed import fleet  # lazy: seam must stay importable without Paddle
 
     return fleet.fleet._role_maker
+
+
+def server_endpoints(maker: Any) -> list[str]:
+    """The parameter servers' endpoints, as the role maker read them from the launch."""
+    endpoints: list[str] = maker._get_pserver_endpoints()
+    return endpoints
+
+
+def role_id(maker: Any) -> int:
+    """This process's index among the processes of its role (a server's index among the servers)."""
+    return int(maker._role_id())
+
+
+def is_first_worker(maker: Any) -> bool:
+    return bool(maker._is_first_worker())
+
+
+def worker_count_and_index(maker: Any) -> tuple[int, int]:
+    """How many CPU trainers the launch has, and this trainer's index among them."""
+    return int(maker._worker_num()), int(maker._worker_index())
+
+
+def is_collective(maker: Any) -> bool:
+    """Whether fleet runs a collective job (not a parameter-server one)."""
+    return bool(maker._is_collective)
+
+
+def user_strategy(fleet_obj: Any) -> Any:
+    """The DistributedStrategy the script passed to ``fleet.distributed_optimizer``."""
+    return fleet_obj._user_defined_strategy
+
+
+def fleet_strategy_copies() -> list[Any]:
+    """Fleet's own copies of the strategy (its context's user-defined and valid strategies), which the PS runtime
+    builds its table protos from, rather than from the one the meta optimizers hold."""
+    from paddle.distributed import fleet  # lazy: seam must stay importable without Paddle
+
+    fleet_context = getattr(fleet.fleet, "_context", None) or {}
+    return [
+        s for s in (fleet_context.get("user_defined_strategy"), fleet_context.get("valid_strategy")) if s is not None
+    ]
+
+
+def is_heter_section(program: Any) -> bool:
+    """Whether ``program`` is a section of Paddle's heter pipeline (it carries pipeline options)."""
+    return getattr(program, "_heter_pipeline_opt", None) is not None
+
+
+def fleet_opt(program: Any) -> dict[str, Any] | None:
+    """The trainer options fleet gives a plain PS program (``_fleet_opt``; fleet scripts read and write it)."""
+    options: dict[str, Any] | None = program._fleet_opt
+    return options
+
+
+def set_fleet_opt(program: Any, options: dict[str, Any]) -> None:
+    """Give ``program`` Paddle's ``_fleet_opt`` (Paddle's own attribute: its executor and the scripts read it)."""
+    program._fleet_opt = options
 
 
 def leave_heter_mode(maker: Any) -> None:
@@ -488,6 +306,18 @@ def drop_from_gloo(maker: Any) -> None:
     gloo = getattr(maker, "_gloo", None)
     if gloo is not None and getattr(gloo, "_worker_comm", None) is None:
         gloo._is_initialized = False
+
+
+def paddle_launch_arguments(argv: list[str]) -> Any:
+    """Paddle's own reading of ``paddle.distributed.launch`` arguments (its legacy PS launcher's parser)."""
+    from paddle.distributed.fleet import launch as paddle_launch  # lazy: `heterps --help` must not import Paddle
+
+    saved = sys.argv
+    try:
+        sys.argv = ["paddle.distributed.launch", *argv]
+        return paddle_launch._parse_args()
+    finally:
+        sys.argv = saved
 
 
 def end_process(code: int, message: str) -> None:

@@ -23,7 +23,7 @@ from heterps_paddle.log import logger
 from heterps_paddle.planning.model import Plan
 from heterps_paddle.program.partition import tag_program
 from heterps_paddle.program.profiler import LayerGroup
-from heterps_paddle.runtime import heldout, heter, seam, stage_metrics
+from heterps_paddle.runtime import heldout, heter, patches, seam, stage_metrics
 from heterps_paddle.runtime.dense_refresh import DenseRefresher
 from heterps_paddle.runtime.watchdog import Watchdog, peer_endpoints
 
@@ -46,7 +46,7 @@ def apply_plan(
 ) -> dict[str, int] | None:
     """Make this process run its part of ``plan``; returns layer -> stage for a split plan.  ``layers``: the
     program's, checked against the plan, when minimize has them (program/partition.py ``planned_layers``)."""
-    ctx = seam.install()
+    ctx = patches.install()
     ctx.plan = plan
     if plan.num_stages == 1:
         if heter_launched():
@@ -84,13 +84,15 @@ def keep_fleet_opt(fleet_obj: Any) -> None:
     """Give the section program the ``_fleet_opt`` fleet gives a plain PS program (it skips heter jobs): fleet
     scripts read and write it (``_fleet_opt['stat_var_names']``); a heter pipeline's trainer ignores it."""
     program = paddle.static.default_main_program()
-    options = program._fleet_opt if program._fleet_opt is not None else {}
+    options = seam.fleet_opt(program)
+    if options is None:
+        options = {}
     options["mpi_size"] = fleet_obj.worker_num()
     options["mpi_rank"] = fleet_obj.worker_index()
-    for key, value in fleet_obj._user_defined_strategy.trainer_desc_configs.items():
+    for key, value in seam.user_strategy(fleet_obj).trainer_desc_configs.items():
         if value or key not in options:
             options[key] = value
-    program._fleet_opt = options
+    seam.set_fleet_opt(program, options)
 
 
 @contextlib.contextmanager
@@ -98,7 +100,7 @@ def section_hook(call: seam.DatasetCall) -> Iterator[None]:
     """Around a section's ``train_from_dataset``: later stages' fetches dropped (CPU trainers), dense parameters
     refreshed from the servers (fix 5, ``pull`` mode), the watchdog armed while this process trains."""
     program = call.main_program()
-    if getattr(program, "_heter_pipeline_opt", None) is None:
+    if not seam.is_heter_section(program):
         yield
         return
     ctx = seam.context()

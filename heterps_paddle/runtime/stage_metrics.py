@@ -37,7 +37,7 @@ from typing import Any, cast
 import numpy as np
 import paddle
 
-from heterps_paddle import settings
+from heterps_paddle import graph_seam, settings
 from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
 from heterps_paddle.planning.launch import launch_id
@@ -100,7 +100,7 @@ def mirror_loss(program: Any, scope: Any, loss: str | None) -> str | None:
             var = blk.vars[loss]
             blk.create_var(name=LOSS_MIRROR, shape=var.shape, dtype=var.dtype, persistable=True)
             blk.append_op(type="assign", inputs={"X": [var]}, outputs={"Out": [blk.vars[LOSS_MIRROR]]})
-            program._sync_with_cpp()
+            graph_seam.sync_with_cpp(program)
             shape = [d if d > 0 else 1 for d in var.shape] or [1]
             scope.var(LOSS_MIRROR).get_tensor().set(np.zeros(shape, dtype="float32"), paddle.CPUPlace())
             return LOSS_MIRROR
@@ -109,7 +109,7 @@ def mirror_loss(program: Any, scope: Any, loss: str | None) -> str | None:
 
 def _read(scope: Any, name: str) -> Any:
     var = scope.find_var(name)
-    if var is None or not var.get_tensor()._is_initialized():
+    if var is None or not graph_seam.is_initialized(var.get_tensor()):
         return None
     return np.array(var.get_tensor())
 
@@ -214,11 +214,11 @@ class Client:
                 for name in found:
                     with open(os.path.join(directory, name), encoding="utf-8") as f:
                         entries.append(json.load(f))
-                role = seam.role_maker()
+                trainers, index = seam.worker_count_and_index(seam.role_maker())
                 return Client(
                     [str(e["endpoint"]) for e in entries if e["last"]],
-                    int(role._worker_num()),
-                    int(role._worker_index()),
+                    trainers,
+                    index,
                     [str(e["endpoint"]) for e in entries],
                 )
             if time.monotonic() > deadline:
@@ -258,7 +258,7 @@ class Client:
 def add_to_scope(scope: Any, name: str, values: Any) -> None:
     var = scope.find_var(name)
     tensor = (var or scope.var(name)).get_tensor()
-    if tensor._is_initialized() and int(np.prod(tensor.shape())) == values.size:
+    if graph_seam.is_initialized(tensor) and int(np.prod(tensor.shape())) == values.size:
         current = np.array(tensor)
         tensor.set((current.reshape(-1) + values).reshape(current.shape).astype(current.dtype), paddle.CPUPlace())
     else:

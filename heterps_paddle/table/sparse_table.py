@@ -26,7 +26,7 @@ from typing import Any, Optional
 import numpy as np
 import numpy.typing as npt
 
-from heterps_paddle import settings
+from heterps_paddle import graph_seam, settings
 from heterps_paddle.errors import HeterPSError
 
 __all__ = ["SparseTable", "SparseTableError", "sparse_embedding", "load_ops", "ops_library_path", "core_library_path"]
@@ -272,7 +272,7 @@ class SparseTable:
         dim_out, stride_out = ctypes.c_uint32(), ctypes.c_uint32()
         _check(lib.heterps_table_dim(self.name.encode(), ctypes.byref(dim_out), ctypes.byref(stride_out)))
         self.stride = stride_out.value
-        self._bname = self.name.encode()
+        self.bname = self.name.encode()  # the table's name as the C API takes it
         self._handles: dict[str, Any] = {}  # Paddle tensors
 
     def __repr__(self) -> str:
@@ -288,7 +288,7 @@ class SparseTable:
             out = np.empty(shape, dtype=np.float32)
         elif out.dtype != np.float32 or out.shape != shape or not out.flags.c_contiguous:
             raise SparseTableError(f"out must be a C-contiguous float32 array of shape {shape}")
-        _check(_core().heterps_table_pull(self._bname, keys.ctypes.data, keys.size, out.ctypes.data))
+        _check(_core().heterps_table_pull(self.bname, keys.ctypes.data, keys.size, out.ctypes.data))
         return out
 
     def push(self, ids: Any, grads: npt.ArrayLike) -> None:
@@ -303,7 +303,7 @@ class SparseTable:
         if g.shape not in (keys.shape + (self.dim,), (keys.size, self.dim)):
             raise SparseTableError(f"grads must have shape {keys.shape + (self.dim,)}, got {g.shape}")
         g = np.ascontiguousarray(g, dtype=np.float32)
-        _check(_core().heterps_table_push(self._bname, keys.ctypes.data, keys.size, g.ctypes.data))
+        _check(_core().heterps_table_push(self.bname, keys.ctypes.data, keys.size, g.ctypes.data))
 
     def assign(self, ids: Any, rows: npt.ArrayLike) -> None:
         """Set the weights of ``ids`` to ``rows`` (shape ``ids.shape + (dim,)`` or ``(len, dim)``), creating
@@ -319,9 +319,9 @@ class SparseTable:
         r = np.ascontiguousarray(r, dtype=np.float32)
         # A GPU build may hold newer rows in device memory: bring them home first, and drop the device copy
         # afterwards so the next op refetches the assigned rows.
-        gpu_call("heterps_gpu_table_flush_to_host", self._bname)
-        _check(_core().heterps_table_assign(self._bname, keys.ctypes.data, keys.size, r.ctypes.data))
-        gpu_call("heterps_gpu_table_drop", self._bname)
+        gpu_call("heterps_gpu_table_flush_to_host", self.bname)
+        _check(_core().heterps_table_assign(self.bname, keys.ctypes.data, keys.size, r.ctypes.data))
+        gpu_call("heterps_gpu_table_drop", self.bname)
 
     def peek(self, ids: Any) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.uint8]]:
         """(rows including optimizer state, where) without creating rows or touching eviction scores;
@@ -329,9 +329,7 @@ class SparseTable:
         keys = _as_ids(ids).reshape(-1)
         rows = np.empty((keys.size, self.stride), dtype=np.float32)
         found = np.empty(keys.size, dtype=np.uint8)
-        _check(
-            _core().heterps_table_peek(self._bname, keys.ctypes.data, keys.size, rows.ctypes.data, found.ctypes.data)
-        )
+        _check(_core().heterps_table_peek(self.bname, keys.ctypes.data, keys.size, rows.ctypes.data, found.ctypes.data))
         return rows, found
 
     # ---- persistence ----------------------------------------------------------------------------------
@@ -346,8 +344,8 @@ class SparseTable:
         except OSError as exc:
             raise SparseTableError(f"cannot create checkpoint directory {directory!r}: {exc}") from None
         path = self.checkpoint_path(directory)
-        gpu_call("heterps_gpu_table_flush_to_host", self._bname)
-        _check(_core().heterps_table_save(self._bname, path.encode()))
+        gpu_call("heterps_gpu_table_flush_to_host", self.bname)
+        _check(_core().heterps_table_save(self.bname, path.encode()))
         return path
 
     def load(self, directory: str | os.PathLike[str]) -> None:
@@ -356,12 +354,12 @@ class SparseTable:
         path = self.checkpoint_path(directory)
         if not os.path.exists(path):
             raise SparseTableError(f"no checkpoint for table {self.name!r}: {path} does not exist")
-        _check(_core().heterps_table_load(self._bname, path.encode()))
-        gpu_call("heterps_gpu_table_drop", self._bname)  # stale device rows: refetched from the host table
+        _check(_core().heterps_table_load(self.bname, path.encode()))
+        gpu_call("heterps_gpu_table_drop", self.bname)  # stale device rows: refetched from the host table
 
     def stats(self) -> dict[str, int]:
         buf = (ctypes.c_uint64 * len(STATS_FIELDS))()
-        _check(_core().heterps_table_stats(self._bname, buf, len(STATS_FIELDS)))
+        _check(_core().heterps_table_stats(self.bname, buf, len(STATS_FIELDS)))
         return dict(zip(STATS_FIELDS, (int(v) for v in buf)))
 
     def lost_ids(self) -> dict[int, str]:
@@ -370,10 +368,10 @@ class SparseTable:
         refuses while any are listed, until ``forget_lost``."""
         lib = _core()
         needed = ctypes.c_size_t(0)
-        _check(lib.heterps_table_lost(self._bname, None, 0, ctypes.byref(needed)))
+        _check(lib.heterps_table_lost(self.bname, None, 0, ctypes.byref(needed)))
         while True:
             buf = ctypes.create_string_buffer(needed.value)
-            _check(lib.heterps_table_lost(self._bname, buf, len(buf), ctypes.byref(needed)))
+            _check(lib.heterps_table_lost(self.bname, buf, len(buf), ctypes.byref(needed)))
             if needed.value <= len(buf):  # else more were lost meanwhile: ask again
                 break
         lost = {}
@@ -386,7 +384,7 @@ class SparseTable:
         """Accept the loss of the ids ``lost_ids`` lists (so that ``save`` writes the other rows); returns
         how many there were."""
         n = ctypes.c_uint64(0)
-        _check(_core().heterps_table_forget_lost(self._bname, ctypes.byref(n)))
+        _check(_core().heterps_table_forget_lost(self.bname, ctypes.byref(n)))
         return n.value
 
     def __len__(self) -> int:
@@ -394,14 +392,14 @@ class SparseTable:
         return s["rows_in_memory"] + s["rows_on_ssd"]
 
     def clear(self) -> None:
-        _check(_core().heterps_table_clear(self._bname))
+        _check(_core().heterps_table_clear(self.bname))
 
     def close(self) -> None:
         """Remove the table from this process's registry (its SSD files go with it once no op holds it)."""
-        _check(_core().heterps_table_drop(self._bname))
+        _check(_core().heterps_table_drop(self.bname))
 
     # ---- Paddle ---------------------------------------------------------------------------------------
-    def _handle(self) -> Any:
+    def handle(self) -> Any:
         """The one-element parameter that makes Paddle's backward keep the push (grad) op; see
         custom_ops/paddle/heterps_ops.cc."""
         import paddle  # lazy: this module stays importable without Paddle (the ctypes face needs none)
@@ -437,11 +435,9 @@ def sparse_embedding(input: Any, table: SparseTable) -> Any:
     dtype = input.dtype
     if dtype not in (paddle.int64,) and str(dtype) not in ("paddle.int64", "int64", "VarType.INT64"):
         raise SparseTableError(f"sparse_embedding ids must be int64, got {dtype}; cast with paddle.cast(x, 'int64')")
-    handle = table._handle()
+    handle = table.handle()
     if paddle.in_dynamic_mode():
-        import paddle.base.core as core  # lazy, as above
-
-        outs = core.eager._run_custom_op("heterps_pull", input, handle, table.name, table.config_string)
+        outs = graph_seam.run_custom_op("heterps_pull", input, handle, table.name, table.config_string)
         return outs[0]
     helper = LayerHelper("heterps_pull", **locals())
     out = helper.create_variable_for_type_inference(dtype="float32")

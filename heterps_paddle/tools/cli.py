@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="heterps-paddle: HeterPS scheduling and heterogeneous training for PaddlePaddle fleet.",
     )
     parser.add_argument("--version", action="version", version=f"heterps-paddle {__version__}")
-    add_command_table(parser, COMMANDS, dest="command", run_key="_run")
+    add_command_table(parser, COMMANDS, dest="command", run_key="command_run")
     parser.epilog = f"{LAUNCH_COMMAND[0]}: {LAUNCH_COMMAND[1]}"
     return parser
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args._run(args) or 0)
+        return int(args.command_run(args) or 0)
     except HeterPSError as exc:
         print(f"heterps {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR

@@ -40,6 +40,8 @@ import psutil
 
 from heterps_paddle import settings
 from heterps_paddle.planning.launch import LAUNCH_ENV
+from heterps_paddle.runtime import patches, seam
+from heterps_paddle.runtime.seam import PaddleBehaviourChanged
 from heterps_paddle.tools.launch_hosts import take_hosts_options
 
 CHILD_FLAG = "--heterps-supervised-child"
@@ -96,15 +98,7 @@ def _seconds(text: str) -> float:
 
 def paddle_arguments(argv: list[str]) -> Any:
     """Paddle's own reading of the launch arguments (its legacy PS launcher's parser)."""
-    # Imported here: tools/cli.py imports this module at start-up, and `heterps --help` must not import Paddle.
-    from paddle.distributed.fleet import launch as paddle_launch
-
-    saved = sys.argv
-    try:
-        sys.argv = ["paddle.distributed.launch", *argv]
-        return paddle_launch._parse_args()
-    finally:
-        sys.argv = saved
+    return seam.paddle_launch_arguments(argv)
 
 
 def launch_description(args: Any) -> dict[str, Any]:
@@ -456,28 +450,17 @@ def _child(launch_argv: list[str]) -> int:
     """Run Paddle's launcher in this process, supervised; the exit status says whether every process did well."""
     # Imported here: tools/cli.py imports this module at start-up, and `heterps --help` must not import Paddle.
     from paddle.distributed.fleet import launch as paddle_launch
-    from paddle.distributed.fleet import launch_utils
 
     timeout = str(settings.get("HETERPS_LAUNCH_TIMEOUT"))
     supervisor = Supervisor(float(timeout) if timeout else None)
-    launcher_cls = getattr(launch_utils, "ParameterServerLauncher", None)
-    if launcher_cls is None or not hasattr(launcher_cls, "start_ps"):
-        print(
-            f"{OWN_PREFIX} this Paddle has no ParameterServerLauncher.start_ps to supervise",
-            file=sys.stderr,
-            flush=True,
-        )
-        return FAILED_EXIT
-    original = launcher_cls.start_ps
-
-    def start_ps(self: Any) -> Any:
-        supervisor.attach(self)
-        return original(self)
-
-    launcher_cls.start_ps = start_ps
     sys.argv = ["paddle.distributed.launch", *launch_argv]
     try:
-        paddle_launch.launch()
+        # Paddle's launcher tells the supervisor the processes it starts; its class is restored when it returns.
+        with patches.supervised_launcher(supervisor.attach):
+            paddle_launch.launch()
+    except PaddleBehaviourChanged as exc:
+        print(f"{OWN_PREFIX} {exc}", file=sys.stderr, flush=True)
+        return FAILED_EXIT
     finally:
         supervisor.stop()
     if supervisor.failure is None and supervisor.launcher is not None:

@@ -24,9 +24,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_command_table(parser, BENCHMARKS, dest="benchmark", run_key="_bench_run")
+    add_command_table(parser, BENCHMARKS, dest="benchmark", run_key="benchmark_run")
 
 
 def run(args: argparse.Namespace) -> int:
-    bench_run: Callable[[argparse.Namespace], int] = args._bench_run
+    bench_run: Callable[[argparse.Namespace], int] = args.benchmark_run
     return bench_run(args)
