@@ -230,11 +230,17 @@ def test_resumed_job_starts_from_the_checkpoint(jobs):
     assert resumed < fresh - 0.05
 
 
+def first_heter_loss(log):
+    """The first loss the last stage's heterogeneous trainer printed (after its first 20 batches)."""
+    return float(re.search(r"batch: \[\d+\], loss\[1\]:\[([0-9.]+)\]", log).group(1))
+
+
 def test_checkpoint_resumes_into_a_split_of_other_stages(jobs):
     assert "6 dense tables restored (regrouped from 1 tables)" in jobs["resumed3"].logs()["serverlog.0"]
-    resumed, saved = heldout_auc(jobs, "resumed3"), heldout_auc(jobs, "two")
+    fresh = first_heter_loss(jobs["two"].logs()["heterlog.0"])
+    resumed = first_heter_loss(jobs["resumed3"].logs()["heterlog.1"])
     print(
-        f"\nheld-out AUC: 2-stage job at its checkpoint {saved:.4f}, one more epoch under a 3-stage plan {resumed:.4f}"
+        f"\nfirst loss the last stage printed: fresh 2-stage job {fresh:.4f}, 3-stage job resumed from it {resumed:.4f}"
     )
-    # one more epoch from the trained model, not from a fresh one (one fresh epoch is far below two)
-    assert resumed >= saved - 0.01
+    # (its held-out AUC is no test of the resume: a third epoch over the same 40,000 rows overfits the embeddings)
+    assert resumed < fresh - 0.1
