@@ -232,7 +232,16 @@ def _source_layout(runtime: Any, dirname: str) -> tuple[tuple[DenseTable, ...], 
 
 
 def restore_dense(runtime: Any, dirname: str) -> None:
-    """On a server, after ``init_server(dirname)`` loaded the sparse tables: the dense tables too."""
+    """On a server, after ``init_server(dirname)`` loaded the sparse tables: the dense tables too.  A directory that
+    does not exist, or holds no saved table, is an error (Paddle's loader skips it silently, and the job would train
+    from scratch while the user believes it resumed)."""
+    if not os.path.isdir(dirname):
+        raise CheckpointError(f"init_server({dirname}): no such directory; nothing to start the servers from")
+    if not os.path.isfile(os.path.join(dirname, MANIFEST)) and not os.path.isdir(table_dir(dirname, 0)):
+        raise CheckpointError(
+            f"init_server({dirname}): no saved tables there (neither {MANIFEST} nor a 000/ table directory): "
+            "give a fleet.save_persistables or fleet.save_inference_model directory"
+        )
     found = _source_layout(runtime, dirname)
     if found is None:
         logger.info("init_server(%s): no dense tables there; dense parameters start from trainer 0's values", dirname)
