@@ -232,3 +232,14 @@ def test_the_fit_is_deterministic_and_prefers_fewer_stages_on_ties():
     assert fits[0].chosen.plan.num_stages == 2  # 2 units beat 1 by far more than the tie margin
     equal = fit_to_launch(profile([1e-4], [1e-4]), cluster(1.0, 1.0), launch, None)
     assert equal.chosen.plan.num_stages == 1  # one layer: no split fits
+
+
+def test_launch_files_dir_is_per_launch():
+    from heterps_paddle.planning.launch import launch_files_dir
+
+    one = {"PADDLE_PSERVERS_IP_PORT_LIST": "127.0.0.1:6000", "PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:6001"}
+    other = {**one, "PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:6002"}  # another launch: other random ports
+    assert launch_files_dir("/c", one) == launch_files_dir("/c", dict(one))
+    assert launch_files_dir("/c", one) != launch_files_dir("/c", other)
+    assert launch_files_dir("/c", one).startswith("/c/launches/")
+    assert launch_files_dir("/c", {}) is None  # not started by a launcher

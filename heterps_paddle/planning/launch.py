@@ -67,6 +67,13 @@ def launch_id(env: Mapping[str, str] | None = None) -> str | None:
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
+def launch_files_dir(cache: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Where this launch's processes leave each other files (under the cache ``cache``): the heterogeneous
+    trainers' side-channel ports, the servers' word that they restored a checkpoint.  None outside a launch."""
+    key = launch_id(env)
+    return None if key is None else os.path.join(cache, "launches", key)
+
+
 class LaunchMismatchError(HeterPSError, RuntimeError):
     """The processes the launcher started cannot run the (saved) plan."""
 

@@ -38,7 +38,7 @@ from heterps_paddle import settings
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
-from heterps_paddle.planning.launch import launch_id
+from heterps_paddle.planning.launch import launch_files_dir
 from heterps_paddle.runtime import seam
 
 MANIFEST = "heterps_checkpoint.json"
@@ -279,8 +279,7 @@ def restore_dense(runtime: Any, dirname: str) -> None:
 
 def _restored_dir() -> str | None:
     """Where the servers of this launch say that they restored the dense tables (None outside a launch)."""
-    key = launch_id()
-    return None if key is None else os.path.join(str(settings.get("HETERPS_CACHE")), "launches", key)
+    return launch_files_dir(str(settings.get("HETERPS_CACHE")))
 
 
 def mark_restored(runtime: Any, dirname: str) -> None:

@@ -40,7 +40,7 @@ import paddle
 from heterps_paddle import graph_seam, settings
 from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
-from heterps_paddle.planning.launch import launch_id
+from heterps_paddle.planning.launch import launch_files_dir
 from heterps_paddle.runtime import seam
 
 LOSS_MIRROR = "heterps_last_stage_loss"
@@ -70,8 +70,7 @@ def flush_heterogeneous_trainers() -> None:
 
 
 def launch_dir() -> str | None:
-    key = launch_id()
-    return None if key is None else os.path.join(str(settings.get("HETERPS_CACHE")), "launches", key)
+    return launch_files_dir(str(settings.get("HETERPS_CACHE")))
 
 
 @dataclass(frozen=True)
