@@ -147,7 +147,6 @@ def _pass_metrics(ctx: seam.ProcessContext, call: seam.DatasetCall, program: Any
     handler = call.options.pop("fetch_handler", None)  # Paddle's monitor would read this section's scope
     metrics = stage_metrics.PassMetrics(
         client=client,
-        program=program,
         scope=call.scope if call.scope is not None else paddle.static.global_scope(),
         fetch=elsewhere,
         print_period=int(call.options.get("print_period") or 100),

@@ -275,7 +275,6 @@ class PassMetrics:
     """One ``train_from_dataset`` of a stage 1 section: what the script's scope and prints get."""
 
     client: Client
-    program: Any
     scope: Any
     fetch: list[tuple[str, str]]  # (var name, fetch_info) the script asked for
     print_period: int
@@ -283,10 +282,13 @@ class PassMetrics:
     handler: Any
     before: dict[str, Any] = field(default_factory=dict)
     local: dict[str, Any] = field(default_factory=dict)  # the scope's states when the pass started
+    ops: list[AucOp] = field(default_factory=list)  # the whole model's auc ops (what the fetches name)
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
     def start(self) -> PassMetrics:
+        held = seam.context().heldout
+        self.ops = auc_ops(held.forward) if held is not None else []
         self.before, _ = self.client.snapshot()
         for name in self.before:
             value = _read(self.scope, name)
@@ -303,7 +305,7 @@ class PassMetrics:
         values: dict[str, float] = {}
         samples = 0
         held = seam.context().heldout
-        for op in auc_ops(held.forward) if held is not None else []:
+        for op in self.ops:
             if op.stat_pos in mine and op.stat_neg in mine:
                 values[op.auc] = auc_of(mine[op.stat_pos], mine[op.stat_neg])
                 seen = (mine[op.stat_pos] - self.local[op.stat_pos]) + (mine[op.stat_neg] - self.local[op.stat_neg])
