@@ -184,6 +184,18 @@ def materialise(held: HeldOut, executor: Any, program: Any, scope: Any) -> list[
     return made
 
 
+def whole_model_from_servers(
+    held: HeldOut, executor: Any, program: Any, scope: Any, runtime: Any
+) -> tuple[list[str], list[str]]:
+    """``program``'s persistable dense vars made in ``scope`` and every dense table pulled into them, once every
+    push to the servers (this process's, the heterogeneous trainers') has been answered: with one batch per epoch
+    the last batch's dense push was still queued when a pull ran.  Returns (made, pulled) names."""
+    made = materialise(held, executor, program, scope)
+    seam.flush_requests(runtime)
+    stage_metrics.flush_heterogeneous_trainers()
+    return made, pull_dense_into(scope, runtime)
+
+
 def servers_model_program(held: HeldOut, executor: Any, program: Any, scope: Any) -> Any:
     """The program that runs the whole forward ``program`` with the servers' model: its lookups read the servers'
     sparse tables, the vars this process's section never made are created in ``scope``, and every dense table
@@ -195,9 +207,7 @@ def servers_model_program(held: HeldOut, executor: Any, program: Any, scope: Any
         converted = distributed_eval_program(program, runtime)
         held.converted[id(program)] = converted
         held.sources.append(program)  # keeps id(program) from being reused while the entry exists
-    made = materialise(held, executor, converted, scope)
-    stage_metrics.flush_heterogeneous_trainers()  # their last dense pushes have landed before the pull
-    pulled = pull_dense_into(scope, runtime)
+    made, pulled = whole_model_from_servers(held, executor, converted, scope, runtime)
     for op in (op for blk in converted.blocks for op in blk.ops if op.type == "auc"):
         held.live.update(op.output("StatPosOut") + op.output("StatNegOut"))
     _log_once(

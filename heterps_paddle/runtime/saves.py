@@ -32,8 +32,7 @@ from paddle.base import core
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import checkpoint, seam, stage_metrics
-from heterps_paddle.runtime.dense_refresh import pull_dense_into
-from heterps_paddle.runtime.heldout import HeldOut, materialise, whole_forward_program
+from heterps_paddle.runtime.heldout import HeldOut, whole_forward_program, whole_model_from_servers
 
 # Fleet's save entry points (TheOnePSRuntime methods) and what each writes.
 SERVER_SIDE_SAVES = ("_save_persistables", "_save_cache_model", "_save_one_table", "_save_cache_table")
@@ -75,10 +74,9 @@ def whole_model_into_scope(executor: Any, program: Any, scope: Any = None, what:
     held = _held(what)
     scope = paddle.static.global_scope() if scope is None else scope
     runtime = seam.fleet_runtime()
-    made = materialise(held, executor or paddle.static.Executor(paddle.CPUPlace()), program, scope)
-    seam.flush_requests(runtime)
-    stage_metrics.flush_heterogeneous_trainers()
-    pulled = pull_dense_into(scope, runtime)
+    made, pulled = whole_model_from_servers(
+        held, executor or paddle.static.Executor(paddle.CPUPlace()), program, scope, runtime
+    )
     logger.info(
         "%s of a split job: the whole model from the servers (%d vars made here, %d dense vars pulled)",
         what,
