@@ -84,7 +84,15 @@ _ALL = (
     Setting(
         "HETERPS_STARTUP_TIMEOUT",
         "120",
-        "seconds a process of a split job waits for a peer it depends on to come up",
+        "seconds a process of a split job waits for a peer it depends on to come up; and a launch across hosts "
+        "(heterps launch --hosts) for every host to join",
+        _positive_float,
+    ),
+    Setting(
+        "HETERPS_HOST_TIMEOUT",
+        "30",
+        "seconds a launch across hosts (heterps launch --hosts) waits without a word from a host, or from its "
+        "coordinator, before it counts that host as lost",
         _positive_float,
     ),
     Setting("HETERPS_WATCHDOG", "1", "0: no peer watchdog in the processes of a split job", _flag),

@@ -280,10 +280,12 @@ def test_launch_args_hosts_command(tmp_path, capsys):
     lines = out.splitlines()
     commands = [line for line in lines if not line.startswith("#")]
     args = "--server_num=1 --servers=127.0.0.2:36100 --worker_num=1 --workers=127.0.0.3:36200 --http_port=36101"
+    own = f"--hosts {hosts_path} --plan {plan}"
     assert commands == [
-        f"POD_IP=127.0.0.2 heterps launch {args} train.py -m 'a b.yaml'",
-        f"POD_IP=127.0.0.3 heterps launch {args} train.py -m 'a b.yaml'",
+        f"heterps launch {own} --host 127.0.0.2 train.py -m 'a b.yaml'",
+        f"heterps launch {own} --host 127.0.0.3 train.py -m 'a b.yaml'",
     ]
+    assert any(line.startswith("# each host runs its line") and args in line for line in lines)
     assert f"# parameter servers: 127.0.0.2:36100 ({SERVER_RULE_FILE})" in lines
     assert "# 127.0.0.4 (cpu): nothing (no unit of the plan, no server)" in lines
     code, out, _ = run_cli(capsys, "launch-args", plan, "--hosts", hosts_path, "--json")

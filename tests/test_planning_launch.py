@@ -235,7 +235,7 @@ def test_the_fit_is_deterministic_and_prefers_fewer_stages_on_ties():
 
 
 def test_launch_files_dir_is_per_launch():
-    from heterps_paddle.planning.launch import launch_files_dir
+    from heterps_paddle.rendezvous import LAUNCH_ID_ENV, launch_files_dir
 
     one = {"PADDLE_PSERVERS_IP_PORT_LIST": "127.0.0.1:6000", "PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:6001"}
     other = {**one, "PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:6002"}  # another launch: other random ports
@@ -243,3 +243,6 @@ def test_launch_files_dir_is_per_launch():
     assert launch_files_dir("/c", one) != launch_files_dir("/c", other)
     assert launch_files_dir("/c", one).startswith("/c/launches/")
     assert launch_files_dir("/c", {}) is None  # not started by a launcher
+    # A coordinated launch (heterps launch --hosts) names itself: a hosts file fixes every port, so two launches of
+    # the same file share their endpoints.
+    assert launch_files_dir("/c", {**one, LAUNCH_ID_ENV: "a1"}) != launch_files_dir("/c", {**one, LAUNCH_ID_ENV: "b2"})

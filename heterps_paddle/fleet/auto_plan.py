@@ -29,21 +29,16 @@ from typing import Any
 
 import paddle
 
-from heterps_paddle import graph_seam, settings
+from heterps_paddle import graph_seam, rendezvous, settings
 from heterps_paddle.errors import EXIT_INFEASIBLE, HeterPSError
 from heterps_paddle.files import locked, write_atomic
+from heterps_paddle.fleet import plan_agreement
 from heterps_paddle.fleet.strategy import LOCAL_CLUSTER
 from heterps_paddle.log import logger
 from heterps_paddle.measure.cache import cached, digest
 from heterps_paddle.measure.local_cluster import LOCAL_CPU, LOCAL_GPU, detect_local_cluster
 from heterps_paddle.planning.cost_model import CostModel
-from heterps_paddle.planning.launch import (
-    LAUNCH_ENDPOINT_ENV,
-    LaunchShape,
-    env_outside_the_launch,
-    launch_from_env,
-    launch_id,
-)
+from heterps_paddle.planning.launch import LaunchShape, env_outside_the_launch, launch_from_env
 from heterps_paddle.planning.launch_fit import fit_to_launch
 from heterps_paddle.planning.model import (
     Cluster,
@@ -87,7 +82,7 @@ class JobPlan:
 
 def _launch_hosts() -> set[str]:
     hosts = set()
-    for key in LAUNCH_ENDPOINT_ENV:
+    for key in rendezvous.LAUNCH_ENDPOINT_ENV:
         for endpoint in filter(None, os.environ.get(key, "").replace(";", ",").split(",")):
             hosts.add(endpoint.rsplit(":", 1)[0])
     return hosts
@@ -152,13 +147,15 @@ def plan_for_job(loss: Any, startup_program: Any, optimizer: Any, configs: dict[
     """The launch's plan (module doc); raises PlanningFailed naming what failed."""
     out_dir = os.path.abspath(configs["output_dir"])
     os.makedirs(out_dir, exist_ok=True)
-    this_launch = launch_id()
+    this_launch = rendezvous.launch_id()
+    if rendezvous.across_hosts():
+        return _plan_across_hosts(loss, startup_program, optimizer, configs, out_dir)
     if len(_launch_hosts()) > 1 and not settings.get("HETERPS_SHARED_OUTPUT_DIR"):
         raise PlanningFailed(
             f"this launch spans hosts {sorted(_launch_hosts())}: each would plan on its own and could choose "
-            "different plans. Make the plan once (`heterps plan` on a profile, or one run) and pass it as "
-            f"heterps_configs['plan'], or set HETERPS_SHARED_OUTPUT_DIR=1 if output_dir ({out_dir}) is storage "
-            "every host shares."
+            "different plans. Launch it with `heterps launch --hosts HOSTS --plan PLAN` (one plan, published to "
+            "every host), or pass a saved plan as heterps_configs['plan'], or set HETERPS_SHARED_OUTPUT_DIR=1 if "
+            f"output_dir ({out_dir}) is storage every host shares."
         )
     job: JobPlan | None
     if os.environ.get("TRAINING_ROLE") == "PSERVER":
@@ -181,6 +178,42 @@ def plan_for_job(loss: Any, startup_program: Any, optimizer: Any, configs: dict[
             write_atomic(os.path.join(out_dir, LAUNCH_FILE), this_launch or f"pid-{os.getpid()}")
     print(f"heterps: plan {job.how}: {job.plan_path}\n{job.report}", flush=True)
     return job
+
+
+def _plan_across_hosts(
+    loss: Any, startup_program: Any, optimizer: Any, configs: dict[str, Any], out_dir: str
+) -> JobPlan:
+    """A launch across hosts (``heterps launch --hosts``): stage 1's trainer 0 plans on its host, within the launch,
+    and publishes the plan on the launch's board (fleet/plan_agreement.py); every other process of every host
+    takes that plan and keeps a copy in its own output_dir."""
+    if configs["cluster"] == LOCAL_CLUSTER:
+        raise PlanningFailed(
+            "cluster: local measures only the machine it runs on, and this launch spans hosts of other types: give "
+            "heterps_configs['cluster'] a cluster file with every host's type (`heterps local-cluster --out FILE` on "
+            "a machine of each type measures it), or a saved plan as heterps_configs['plan']"
+        )
+    if plan_agreement.publishes_the_plan():
+        with locked(out_dir, LOCK_FILE):
+            try:
+                job = _plan_locked(
+                    loss, startup_program, optimizer, configs, out_dir, launch_from_env() or LaunchShape(1)
+                )
+            except PlanningInputError as exc:
+                raise PlanningFailed(f"planning inside minimize failed: {exc}") from None
+        print(f"heterps: plan {job.how}: {job.plan_path}\n{job.report}", flush=True)
+        return job
+    try:
+        plan, report = plan_agreement.published_plan(f"{os.environ.get('TRAINING_ROLE', 'process')} on the launch")
+    except plan_agreement.PlanDisagreement as exc:
+        raise PlanningFailed(str(exc)) from None
+    plan_path = os.path.join(out_dir, PLAN_FILE)
+    with locked(out_dir, LOCK_FILE):
+        save_plan(plan, plan_path)
+        write_atomic(os.path.join(out_dir, REPORT_FILE), report)
+    logger.info(
+        "runs the plan stage 1's trainer 0 published (%d stage%s)", plan.num_stages, "s" * (plan.num_stages != 1)
+    )
+    return JobPlan(plan, plan_path, report, "shared")
 
 
 def _plan_locked(

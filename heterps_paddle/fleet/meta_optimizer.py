@@ -91,9 +91,12 @@ class HeterPSOptimizer(MetaOptimizerBase):  # type: ignore[misc]  # Paddle ships
 
     def _plan(self, loss: Any, startup_program: Any, configs: dict[str, Any]) -> Plan | None:
         """The plan this job runs: a saved one, one made within the launch, or None (program unchanged)."""
+        from heterps_paddle.fleet import plan_agreement  # lazy: see the imports at the top
+
         if configs["plan"] is not None:
             plan = configured_plan(configs)  # validate_heterps_configs has read it: a bad plan was refused there
             check_launch_matches(plan, launch_from_env(), source=f"plan {configs['plan']}")
+            plan_agreement.agree(plan)
             return plan
         if configs["cluster"] is not None:
             from heterps_paddle.fleet.auto_plan import plan_for_job  # lazy: see the imports at the top
@@ -101,5 +104,6 @@ class HeterPSOptimizer(MetaOptimizerBase):  # type: ignore[misc]  # Paddle ships
             job = plan_for_job(
                 loss, startup_program or paddle.static.default_startup_program(), self.user_defined_optimizer, configs
             )
+            plan_agreement.agree(job.plan, job.report)
             return job.plan
         return None

@@ -22,6 +22,7 @@ Pure Python, no Paddle.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import os
@@ -67,13 +68,15 @@ class HostsFile:
     source: str = "<hosts>"
     base_port: int = DEFAULT_BASE_PORT
     http_port: int | None = None  # gloo's HTTP store on server 0's host (None: the next port free there)
+    # heterps launch's coordinator on server 0's host (None: the next port free there after gloo's)
+    control_port: int | None = None
     cluster: str | None = None  # the cluster file the hosts' types belong to, as a path (relative to the file)
 
     def by_address(self) -> dict[str, Host]:
         return {host.address: host for host in self.hosts}
 
 
-_FILE_KEYS = {"format", "hosts", "base_port", "http_port", "cluster"}
+_FILE_KEYS = {"format", "hosts", "base_port", "http_port", "control_port", "cluster"}
 _HOST_KEYS = {"address", "type", "units", "servers", "port", "node"}
 
 
@@ -118,6 +121,7 @@ def hosts_from_dict(document: Any, source: str = "<hosts>") -> HostsFile:
         source=source,
         base_port=_port(r, doc.get("base_port", DEFAULT_BASE_PORT), "base_port"),
         http_port=None if doc.get("http_port") is None else _port(r, doc["http_port"], "http_port"),
+        control_port=None if doc.get("control_port") is None else _port(r, doc["control_port"], "control_port"),
         cluster=cluster,
     )
 
@@ -140,6 +144,8 @@ def hosts_to_dict(hosts: HostsFile) -> dict[str, Any]:
     out["base_port"] = hosts.base_port
     if hosts.http_port is not None:
         out["http_port"] = hosts.http_port
+    if hosts.control_port is not None:
+        out["control_port"] = hosts.control_port
     out["hosts"] = [
         {k: v for k, v in vars(host).items() if v is not None and not (k == "units" and v == 1)} for host in hosts.hosts
     ]
@@ -195,6 +201,7 @@ class Expansion:
     heter_devices: tuple[str, ...]
     http_port: int
     server_rule: str
+    control_port: int  # heterps launch's coordinator, on server 0's host (tools/hosts_job.py)
 
     def arguments(self) -> list[str]:
         """The ``paddle.distributed.launch`` arguments, the same on every host (before the training script)."""
@@ -212,6 +219,15 @@ class Expansion:
             ]
         args.append(f"--http_port={self.http_port}")
         return args
+
+    @property
+    def control_endpoint(self) -> str:
+        return f"{self.servers[0].address}:{self.control_port}"
+
+    def digest(self) -> str:
+        """What every host's ``heterps launch --hosts`` must agree on: the plan, and where each process runs."""
+        body = json.dumps({"plan": self.plan.to_dict(), "expansion": self.to_dict()}, sort_keys=True)
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
 
     def part(self, address: str) -> HostPart:
         for part in self.parts:
@@ -238,6 +254,7 @@ class Expansion:
             "launch_args": self.arguments(),
             "server_rule": self.server_rule,
             "http_endpoint": f"{self.servers[0].address}:{self.http_port}",
+            "control_endpoint": self.control_endpoint,
             "hosts": [
                 {
                     "address": part.host.address,
@@ -257,6 +274,7 @@ class Expansion:
         return [
             f"parameter servers: {', '.join(p.endpoint for p in self.servers)} ({self.server_rule})",
             f"gloo HTTP store: {self.servers[0].address}:{self.http_port} (server 0's host)",
+            f"heterps launch's coordinator: {self.control_endpoint} (server 0's host)",
         ]
 
     def report(self) -> list[str]:
@@ -384,9 +402,14 @@ def expand(
         heter.append(tuple(group))
     server0 = servers[0].address
     http_port = hosts.http_port if hosts.http_port is not None else take_port(server0)
+    control_port = hosts.control_port if hosts.control_port is not None else take_port(server0)
     ports_in_use = {(p.address, p.port) for p in servers + trainers + [p for g in heter for p in g]}
     if (server0, http_port) in ports_in_use:
         raise PlanningInputError(f"{source}: http_port {http_port} is also a process's port on {server0}")
+    if (server0, control_port) in ports_in_use or control_port == http_port:
+        raise PlanningInputError(
+            f"{source}: control_port {control_port} is also a process's port or gloo's on {server0}"
+        )
 
     everyone = servers + trainers + [p for group in heter for p in group]
     parts = []
@@ -403,6 +426,7 @@ def expand(
         heter_devices=tuple(heter_device_for(s, gpu) for s in plan.heter_stages()),
         http_port=http_port,
         server_rule=rule,
+        control_port=control_port,
     )
 
 

@@ -10,7 +10,6 @@ Pure Python: the records and the reading of the launcher's environment need no P
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -19,6 +18,7 @@ from typing import Any, Mapping
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.planning.model import Plan, PlanningInputError, Stage
+from heterps_paddle.rendezvous import LAUNCH_ID_ENV, RENDEZVOUS_ENV
 
 HETER_DEVICES = ("cpu", "gpu")
 # Paddle's heterogeneous pipeline reads the data on its CPU trainers, which therefore run a split plan's first stage.
@@ -39,6 +39,8 @@ _LAUNCH_ENV_PREFIXES = (
     "FLAGS_selected_",
     "TRAINER_",
     "CUDA_VISIBLE_DEVICES",
+    RENDEZVOUS_ENV,
+    LAUNCH_ID_ENV,
 )
 
 
@@ -48,30 +50,6 @@ def env_outside_the_launch(env: Mapping[str, str] | None = None) -> dict[str, st
     clean = {k: v for k, v in env.items() if not k.startswith(_LAUNCH_ENV_PREFIXES) and k != LAUNCH_ENV}
     clean["PYTHONUNBUFFERED"] = "1"
     return clean
-
-
-# The endpoints Paddle's launcher gives every process of a launch (with ports drawn at random per launch).
-LAUNCH_ENDPOINT_ENV = (
-    "PADDLE_PSERVERS_IP_PORT_LIST",
-    "PADDLE_TRAINER_ENDPOINTS",
-    "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST",
-)
-
-
-def launch_id(env: Mapping[str, str] | None = None) -> str | None:
-    """What every process of one launch shares and another launch does not (its random ports)."""
-    env = os.environ if env is None else env
-    parts = [env.get(key, "") for key in LAUNCH_ENDPOINT_ENV]
-    if not any(parts):
-        return None
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
-
-
-def launch_files_dir(cache: str, env: Mapping[str, str] | None = None) -> str | None:
-    """Where this launch's processes leave each other files (under the cache ``cache``): the heterogeneous
-    trainers' side-channel ports, the servers' word that they restored a checkpoint.  None outside a launch."""
-    key = launch_id(env)
-    return None if key is None else os.path.join(cache, "launches", key)
 
 
 class LaunchMismatchError(HeterPSError, RuntimeError):

@@ -34,11 +34,10 @@ from typing import Any
 import numpy as np
 from paddle.distributed.ps.utils.public import get_the_one_recv_context
 
-from heterps_paddle import settings
+from heterps_paddle import rendezvous
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
-from heterps_paddle.planning.launch import launch_files_dir
 from heterps_paddle.runtime import seam
 
 MANIFEST = "heterps_checkpoint.json"
@@ -277,33 +276,20 @@ def restore_dense(runtime: Any, dirname: str) -> None:
     )
 
 
-def _restored_dir() -> str | None:
-    """Where the servers of this launch say that they restored the dense tables (None outside a launch)."""
-    return launch_files_dir(str(settings.get("HETERPS_CACHE")))
-
-
 def mark_restored(runtime: Any, dirname: str) -> None:
-    directory = _restored_dir()
-    if directory is not None:
-        os.makedirs(directory, exist_ok=True)
-        write_atomic(
-            os.path.join(directory, f"dense-restored.server{seam.role_id(runtime.role_maker)}.json"),
-            json.dumps({"checkpoint": dirname}) + "\n",
-        )
+    board = rendezvous.board()
+    if board is not None:
+        board.put(f"dense-restored.server{seam.role_id(runtime.role_maker)}", {"checkpoint": dirname})
 
 
 def servers_restored() -> str | None:
     """The checkpoint this launch's servers restored the dense tables from, if they did.
 
     Paddle's trainer 0 pushes its initial dense values in ``init_worker`` (the servers' own initial values are
-    random draws too, so the values alone cannot tell a resumed table from a fresh one); the servers say so in a
-    file of this launch instead.  Read when the trainer pushes: its client reaches the servers only once they
-    serve, after ``init_server`` returned."""
-    directory = _restored_dir()
-    if directory is None or not os.path.isdir(directory):
-        return None
-    for name in sorted(os.listdir(directory)):
-        if name.startswith("dense-restored."):
-            with open(os.path.join(directory, name), encoding="utf-8") as f:
-                return str(json.load(f)["checkpoint"])
+    random draws too, so the values alone cannot tell a resumed table from a fresh one); the servers say so on the
+    launch's board instead (rendezvous.py).  Read when the trainer pushes: its client reaches the servers only once
+    they serve, after ``init_server`` returned."""
+    board = rendezvous.board()
+    for value in (board.entries("dense-restored.") if board is not None else {}).values():
+        return str(value["checkpoint"])
     return None

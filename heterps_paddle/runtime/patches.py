@@ -302,9 +302,12 @@ def _wrap_fleet_save(runtime_cls: type, name: str, before: Callable[..., None], 
 
 
 @contextlib.contextmanager
-def supervised_launcher(attach: Callable[[Any], None]) -> Iterator[None]:
+def supervised_launcher(
+    attach: Callable[[Any], None], workers_started: Callable[[Any], None] | None = None
+) -> Iterator[None]:
     """While the block runs, each ``ParameterServerLauncher.start_ps`` first hands its launcher to ``attach`` (the
-    supervisor reads the launcher's processes); the class is restored when the block ends, whatever happened."""
+    supervisor reads the launcher's processes), and to ``workers_started`` once its CPU trainers are started (before
+    it waits on them); the class is restored when the block ends, whatever happened."""
     from paddle.distributed.fleet import launch_utils  # lazy: `heterps --help` must not import Paddle
 
     launcher_cls = getattr(launch_utils, "ParameterServerLauncher", None)
@@ -315,6 +318,15 @@ def supervised_launcher(attach: Callable[[Any], None]) -> Iterator[None]:
 
     def start_ps(self: Any) -> Any:
         attach(self)
+        if workers_started is not None:
+            start_pod_worker = self.start_pod_worker
+
+            def started(args: Any, pod: Any) -> Any:
+                result = start_pod_worker(args, pod)
+                workers_started(self)
+                return result
+
+            self.start_pod_worker = started  # this launcher only
         return original(self)
 
     launcher_cls.start_ps = start_ps

@@ -17,8 +17,8 @@ were dropped, and the AUC state variables a script reads from its scope after a 
   (``time: [...], batch: [N], <fetch_info>[1]:[value]``), and a ``fetch_handler`` gets them every period, from
   the same figures; the batch count is the last stage's samples over ``w`` and the batch size.
 
-The port is found through a file the service writes under ``HETERPS_CACHE/launches/<launch id>/`` (the launch's
-processes on one host, or a shared cache).  A trainer that finds none within ``FIND_WAIT_S`` says so
+The port is found on the launch's board (rendezvous.py: files under ``HETERPS_CACHE/launches/<launch id>/`` on one
+host, the launch's coordinator across hosts).  A trainer that finds none within ``FIND_WAIT_S`` says so
 once and goes on as before (the last stage's log prints the metrics).
 """
 
@@ -37,10 +37,8 @@ from typing import Any, cast
 import numpy as np
 import paddle
 
-from heterps_paddle import graph_seam, settings
-from heterps_paddle.files import write_atomic
+from heterps_paddle import graph_seam, rendezvous
 from heterps_paddle.log import logger
-from heterps_paddle.planning.launch import launch_files_dir
 from heterps_paddle.runtime import seam
 
 LOSS_MIRROR = "heterps_last_stage_loss"
@@ -67,10 +65,6 @@ def flush_heterogeneous_trainers() -> None:
         found.flush()
     except OSError as exc:
         logger.warning("the heterogeneous trainers could not be asked to flush their pushes (%s)", exc)
-
-
-def launch_dir() -> str | None:
-    return launch_files_dir(str(settings.get("HETERPS_CACHE")))
 
 
 @dataclass(frozen=True)
@@ -154,14 +148,12 @@ class Service:
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="heterps-stage-metrics", daemon=True).start()
         endpoint = f"{host}:{self.server.server_address[1]}"
-        directory = launch_dir()
-        if directory is not None:
-            os.makedirs(directory, exist_ok=True)
+        board = rendezvous.board()
+        if board is not None:
             ctx = seam.context()
-            name = f"heter.{ctx.stage}.{os.environ.get('PADDLE_TRAINER_ID', '0')}.json"
-            write_atomic(
-                os.path.join(directory, name),
-                json.dumps({"endpoint": endpoint, "stage": ctx.stage, "last": self.last}) + "\n",
+            board.put(
+                f"heter.{ctx.stage}.{os.environ.get('PADDLE_TRAINER_ID', '0')}",
+                {"endpoint": endpoint, "stage": ctx.stage, "last": self.last},
             )
         logger.info(
             "side channel of this heterogeneous trainer on %s (flush%s)",
@@ -200,19 +192,14 @@ class Client:
 
     @staticmethod
     def find() -> Client | None:
-        directory, expected = launch_dir(), _heter_count()
+        board, expected = rendezvous.board(), _heter_count()
         # The services are up before the heter servers listen, and this trainer's init_worker waited for its next
         # stage's: a short wait covers a slow file system and later stages starting, not a slow peer.
         deadline = time.monotonic() + FIND_WAIT_S
-        while directory is not None and expected:
-            found = (
-                sorted(f for f in os.listdir(directory) if f.startswith("heter.")) if os.path.isdir(directory) else []
-            )
+        while board is not None and expected:
+            found = board.entries("heter.")
             if len(found) >= expected:
-                entries = []
-                for name in found:
-                    with open(os.path.join(directory, name), encoding="utf-8") as f:
-                        entries.append(json.load(f))
+                entries = list(found.values())
                 trainers, index = seam.worker_count_and_index(seam.role_maker())
                 return Client(
                     [str(e["endpoint"]) for e in entries if e["last"]],
@@ -224,10 +211,10 @@ class Client:
                 break
             time.sleep(POLL_S)
         logger.warning(
-            "the heterogeneous trainers' side channels were not found (launch files under %s): fetched loss/AUC and "
+            "the heterogeneous trainers' side channels were not found on %s: fetched loss/AUC and "
             "the AUC states in this trainer's scope are not the model's (the last stage's log prints them), and "
             "saves do not wait for their last pushes",
-            directory,
+            "no board (not a launch)" if board is None else board.where,
         )
         return None
 

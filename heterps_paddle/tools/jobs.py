@@ -215,3 +215,149 @@ def run_job(spec: JobSpec, work_dir: str) -> JobResult:
         log_dir=log_dir,
         worker_results=results,
     )
+
+
+# ------------------------------------------------------------------------------ a launch across (emulated) hosts
+
+
+def free_port_block(address: str, count: int, low: int = 20000, high: int = 60000) -> int:
+    """The first port of ``count`` consecutive ports free on ``address`` (for a hosts file's ``port:``)."""
+    import random
+    import socket
+
+    rng = random.Random()
+    for _ in range(200):
+        first = rng.randrange(low, high - count)
+        sockets = []
+        try:
+            for port in range(first, first + count):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(s)
+                s.bind((address, port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise HeterPSError(f"no {count} consecutive free ports on {address}")
+
+
+@dataclass
+class HostLaunch:
+    """One host's ``heterps launch --hosts``: its process and its console file."""
+
+    address: str
+    proc: subprocess.Popen[bytes]
+    console_path: str
+    log_dir: str
+    started: float
+    ended: float | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def console(self) -> str:
+        with open(self.console_path, errors="replace") as f:
+            return f.read()
+
+    def logs(self) -> dict[str, str]:
+        return Launched(self.returncode or 0, 0.0, "", self.log_dir).logs()
+
+
+class HostsRun:
+    """``heterps launch --hosts HOSTS --plan PLAN --host ADDR ...`` for each of ``addresses``, at once, each host
+    in its own session, as if each were a machine: the tests' and ``heterps bench hosts``'s emulated hosts.
+    ``prefix`` gives a host's command a prefix (``ip netns exec NS``: a host in a network namespace)."""
+
+    def __init__(
+        self,
+        hosts_path: str,
+        plan_path: str,
+        script_argv: list[str],
+        work_dir: str,
+        launch_options: tuple[str, ...] = ("--devices", "cpu"),
+        env: dict[str, str] | None = None,
+        timeout: float = 600.0,
+        prefix: dict[str, list[str]] | None = None,
+    ):
+        self.hosts_path, self.plan_path = hosts_path, plan_path
+        self.script_argv = script_argv
+        self.work_dir = work_dir
+        self.launch_options = launch_options
+        self.env = env
+        self.timeout = timeout
+        self.prefix = prefix or {}
+        self.hosts: dict[str, HostLaunch] = {}
+
+    def start(self, address: str, plan_path: str | None = None, script_argv: list[str] | None = None) -> HostLaunch:
+        log_dir = os.path.join(self.work_dir, f"log_{address}")
+        os.makedirs(log_dir, exist_ok=True)
+        cmd = [
+            *self.prefix.get(address, []),
+            sys.executable,
+            "-m",
+            "heterps_paddle.tools.launch",
+            "--timeout",
+            str(self.timeout),
+            "--hosts",
+            self.hosts_path,
+            "--plan",
+            plan_path or self.plan_path,
+            "--host",
+            address,
+            *self.launch_options,
+            "--log_dir",
+            log_dir,
+            *(script_argv or self.script_argv),
+        ]
+        console_path = os.path.join(self.work_dir, f"console_{address}.txt")
+        with open(console_path, "w") as out:
+            proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=self.work_dir, start_new_session=True
+            )
+        self.hosts[address] = HostLaunch(address, proc, console_path, log_dir, time.monotonic())
+        return self.hosts[address]
+
+    def kill(self, address: str) -> None:
+        """The host dies: its launch and everything it started, SIGKILL, no chance to say anything."""
+        _kill_descendants_and_group(self.hosts[address].proc.pid)
+        try:
+            self.hosts[address].proc.kill()
+        except ProcessLookupError:
+            pass
+
+    def wait(self, timeout: float | None = None) -> dict[str, int | None]:
+        """Every host's exit status (None: still running after ``timeout``; then ``stop`` it)."""
+        deadline = time.monotonic() + (self.timeout + OUTER_GRACE_S if timeout is None else timeout)
+        while time.monotonic() < deadline and any(h.proc.poll() is None for h in self.hosts.values()):
+            for h in self.hosts.values():
+                if h.ended is None and h.proc.poll() is not None:
+                    h.ended = time.monotonic()
+            time.sleep(0.2)
+        for h in self.hosts.values():
+            if h.ended is None and h.proc.poll() is not None:
+                h.ended = time.monotonic()
+        return {a: h.proc.poll() for a, h in self.hosts.items()}
+
+    def stop(self) -> None:
+        """Whatever is still running of any host, killed (a test's cleanup)."""
+        for address in self.hosts:
+            self.kill(address)
+        for h in self.hosts.values():
+            h.proc.wait()
+
+    def leftovers(self) -> list[str]:
+        """Processes still running whose command line names this run's directory."""
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+            try:
+                if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.info["pid"] == os.getpid():
+                    continue
+                line = " ".join(proc.info["cmdline"] or [])
+            except psutil.Error:
+                continue
+            if self.work_dir in line:
+                found.append(f"pid {proc.info['pid']}: {line[:200]}")
+        return found

@@ -40,8 +40,10 @@ import psutil
 
 from heterps_paddle import settings
 from heterps_paddle.planning.launch import LAUNCH_ENV
+from heterps_paddle.rendezvous import LAUNCH_ID_ENV, RENDEZVOUS_ENV
 from heterps_paddle.runtime import patches, seam
 from heterps_paddle.runtime.seam import PaddleBehaviourChanged
+from heterps_paddle.tools.hosts_job import JOB_ENV, Coordinator, HostsJob, JobAborted, LogForwarder, Member
 from heterps_paddle.tools.launch_hosts import take_hosts_options
 
 CHILD_FLAG = "--heterps-supervised-child"
@@ -146,6 +148,18 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = args.log_dir or "log"
     os.makedirs(log_dir, exist_ok=True)
     started = time.time()
+    console = Console()
+    coordinator = None
+    if hosts.job is not None:
+        env[JOB_ENV] = hosts.job.to_json()
+        if hosts.job.is_coordinator:
+            try:
+                coordinator = Coordinator(hosts.job, console.remote).start()
+            except JobAborted as exc:
+                print(f"heterps launch: FAILED: {exc}", file=sys.stderr, flush=True)
+                return FAILED_EXIT
+        else:
+            console.forwarder = LogForwarder(hosts.job)
     # Paddle's launcher prints its arguments and every process's environment: that goes to launcher.log; the
     # console gets heterps launch's own lines and the job's progress.
     child = subprocess.Popen(
@@ -155,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-    own_lines = threading.Thread(target=_relay, args=(child.stdout, os.path.join(log_dir, LAUNCHER_LOG)), daemon=True)
+    own_lines = threading.Thread(
+        target=_relay, args=(child.stdout, os.path.join(log_dir, LAUNCHER_LOG), console), daemon=True
+    )
     own_lines.start()
     print(
         f"heterps launch: {' '.join(launch_argv)} (Paddle's launcher output: {os.path.join(log_dir, LAUNCHER_LOG)})",
@@ -164,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_echo = threading.Event()
     echo = None
     if not own.quiet:
-        echo = threading.Thread(target=_echo_logs, args=(log_dir, started, stop_echo), daemon=True)
+        echo = threading.Thread(target=_echo_logs, args=(log_dir, started, stop_echo, console), daemon=True)
         echo.start()
 
     def forward(signum: int, frame: Any) -> None:
@@ -181,33 +197,59 @@ def main(argv: list[str] | None = None) -> int:
         if echo is not None:
             echo.join(timeout=2)
         left = _stop_session(child.pid)
+        if coordinator is not None:
+            coordinator.close()
     seconds = time.time() - started
     if left:
-        print(
-            f"heterps launch: stopped what was still running in the job's session at its end: {'; '.join(left)}",
-            file=sys.stderr,
-            flush=True,
+        console.error(
+            f"heterps launch: stopped what was still running in the job's session at its end: {'; '.join(left)}"
         )
     if code == 0:
-        print(f"heterps launch: job finished in {seconds:.1f} s (logs in {log_dir})", flush=True)
+        console.line(f"heterps launch: job finished in {seconds:.1f} s (logs in {log_dir})")
+        console.close()
         return 0
-    print(
-        f"heterps launch: job FAILED (exit status {code}) after {seconds:.1f} s (logs in {log_dir})",
-        file=sys.stderr,
-        flush=True,
-    )
+    console.error(f"heterps launch: job FAILED (exit status {code}) after {seconds:.1f} s (logs in {log_dir})")
+    console.close()
     return code if code > 0 else FAILED_EXIT
 
 
-def _relay(stream: Any, path: str) -> None:
+class Console:
+    """This host's console; on a host of a launch across hosts other than the coordinator's, every line is also
+    sent there (tools/hosts_job.py), and the coordinator's prints the lines other hosts send it."""
+
+    def __init__(self) -> None:
+        self.forwarder: LogForwarder | None = None
+        self.lock = threading.Lock()
+
+    def line(self, text: str, stream: Any = None) -> None:
+        with self.lock:
+            try:
+                print(text, file=stream or sys.stdout, flush=True)
+            except OSError:
+                pass
+        if self.forwarder is not None:
+            self.forwarder.send(text)
+
+    def error(self, text: str) -> None:
+        self.line(text, sys.stderr)
+
+    def remote(self, text: str) -> None:
+        with self.lock:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self.forwarder is not None:
+            self.forwarder.close()
+
+
+def _relay(stream: Any, path: str, console: Console) -> None:
     """Everything the launcher process prints into ``path``; heterps launch's own lines also to the console."""
     with open(path, "wb") as log:
         for raw in iter(stream.readline, b""):
             log.write(raw)
             log.flush()
             if raw.startswith(OWN_PREFIX.encode()):
-                sys.stderr.write(raw.decode("utf-8", "replace"))
-                sys.stderr.flush()
+                console.error(raw.decode("utf-8", "replace").rstrip("\n"))
 
 
 def _session_members(sid: int) -> list[int]:
@@ -250,16 +292,16 @@ def _stop_session(sid: int) -> list[str]:
     return described
 
 
-def _echo_logs(log_dir: str, started: float, stop: threading.Event) -> None:
+def _echo_logs(log_dir: str, started: float, stop: threading.Event, console: Console) -> None:
     """Print the job's progress lines as they are written (a best effort: partial lines wait for their end)."""
     offsets: dict[str, int] = {}
     last_batch: dict[str, float] = {}
     while not stop.wait(1.0):
-        _echo_once(log_dir, offsets, last_batch)
-    _echo_once(log_dir, offsets, last_batch)
+        _echo_once(log_dir, offsets, last_batch, console)
+    _echo_once(log_dir, offsets, last_batch, console)
 
 
-def _echo_once(log_dir: str, offsets: dict[str, int], last_batch: dict[str, float]) -> None:
+def _echo_once(log_dir: str, offsets: dict[str, int], last_batch: dict[str, float], console: Console) -> None:
     try:
         names = sorted(n for n in os.listdir(log_dir) if re.fullmatch(r"(worker|server|heter)log\.\d+", n))
     except OSError:
@@ -284,7 +326,7 @@ def _echo_once(log_dir: str, offsets: dict[str, int], last_batch: dict[str, floa
                 if show:
                     last_batch[name] = now
             if show:
-                print(f"[{name}] {line.strip()}", flush=True)
+                console.line(f"[{name}] {line.strip()}")
 
 
 # ----------------------------------------------------------------------------------- the child: the launcher
@@ -301,8 +343,9 @@ class Supervisor:
 
     ROLE_NAMES = {"worker": "CPU trainer", "server": "parameter server", "heter_worker": "heterogeneous trainer"}
 
-    def __init__(self, timeout: float | None):
+    def __init__(self, timeout: float | None, member: Member | None = None):
         self.launcher: Any = None
+        self.member = member  # this host's part of a launch across hosts (tools/hosts_job.py), or None
         self.failure: Failure | None = None
         self.first_seen: dict[tuple[str, int], float] = {}
         self.deadline = None if timeout is None else time.monotonic() + timeout
@@ -316,6 +359,32 @@ class Supervisor:
     def attach(self, launcher: Any) -> None:
         self.launcher = launcher
         self._thread.start()
+
+    def workers_started(self, launcher: Any) -> None:
+        """Across hosts: when this host's CPU trainers end, Paddle's launcher stops its servers and heterogeneous
+        trainers, which another host's trainers may still use.  Its wait on the last trainer then also waits for
+        the job's end (every host's trainers finished), or its failure."""
+        workers = (getattr(launcher, "procs", None) or {}).get("worker") or []
+        if self.member is None or not workers:
+            return
+        proc = workers[-1].proc
+        wait = proc.wait
+
+        def wait_for_the_job(timeout: float | None = None) -> Any:
+            code = wait(timeout)
+            self.hold_until_job_ends(workers)
+            return code
+
+        proc.wait = wait_for_the_job
+
+    def hold_until_job_ends(self, workers: list[Any]) -> None:
+        member = self.member
+        if member is None or self.failure is not None or any(tp.proc.poll() != 0 for tp in workers):
+            return  # a failed trainer: the supervisor stops the job
+        member.report_done()
+        _say(f"{OWN_PREFIX} this host's CPU trainers finished; its servers serve until every host's have")
+        while not member.ended.is_set() and self.failure is None:
+            time.sleep(POLL_S)
 
     def stop(self) -> None:
         """Stop watching; a failure being settled is still reported before this returns."""
@@ -351,10 +420,15 @@ class Supervisor:
         but a clean one or Paddle's own SIGTERM counts, whether trainers still run or not."""
         entries = self.processes()
         workers = [tp for role, _, tp in entries if role == "worker"]
-        if not workers:
+        if not workers and (self.member is None or not entries):
             return None  # not started yet
         now = time.monotonic()
-        training = failing or any(tp.proc.poll() is None for tp in workers)
+        # Across hosts, training goes on until the job's end: another host's trainers use this host's processes.
+        training = (
+            failing
+            or any(tp.proc.poll() is None for tp in workers)
+            or (self.member is not None and not self.member.ended.is_set())
+        )
         bad = []
         for role, index, tp in entries:
             code = tp.proc.poll()
@@ -389,6 +463,16 @@ class Supervisor:
             if os.getppid() != self.parent:
                 self.fail(Failure(f"the heterps launch process (pid {self.parent}) went away; stopping the job"))
                 return
+            member = self.member
+            if member is not None and member.aborted.is_set():
+                self.fail(Failure(f"the launch across hosts ended: {member.abort_reason}"), report=False)
+                return
+            if member is not None and member.ended.is_set():
+                if not any(tp.proc.poll() is None for role, _, tp in self.processes() if role == "worker"):
+                    # The job ended on every host: what this host still runs (servers, heterogeneous trainers)
+                    # has served its last trainer.
+                    self.stop_all()
+                    return
             failure = self.check_once()
             if failure is not None:
                 # A process killed from outside can still be on its way out (its threads exiting) when the peers
@@ -397,8 +481,10 @@ class Supervisor:
                 self.fail(self.check_once(failing=True) or failure)
                 return
 
-    def fail(self, failure: Failure) -> None:
+    def fail(self, failure: Failure, report: bool = True) -> None:
         self.failure = failure
+        if self.member is not None and report:
+            self.member.report_failure(failure.message)
         try:
             _say(f"{OWN_PREFIX} FAILED: {failure.message}")
             if failure.log:
@@ -452,11 +538,26 @@ def _child(launch_argv: list[str]) -> int:
     from paddle.distributed.fleet import launch as paddle_launch
 
     timeout = str(settings.get("HETERPS_LAUNCH_TIMEOUT"))
-    supervisor = Supervisor(float(timeout) if timeout else None)
+    member = None
+    job = HostsJob.from_env()
+    if job is not None:
+        member = Member(job)
+        _say(f"{OWN_PREFIX} joining the launch's coordinator at {job.endpoint} (host {job.coordinator})")
+        try:
+            launch = member.join()
+        except JobAborted as exc:
+            _say(f"{OWN_PREFIX} FAILED: the launch across hosts did not start: {exc}")
+            member.close()
+            return FAILED_EXIT
+        # Every process of the job reads the launch's board there, and names the launch by the coordinator's id.
+        os.environ[RENDEZVOUS_ENV] = job.endpoint
+        os.environ[LAUNCH_ID_ENV] = launch
+        _say(f"{OWN_PREFIX} every host joined (launch {launch}); starting this host's processes")
+    supervisor = Supervisor(float(timeout) if timeout else None, member)
     sys.argv = ["paddle.distributed.launch", *launch_argv]
     try:
         # Paddle's launcher tells the supervisor the processes it starts; its class is restored when it returns.
-        with patches.supervised_launcher(supervisor.attach):
+        with patches.supervised_launcher(supervisor.attach, supervisor.workers_started):
             paddle_launch.launch()
     except PaddleBehaviourChanged as exc:
         print(f"{OWN_PREFIX} {exc}", file=sys.stderr, flush=True)
@@ -472,7 +573,23 @@ def _child(launch_argv: list[str]) -> int:
         ):
             supervisor.fail(failure)
         supervisor.stop_all()
+    if member is not None:
+        _end_membership(supervisor, member)
     return FAILED_EXIT if supervisor.failure is not None else 0
+
+
+def _end_membership(supervisor: Supervisor, member: Member) -> None:
+    """Across hosts, after Paddle's launcher returned: a host whose processes all ended well says so and waits for
+    the job's end (closing its connection earlier would read as a lost host); a failure was already reported."""
+    try:
+        if supervisor.failure is None:
+            member.report_done()
+            while not member.settled():
+                time.sleep(POLL_S)
+            if member.aborted.is_set() and not member.ended.is_set():
+                supervisor.fail(Failure(f"the launch across hosts ended: {member.abort_reason}"), report=False)
+    finally:
+        member.close()
 
 
 if __name__ == "__main__":

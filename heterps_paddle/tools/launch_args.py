@@ -137,21 +137,30 @@ def _run_hosts(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**expansion.to_dict(), "command": command}))
     else:
-        print("\n".join(host_commands(expansion, command)))
+        own = ["--hosts", args.hosts, "--plan", args.plan]
+        if args.cluster:
+            own += ["--cluster", args.cluster]
+        if args.server_num is not None:
+            own += ["--server-num", str(args.server_num)]
+        if args.devices == "cpu":
+            own += ["--devices", "cpu"]
+        print("\n".join(host_commands(expansion, command, own)))
     return 0
 
 
-def host_commands(expansion: Expansion, command: list[str]) -> list[str]:
-    """What ``heterps launch-args --hosts`` prints: the placement, then the command of each host."""
+def host_commands(expansion: Expansion, command: list[str], own: list[str]) -> list[str]:
+    """What ``heterps launch-args --hosts`` prints: the placement, then the command of each host (``own``: the
+    hosts options it was given, which every host's ``heterps launch`` reads again from its copy of the files)."""
     args = " ".join(shlex.quote(a) for a in expansion.arguments())
+    options = " ".join(shlex.quote(a) for a in own)
     tail = " " + " ".join(shlex.quote(c) for c in command) if command else " TRAIN.py [ARGS...]"
     lines = [f"# {line}" for line in expansion.placement()]
     lines.append(
-        "# every host runs the same arguments; POD_IP says which host it is (or, on every host: heterps launch "
-        "--hosts HOSTS --plan PLAN ... TRAIN.py)"
+        "# each host runs its line, with the same files (the launches join one job through the coordinator; "
+        f"each expands to Paddle's launcher with POD_IP=<host> and: {args})"
     )
     for part in expansion.parts:
         lines.append(f"# {part.describe()}")
         if part.processes:
-            lines.append(f"POD_IP={part.host.address} heterps launch {args}{tail}")
+            lines.append(f"heterps launch {options} --host {part.host.address}{tail}")
     return lines

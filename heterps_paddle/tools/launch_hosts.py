@@ -8,8 +8,10 @@ Leading options, read before Paddle's arguments (anywhere among ``--timeout`` / 
   finds it (``launch_utils.py: ParameterServerLauncher.get_role_endpoints``).
 
 They expand (planning/hosts.py: ``expand``) into the ``paddle.distributed.launch`` arguments every host runs, and
-``POD_IP`` is set to the host's address for Paddle's launcher.  A host that runs nothing of the plan says so and
-ends 0 without starting Paddle's launcher (in plain PS mode it would fail an assertion).
+``POD_IP`` is set to the host's address for Paddle's launcher.  The hosts' launches then run as one job through a
+coordinator on server 0's host (tools/hosts_job.py): nothing starts until every host joined with the same plan,
+and any host's failure or loss ends the launch on all.  A host that runs nothing of the plan says so and ends 0
+without starting Paddle's launcher (in plain PS mode it would fail an assertion).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Mapping
 
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
 from heterps_paddle.planning.hosts import expand_files
+from heterps_paddle.tools.hosts_job import HostsJob
 
 _VALUED = ("--hosts", "--plan", "--host", "--cluster", "--server-num", "--devices")
 _OWN_VALUED = ("--timeout",)
@@ -33,6 +36,7 @@ class HostsLaunch:
     argv: list[str]  # heterps launch's arguments with the hosts options replaced by Paddle's
     env: dict[str, str] = field(default_factory=dict)  # to set for Paddle's launcher (POD_IP)
     exit_code: int | None = None  # end here with this status (bad input, or nothing to run on this host)
+    job: HostsJob | None = None  # this host's part of the launch across hosts (tools/hosts_job.py)
 
 
 def take_hosts_options(argv: list[str], environ: Mapping[str, str] | None = None) -> HostsLaunch:
@@ -87,7 +91,14 @@ def take_hosts_options(argv: list[str], environ: Mapping[str, str] | None = None
     if not part.processes:
         print(f"heterps launch: {address} runs nothing of this plan; nothing started", flush=True)
         return HostsLaunch(argv, exit_code=0)
-    return HostsLaunch(kept + expansion.arguments() + rest, {"POD_IP": address})
+    job = HostsJob(
+        endpoint=expansion.control_endpoint,
+        host=address,
+        coordinator=expansion.servers[0].address,
+        digest=expansion.digest(),
+        members={p.host.address: any(q.role == "trainer" for q in p.processes) for p in expansion.parts if p.processes},
+    )
+    return HostsLaunch(kept + expansion.arguments() + rest, {"POD_IP": address}, job=job)
 
 
 def _own_address() -> str:

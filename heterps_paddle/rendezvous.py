@@ -1,0 +1,201 @@
+"""What the processes of one launch share: its id, and a board where they leave each other small records.
+
+Records on the board: the plan the launch runs (fleet/job_plan.py), each heterogeneous trainer's side-channel
+endpoint (runtime/stage_metrics.py), the servers' word that they restored a checkpoint (runtime/checkpoint.py).
+
+Two boards, one interface:
+
+- **Files** (one host): a directory of this launch under the cache, one JSON file per key, written atomically.
+- **The launch's coordinator** (``heterps launch --hosts``, across hosts): the launch on server 0's host serves the
+  board over TCP (tools/hosts_job.py); every process is told where in ``HETERPS_RENDEZVOUS``.  No shared storage
+  is needed, and a record one host writes is read on every other.
+
+A launch's id is ``HETERPS_LAUNCH_ID`` when the coordinator gave one (a fresh one per launch: a hosts file fixes
+every port, so the endpoints alone would name every launch of the same file alike), else a digest of the endpoints
+Paddle's launcher hands every process (with ports drawn at random per launch).
+
+Pure Python, no Paddle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import threading
+import time
+from typing import Any, Callable, Mapping, Protocol
+
+from heterps_paddle import settings
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.files import write_atomic
+
+RENDEZVOUS_ENV = "HETERPS_RENDEZVOUS"  # host:port of the launch's coordinator
+LAUNCH_ID_ENV = "HETERPS_LAUNCH_ID"
+# The endpoints Paddle's launcher gives every process of a launch (with ports drawn at random per launch).
+LAUNCH_ENDPOINT_ENV = (
+    "PADDLE_PSERVERS_IP_PORT_LIST",
+    "PADDLE_TRAINER_ENDPOINTS",
+    "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST",
+)
+_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+POLL_S = 0.2
+REQUEST_TIMEOUT_S = 30.0
+
+
+class RendezvousError(HeterPSError, RuntimeError):
+    """The launch's board could not be read or written."""
+
+
+def launch_id(env: Mapping[str, str] | None = None) -> str | None:
+    """What every process of one launch shares and another launch does not."""
+    env = os.environ if env is None else env
+    if env.get(LAUNCH_ID_ENV):
+        return env[LAUNCH_ID_ENV]
+    parts = [env.get(key, "") for key in LAUNCH_ENDPOINT_ENV]
+    if not any(parts):
+        return None
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+def launch_files_dir(cache: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The files board's directory of this launch under the cache ``cache``; None outside a launch."""
+    key = launch_id(env)
+    return None if key is None else os.path.join(cache, "launches", key)
+
+
+def _check_key(key: str) -> str:
+    if not _KEY.fullmatch(key):
+        raise RendezvousError(f"board key {key!r}: letters, digits, '.', '_' and '-' only")
+    return key
+
+
+class Board(Protocol):
+    where: str  # for messages
+
+    def put(self, key: str, value: Any) -> None: ...
+
+    def get(self, key: str) -> Any | None: ...
+
+    def entries(self, prefix: str) -> dict[str, Any]: ...
+
+
+class FileBoard:
+    """One JSON file per key in ``directory`` (one host)."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.where = directory
+
+    def put(self, key: str, value: Any) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        write_atomic(os.path.join(self.directory, _check_key(key) + ".json"), json.dumps(value) + "\n")
+
+    def get(self, key: str) -> Any | None:
+        try:
+            with open(os.path.join(self.directory, _check_key(key) + ".json"), encoding="utf-8") as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return None
+
+    def entries(self, prefix: str) -> dict[str, Any]:
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if n.startswith(prefix) and n.endswith(".json"))
+        except FileNotFoundError:
+            return {}
+        found = {}
+        for name in names:
+            value = self.get(name[: -len(".json")])
+            if value is not None:
+                found[name[: -len(".json")]] = value
+        return found
+
+
+def request(endpoint: str, message: Mapping[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
+    """One request to the coordinator, one JSON line back."""
+    host, port = endpoint.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+            conn.sendall(json.dumps(message).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = conn.recv(1 << 16)
+                if not chunk:
+                    break
+                data += chunk
+    except OSError as exc:
+        raise RendezvousError(f"the launch's coordinator at {endpoint} did not answer ({exc})") from None
+    try:
+        reply = json.loads(data)
+    except ValueError:
+        raise RendezvousError(f"the launch's coordinator at {endpoint} sent no answer") from None
+    if not isinstance(reply, dict) or "error" in reply:
+        raise RendezvousError(f"the launch's coordinator at {endpoint}: {reply.get('error', reply)}")
+    return reply
+
+
+class RemoteBoard:
+    """The board the launch's coordinator serves (across hosts)."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self.where = f"the launch's coordinator at {endpoint}"
+
+    def put(self, key: str, value: Any) -> None:
+        request(self.endpoint, {"op": "put", "key": _check_key(key), "value": value})
+
+    def get(self, key: str) -> Any | None:
+        return request(self.endpoint, {"op": "get", "key": _check_key(key)}).get("value")
+
+    def entries(self, prefix: str) -> dict[str, Any]:
+        return dict(request(self.endpoint, {"op": "entries", "prefix": prefix})["entries"])
+
+
+def board(env: Mapping[str, str] | None = None) -> Board | None:
+    """This launch's board; None outside a launch."""
+    env = os.environ if env is None else env
+    if env.get(RENDEZVOUS_ENV):
+        return RemoteBoard(env[RENDEZVOUS_ENV])
+    directory = launch_files_dir(str(settings.get("HETERPS_CACHE", env)), env)
+    return None if directory is None else FileBoard(directory)
+
+
+def across_hosts(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this launch has a coordinator (``heterps launch --hosts``)."""
+    env = os.environ if env is None else env
+    return bool(env.get(RENDEZVOUS_ENV))
+
+
+def wait_for(found: Callable[[], Any | None], timeout: float, what: str) -> Any:
+    """``found()`` once it is not None; RendezvousError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = found()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise RendezvousError(f"{what} did not appear within {timeout:.0f} s")
+        time.sleep(POLL_S)
+
+
+class BoardStore:
+    """The coordinator's side of the board: a dict behind a lock, answering put / get / entries."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def answer(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        op = message.get("op")
+        with self._lock:
+            if op == "put":
+                self._values[_check_key(str(message["key"]))] = message.get("value")
+                return {"ok": True}
+            if op == "get":
+                return {"value": self._values.get(str(message["key"]))}
+            if op == "entries":
+                prefix = str(message.get("prefix", ""))
+                return {"entries": {k: v for k, v in sorted(self._values.items()) if k.startswith(prefix)}}
+        return {"error": f"unknown request {op!r}"}

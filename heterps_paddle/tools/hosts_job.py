@@ -1,0 +1,441 @@
+"""A launch across hosts: one coordinator, and every host's ``heterps launch --hosts`` a member of it.
+
+Paddle 2.6.2's PS launcher knows only its own host: it ignores every exit status, a host with only servers waits
+on them forever, and a host whose trainers end stops its servers even while another host's trainers still use
+them.  So ``heterps launch --hosts`` runs the launch as one job:
+
+- **The coordinator** runs inside ``heterps launch`` on server 0's host, on the hosts file's ``control_port``
+  (planning/hosts.py).  It serves the launch's board (rendezvous.py: the plan every process runs, the side
+  channels' endpoints, the checkpoint the servers restored) and the job's membership.
+- **Joining.**  Each host's launch (the process that runs Paddle's launcher) joins with the digest of the plan
+  and placement it was given (``Expansion.digest``).  Nothing starts anywhere until every host that runs a
+  process of the plan has joined with the same digest; a host with another plan, or one that never joins within
+  ``HETERPS_STARTUP_TIMEOUT``, ends the launch on every host before any process starts, naming the host.
+- **Supervision.**  A host whose supervisor sees a process fail says so; a host whose launch goes away (its
+  connection closes: the process was killed, or the machine died) or stops answering for ``HETERPS_HOST_TIMEOUT``
+  seconds is lost.  Either way the coordinator tells every host to stop, with the reason, and each host stops its
+  processes and exits non-zero.
+- **The end.**  A host whose CPU trainers finished says so and keeps its servers and heterogeneous trainers
+  serving; when every host with CPU trainers has finished, the coordinator tells every host the job ended, and
+  each stops what it still runs and exits 0.
+- **One console.**  The other hosts' launches send their console lines (the job's progress, their own messages)
+  to the coordinator's host, which prints them with the host's address.
+
+The protocol is JSON lines over TCP: ``join`` / ``beat`` / ``failed`` / ``done`` from a member, ``start`` /
+``beat`` / ``abort`` / ``end`` from the coordinator; ``log`` opens a stream of console lines; ``put`` / ``get`` /
+``entries`` are the board's one-shot requests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import socket
+import socketserver
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Mapping, cast
+
+from heterps_paddle import settings
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.rendezvous import BoardStore
+
+JOB_ENV = "HETERPS_HOSTS_JOB"  # the launch's HostsJob, from heterps launch to the process that runs Paddle's launcher
+BEAT_S = 2.0
+JOIN_RETRY_S = 0.5
+LOG_QUEUE_LINES = 10000
+
+
+class JobAborted(HeterPSError, RuntimeError):
+    """The launch across hosts ended (or could not start); the message says why and where."""
+
+
+@dataclass(frozen=True)
+class HostsJob:
+    endpoint: str  # the coordinator's host:port
+    host: str  # this host's address
+    coordinator: str  # server 0's host, where the coordinator runs
+    digest: str  # of the plan and its placement (every host must have the same)
+    members: Mapping[str, bool]  # every host that runs a process of the plan -> whether it runs CPU trainers
+
+    @property
+    def is_coordinator(self) -> bool:
+        return self.host == self.coordinator
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self) | {"members": dict(self.members)})
+
+    @staticmethod
+    def from_env(env: Mapping[str, str] | None = None) -> HostsJob | None:
+        text = (os.environ if env is None else env).get(JOB_ENV)
+        return None if not text else HostsJob(**json.loads(text))
+
+
+def host_timeout() -> float:
+    return float(cast(float, settings.get("HETERPS_HOST_TIMEOUT")))
+
+
+def startup_timeout() -> float:
+    return float(cast(float, settings.get("HETERPS_STARTUP_TIMEOUT")))
+
+
+class _Peer:
+    """One member's connection, as the coordinator holds it."""
+
+    def __init__(self, host: str, wfile: Any):
+        self.host = host
+        self.wfile = wfile
+        self.lock = threading.Lock()
+        self.last_seen = time.monotonic()
+        self.gone = False
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        with self.lock:
+            if self.gone:
+                return
+            try:
+                self.wfile.write(json.dumps(message).encode() + b"\n")
+                self.wfile.flush()
+            except OSError:
+                self.gone = True
+
+
+class Coordinator:
+    """The launch's coordinator (module doc).  ``say`` prints a line on this host's console."""
+
+    def __init__(self, job: HostsJob, say: Callable[[str], None]):
+        self.job = job
+        self.say = say
+        self.store = BoardStore()
+        self.launch_id = uuid.uuid4().hex[:16]
+        self.peers: dict[str, _Peer] = {}
+        self.done: set[str] = set()
+        self.started = False
+        self.ended = False
+        self.aborted: str | None = None
+        self.lock = threading.Lock()
+        self.startup_deadline = time.monotonic() + startup_timeout()
+        self.host_timeout = host_timeout()
+        self.server: socketserver.ThreadingTCPServer | None = None
+        self._stop = threading.Event()
+
+    def start(self) -> Coordinator:
+        coordinator = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                coordinator.handle(self.rfile, self.wfile)
+
+        host, port = self.job.endpoint.rsplit(":", 1)
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        try:
+            self.server = socketserver.ThreadingTCPServer((host, int(port)), Handler)
+        except OSError as exc:
+            raise JobAborted(
+                f"cannot serve the launch's coordinator on {self.job.endpoint} ({exc}): is another launch of this "
+                "hosts file running, or is control_port taken on this host?"
+            ) from None
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, name="heterps-coordinator", daemon=True).start()
+        threading.Thread(target=self._watch, name="heterps-coordinator-watch", daemon=True).start()
+        return self
+
+    def close(self, wait_s: float = 15.0, late_joiners_s: float = 30.0) -> None:
+        """Stop serving once every member has gone (or after ``wait_s``): the last messages must reach them.  A
+        launch that ended before it started waits a while more (``late_joiners_s``, at most until the startup
+        deadline) for the hosts that had not joined yet, so that they too hear why, rather than wait for a
+        coordinator that is gone."""
+        now = time.monotonic()
+        deadline = now + wait_s
+        with self.lock:
+            if self.aborted and not self.started:
+                deadline = max(deadline, min(self.startup_deadline, now + late_joiners_s))
+        while time.monotonic() < deadline:
+            with self.lock:
+                told = all(h in self.peers for h in self.job.members) or self.started
+                if told and all(peer.gone for peer in self.peers.values()):
+                    break
+            time.sleep(0.1)
+        self._stop.set()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    # ---- requests
+
+    def handle(self, rfile: Any, wfile: Any) -> None:
+        try:
+            first = json.loads(rfile.readline() or b"null")
+        except ValueError:
+            return
+        if not isinstance(first, dict):
+            return
+        op = first.get("op")
+        if op == "join":
+            self._member(first, rfile, wfile)
+        elif op == "log":
+            host = str(first.get("host", "?"))
+            for raw in iter(rfile.readline, b""):
+                self.say(f"[{host}] {raw.decode('utf-8', 'replace').rstrip()}")
+        else:
+            try:
+                wfile.write(json.dumps(self.store.answer(first)).encode() + b"\n")
+            except (KeyError, HeterPSError) as exc:
+                wfile.write(json.dumps({"error": str(exc)}).encode() + b"\n")
+
+    def _member(self, first: Mapping[str, Any], rfile: Any, wfile: Any) -> None:
+        host = str(first.get("host"))
+        peer = _Peer(host, wfile)
+        with self.lock:
+            if host not in self.job.members:
+                listed = ", ".join(self.job.members)
+                peer.send({"op": "abort", "reason": f"{host} runs nothing of this launch's plan (its hosts: {listed})"})
+                return
+            if host in self.peers and not self.peers[host].gone:
+                peer.send(
+                    {"op": "abort", "reason": f"host {host} joined twice: a second heterps launch with --host {host}"}
+                )
+                return
+            if self.started or self.aborted:
+                peer.send({"op": "abort", "reason": self.aborted or f"host {host} joined a launch that had started"})
+                peer.gone = True
+                self.peers.setdefault(host, peer)
+                return
+            self.peers[host] = peer
+            if first.get("digest") != self.job.digest:
+                self._abort(
+                    f"host {host} was given another plan or hosts file than {self.job.coordinator} (plan and placement "
+                    f"digest {first.get('digest')} there, {self.job.digest} here): give every host the same files"
+                )
+            elif set(self.job.members) <= {h for h, p in self.peers.items() if not p.gone}:
+                self.started = True
+                self.say(
+                    f"heterps launch: every host joined ({', '.join(self.job.members)}; plan and placement digest "
+                    f"{self.job.digest}); the job starts"
+                )
+                for each in self.peers.values():
+                    each.send({"op": "start", "launch_id": self.launch_id})
+        try:
+            for raw in iter(rfile.readline, b""):
+                try:
+                    message = json.loads(raw)
+                except ValueError:
+                    continue
+                peer.last_seen = time.monotonic()
+                op = message.get("op")
+                with self.lock:
+                    if op == "failed":
+                        self._abort(f"host {host}: {message.get('reason')}")
+                    elif op == "done":
+                        self.done.add(host)
+                        trainer_hosts = {h for h, trains in self.job.members.items() if trains}
+                        if not self.ended and not self.aborted and trainer_hosts <= self.done:
+                            self.ended = True
+                            for each in self.peers.values():
+                                each.send({"op": "end"})
+        except OSError:
+            pass
+        with self.lock:
+            peer.gone = True
+            if not self.ended and not self.aborted:
+                self._abort(
+                    f"host {host}'s heterps launch went away (its connection to the coordinator closed: the process "
+                    "was killed, or the machine or its network is gone)"
+                )
+
+    def _abort(self, reason: str) -> None:
+        """With the lock held: the first reason ends the launch on every host."""
+        if self.aborted or self.ended:
+            return
+        self.aborted = reason
+        for peer in self.peers.values():
+            peer.send({"op": "abort", "reason": reason})
+
+    def _watch(self) -> None:
+        while not self._stop.wait(1.0):
+            now = time.monotonic()
+            with self.lock:
+                if self.aborted or self.ended:
+                    continue
+                if not self.started and now > self.startup_deadline:
+                    missing = [h for h in self.job.members if h not in self.peers or self.peers[h].gone]
+                    self._abort(
+                        f"host{'s' * (len(missing) != 1)} {', '.join(missing)} never joined the launch within "
+                        f"{startup_timeout():.0f} s (HETERPS_STARTUP_TIMEOUT): start `heterps launch --hosts ...` "
+                        "there too, with the same files"
+                    )
+                    continue
+                if self.started:
+                    for peer in self.peers.values():
+                        if not peer.gone and now - peer.last_seen > self.host_timeout:
+                            self._abort(
+                                f"host {peer.host} stopped answering ({self.host_timeout:.0f} s without a word; "
+                                "HETERPS_HOST_TIMEOUT)"
+                            )
+                            break
+                for peer in self.peers.values():
+                    peer.send({"op": "beat"})
+
+
+class Member:
+    """A host's side of the launch, in the process that runs Paddle's launcher (tools/launch.py: _child)."""
+
+    def __init__(self, job: HostsJob):
+        self.job = job
+        self.conn: socket.socket | None = None
+        self.lock = threading.Lock()
+        self.ended = threading.Event()
+        self.aborted = threading.Event()
+        self.abort_reason = ""
+        self.launch_id = ""
+        self._closed = threading.Event()
+
+    def join(self) -> str:
+        """Join and wait until every host has: the launch's id.  JobAborted when the launch cannot start."""
+        timeout = startup_timeout()
+        # The coordinator gives up at its own deadline and says why; this one only covers a coordinator that never
+        # came up.
+        deadline = time.monotonic() + timeout + 10.0
+        host, port = self.job.endpoint.rsplit(":", 1)
+        while True:
+            try:
+                self.conn = socket.create_connection((host, int(port)), timeout=5.0)
+                break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise JobAborted(
+                        f"the launch's coordinator at {self.job.endpoint} (host {self.job.coordinator}) did not come "
+                        f"up within {timeout:.0f} s (HETERPS_STARTUP_TIMEOUT; last error: {exc}): start `heterps "
+                        f"launch --hosts ...` on {self.job.coordinator} too"
+                    ) from None
+                time.sleep(JOIN_RETRY_S)
+        self._send({"op": "join", "host": self.job.host, "digest": self.job.digest})
+        reader = self.conn.makefile("rb")
+        self.conn.settimeout(max(1.0, deadline - time.monotonic()))
+        try:
+            while True:
+                raw = reader.readline()
+                if not raw:
+                    raise JobAborted(f"the launch's coordinator on {self.job.coordinator} closed the connection")
+                message = json.loads(raw)
+                if message.get("op") == "abort":
+                    raise JobAborted(str(message.get("reason")))
+                if message.get("op") == "start":
+                    self.launch_id = str(message["launch_id"])
+                    break
+        except TimeoutError:
+            raise JobAborted(
+                f"the launch did not start within {timeout:.0f} s (HETERPS_STARTUP_TIMEOUT): not every host joined"
+            ) from None
+        self.conn.settimeout(host_timeout())
+        threading.Thread(target=self._read, args=(reader,), name="heterps-member-read", daemon=True).start()
+        threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
+        return self.launch_id
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        with self.lock:
+            if self.conn is None or self._closed.is_set():
+                return
+            try:
+                self.conn.sendall(json.dumps(message).encode() + b"\n")
+            except OSError:
+                pass  # the reader sees the connection go
+
+    def _read(self, reader: Any) -> None:
+        try:
+            for raw in iter(reader.readline, b""):
+                message = json.loads(raw)
+                op = message.get("op")
+                if op == "abort":
+                    self._abort(str(message.get("reason")))
+                elif op == "end":
+                    self.ended.set()
+        except TimeoutError:
+            self._abort(
+                f"the launch's coordinator on {self.job.coordinator} stopped answering ({host_timeout():.0f} s; "
+                "HETERPS_HOST_TIMEOUT)"
+            )
+            return
+        except (OSError, ValueError):
+            pass
+        if not self.ended.is_set() and not self._closed.is_set():
+            self._abort(
+                f"lost the launch's coordinator on host {self.job.coordinator} (its heterps launch went away, or the "
+                "machine or its network is gone)"
+            )
+
+    def _abort(self, reason: str) -> None:
+        if not self.aborted.is_set():
+            self.abort_reason = reason
+            self.aborted.set()
+
+    def _beat(self) -> None:
+        while not self._closed.wait(BEAT_S):
+            self._send({"op": "beat"})
+
+    def report_failure(self, reason: str) -> None:
+        self._send({"op": "failed", "reason": reason})
+
+    def report_done(self) -> None:
+        self._send({"op": "done"})
+
+    def settled(self) -> bool:
+        return self.ended.is_set() or self.aborted.is_set()
+
+    def close(self) -> None:
+        self._closed.set()
+        with self.lock:
+            if self.conn is not None:
+                try:
+                    self.conn.close()
+                except OSError:
+                    pass
+
+
+class LogForwarder:
+    """A host's console lines, also sent to the coordinator's host (best effort: a line that cannot be sent is
+    still on this host's console and in its logs)."""
+
+    def __init__(self, job: HostsJob):
+        self.job = job
+        self.lines: queue.Queue[str | None] = queue.Queue(LOG_QUEUE_LINES)
+        self.thread = threading.Thread(target=self._run, name="heterps-log-forward", daemon=True)
+        self.thread.start()
+
+    def send(self, line: str) -> None:
+        try:
+            self.lines.put_nowait(line)
+        except queue.Full:
+            pass
+
+    def close(self, wait_s: float = 5.0) -> None:
+        try:
+            self.lines.put_nowait(None)
+        except queue.Full:
+            pass
+        self.thread.join(timeout=wait_s)
+
+    def _run(self) -> None:
+        host, port = self.job.endpoint.rsplit(":", 1)
+        deadline = time.monotonic() + startup_timeout() + 10.0
+        conn = None
+        while conn is None:
+            try:
+                conn = socket.create_connection((host, int(port)), timeout=5.0)
+            except OSError:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(JOIN_RETRY_S)
+        with conn:
+            try:
+                conn.sendall(json.dumps({"op": "log", "host": self.job.host}).encode() + b"\n")
+                while True:
+                    line = self.lines.get()
+                    if line is None:
+                        return
+                    conn.sendall(line.rstrip("\n").encode() + b"\n")
+            except OSError:
+                return

@@ -1,0 +1,206 @@
+"""A plan across hosts, run one ``heterps launch --hosts`` per host (tools/hosts_job.py), on hosts emulated on this
+machine: each host is a loopback address (127.0.0.2, 127.0.0.3, 127.0.0.4) given to its own launch as ``--host``,
+and each runs in a session of its own, as a machine would.
+
+The plan: 2 stages, stage 1 on 2 CPU units (a parameter server and a CPU trainer on each of the first two hosts),
+stage 2 (the fc layers, loss and AUC) on one heterogeneous trainer on the third.  What is checked:
+
+- it trains as the same plan on one host does (held-out AUC within 0.01), and every process of every host logs the
+  same plan digest, the one stage 1's trainer 0 published through the launch's coordinator;
+- the other hosts' progress reaches the console of the coordinator's host;
+- a host that dies (its launch and every process on it SIGKILLed) fails every other host's launch, naming it, within
+  60 s, and nothing of the job is left on any host; the same when the coordinator's host dies;
+- a host that never comes up, or one given another plan, ends every launch before any process starts;
+- a host given an address that is not in the hosts file is an error, not a silent exit 0.
+"""
+
+import json
+import os
+import re
+import time
+
+import pytest
+
+from heterps_paddle.data.generator import generate
+from heterps_paddle.planning.launch import launch_arguments
+from heterps_paddle.planning.model import load_plan
+from heterps_paddle.tools.jobs import HostsRun, free_port_block, launch
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "paddlerec_style_trainer.py")
+A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+STAGES = [
+    {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
+    {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
+]
+DIGEST = re.compile(r"heterps: plan digest ([0-9a-f]{16})")
+BATCH = re.compile(r"batch: \[\d+\]")
+KILL_BOUND_S = 60.0
+
+
+def write_hosts(path, addresses=(A, B, C)):
+    lines = ["format: 1", "hosts:"]
+    types = {A: "local_cpu", B: "local_cpu", C: "local_gpu"}
+    for address in addresses:
+        lines.append(f"  - {{address: {address}, type: {types[address]}, port: {free_port_block(address, 8)}}}")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, heterps_cache):
+    tmp = tmp_path_factory.mktemp("across-hosts")
+    data_dir = str(tmp / "data")
+    generate(data_dir, 40000, seed=3, test_fraction=0.1)
+    plan = tmp / "plan.json"
+    plan.write_text(json.dumps({"format": 1, "feasible": True, "stages": STAGES}))
+    return {"tmp": tmp, "data": data_dir, "plan": str(plan)}
+
+
+def new_run(setup, name, env=None, timeout=300.0):
+    work = setup["tmp"] / name
+    work.mkdir()
+    hosts = write_hosts(work / "hosts.yaml")
+    argv = [SCRIPT, "--data", setup["data"], "--out", str(work / "out"), "--plan", setup["plan"]]
+    return HostsRun(hosts, setup["plan"], argv, str(work), env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def heldout(out_dir):
+    with open(os.path.join(out_dir, "worker-0.json")) as f:
+        return json.load(f)["test_auc"]
+
+
+def process_logs(run):
+    """Every log of a process of the job (servers, trainers, heterogeneous trainers) on every host."""
+    return {
+        f"{address}/{name}": text
+        for address, host in run.hosts.items()
+        for name, text in host.logs().items()
+        if re.fullmatch(r"(server|worker|heter)log\.\d+", name)
+    }
+
+
+@pytest.fixture
+def cleanup():
+    runs = []
+    yield runs.append
+    for run in runs:
+        run.stop()
+
+
+pytestmark = pytest.mark.launched
+
+
+def test_three_hosts_learn_like_one_host(setup, cleanup):
+    run = new_run(setup, "three")
+    cleanup(run)
+    for address in (A, B, C):
+        run.start(address)
+    codes = run.wait()
+    consoles = {a: h.console() for a, h in run.hosts.items()}
+    assert codes == {A: 0, B: 0, C: 0}, "\n".join(f"--- {a}\n{c[-3000:]}" for a, c in consoles.items())
+    assert run.leftovers() == []
+
+    # One plan: every process of every host logged the digest trainer 0 published.
+    logs = process_logs(run)
+    assert len(logs) == 5, sorted(logs)  # 2 servers, 2 CPU trainers, 1 heterogeneous trainer
+    digests = {name: DIGEST.findall(text) for name, text in logs.items()}
+    assert all(len(found) == 1 for found in digests.values()), digests
+    assert len({found[0] for found in digests.values()}) == 1, digests
+    assert "published for every process of the launch" in logs[f"{A}/workerlog.0"]
+    # The coordinator's console shows the other hosts' progress.
+    assert "every host joined" in consoles[A]
+    assert re.search(rf"\[{re.escape(C)}\] \[heterlog\.0\] .*{BATCH.pattern}", consoles[A]), consoles[A][-3000:]
+    assert f"[{B}] heterps launch: job finished" in consoles[A] or "job finished" in consoles[B]
+
+    # The same plan on one host (same data, same script).
+    one = setup["tmp"] / "one"
+    single = launch(
+        launch_arguments(load_plan(setup["plan"]), 2, gpu_available=False),
+        [SCRIPT, "--data", setup["data"], "--out", str(one / "out"), "--plan", setup["plan"]],
+        str(one / "log"),
+        timeout=300,
+    )
+    assert single.returncode == 0, single.output[-3000:]
+    across, alone = heldout(str(setup["tmp"] / "three" / "out")), heldout(str(one / "out"))
+    print(f"\nheld-out AUC: three hosts {across:.4f}, one host {alone:.4f}")
+    assert abs(across - alone) <= 0.01, f"three hosts {across:.4f} vs one host {alone:.4f}"
+
+
+def wait_for_training(run, address, timeout=240.0):
+    """Until a CPU trainer of ``address`` has printed a batch line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if BATCH.search(run.hosts[address].logs().get("workerlog.0", "")):
+            return
+        if any(h.returncode is not None for h in run.hosts.values()):
+            break
+        time.sleep(0.5)
+    pytest.fail("the job did not start training:\n" + "\n".join(h.console()[-2000:] for h in run.hosts.values()))
+
+
+@pytest.mark.parametrize("victim", [C, A], ids=["heterogeneous-host", "coordinator-host"])
+def test_a_dead_host_fails_every_host(setup, cleanup, victim):
+    # Many epochs: the job is still training when the host dies.
+    run = new_run(setup, f"kill-{victim}")
+    run.script_argv += ["--epochs", "50"]
+    cleanup(run)
+    for address in (A, B, C):
+        run.start(address)
+    wait_for_training(run, B)
+    killed_at = time.monotonic()
+    run.kill(victim)
+    codes = run.wait(timeout=KILL_BOUND_S + 30)
+    others = [a for a in (A, B, C) if a != victim]
+    consoles = {a: run.hosts[a].console() for a in others}
+    for address in others:
+        assert codes[address] not in (None, 0), f"{address} did not fail: {codes}\n{consoles[address][-3000:]}"
+        took = run.hosts[address].ended - killed_at
+        assert took <= KILL_BOUND_S, f"{address} took {took:.0f} s to fail"
+        assert "FAILED" in consoles[address]
+        assert victim in consoles[address], consoles[address][-3000:]
+    # Nothing of the job is left on any host (a moment for the last SIGKILLs to land).
+    deadline = time.monotonic() + 15
+    while run.leftovers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert run.leftovers() == []
+
+
+def test_a_host_that_never_comes_up_ends_the_launch(setup, cleanup):
+    run = new_run(setup, "missing", env={"HETERPS_STARTUP_TIMEOUT": "8"})
+    cleanup(run)
+    for address in (A, B):  # C never starts
+        run.start(address)
+    codes = run.wait(timeout=120)
+    for address in (A, B):
+        console = run.hosts[address].console()
+        assert codes[address] == 1, console
+        assert f"host {C} never joined the launch" in console, console
+        assert not run.hosts[address].logs().get("workerlog.0")  # nothing started
+    assert run.leftovers() == []
+
+
+def test_a_host_with_another_plan_ends_the_launch(setup, cleanup):
+    run = new_run(setup, "mismatch", env={"HETERPS_STARTUP_TIMEOUT": "60"})
+    cleanup(run)
+    other = setup["tmp"] / "mismatch" / "other_plan.json"
+    stages = [dict(STAGES[0], layers=["embedding_0", "fc_0"]), dict(STAGES[1], layers=["fc_1", "fc_2"])]
+    other.write_text(json.dumps({"format": 1, "feasible": True, "stages": stages}))
+    run.start(A)
+    run.start(B)
+    run.start(C, plan_path=str(other))
+    codes = run.wait(timeout=120)
+    for address in (A, B, C):
+        console = run.hosts[address].console()
+        assert codes[address] == 1, console
+        assert f"host {C} was given another plan or hosts file" in console, console
+    assert run.leftovers() == []
+
+
+def test_an_address_not_in_the_hosts_file_is_an_error(setup, cleanup):
+    run = new_run(setup, "stranger")
+    cleanup(run)
+    run.start("127.0.0.9")
+    codes = run.wait(timeout=60)
+    console = run.hosts["127.0.0.9"].console()
+    assert codes["127.0.0.9"] == 2, console
+    assert "this host's address 127.0.0.9 is not in it" in console
