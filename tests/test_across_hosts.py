@@ -204,3 +204,41 @@ def test_an_address_not_in_the_hosts_file_is_an_error(setup, cleanup):
     console = run.hosts["127.0.0.9"].console()
     assert codes["127.0.0.9"] == 2, console
     assert "this host's address 127.0.0.9 is not in it" in console
+
+
+def test_the_automatic_path_plans_once_for_every_host(setup, cleanup):
+    """No plan in the script: stage 1's trainer 0 plans inside minimize (on its host, for the launch) and every
+    process of every host runs what it published; no storage is shared (each host's output_dir is its own)."""
+    from heterps_paddle.tools.cli import main as heterps
+
+    run = new_run(setup, "auto")
+    cleanup(run)
+    work = setup["tmp"] / "auto"
+    cluster = str(work / "cluster.yaml")
+    assert heterps(["local-cluster", "--out", cluster]) == 0
+    for address in (A, B, C):
+        # each host its own output_dir
+        run.start(
+            address,
+            script_argv=[SCRIPT, "--data", setup["data"], "--out", str(work / f"out_{address}"), "--cluster", cluster],
+        )
+    codes = run.wait()
+    assert codes == {A: 0, B: 0, C: 0}, "\n".join(h.console()[-3000:] for h in run.hosts.values())
+    logs = process_logs(run)
+    digests = {name: DIGEST.findall(text) for name, text in logs.items()}
+    assert len(logs) == 5 and len({tuple(found) for found in digests.values()}) == 1, digests
+    assert "heterps: plan planned" in logs[f"{A}/workerlog.0"]
+    for name, text in logs.items():
+        if name != f"{A}/workerlog.0":
+            assert "heterps: plan planned" not in text and f"(the launch's, published on {A})" in text, name
+    plans = {(work / f"out_{a}" / "plan.json").read_text() for a in (A, B)}
+    assert len(plans) == 1  # the trainer hosts keep the same plan file
+
+
+def test_cluster_local_across_hosts_is_refused(tmp_path, monkeypatch):
+    from heterps_paddle.fleet import auto_plan
+    from heterps_paddle.rendezvous import RENDEZVOUS_ENV
+
+    monkeypatch.setenv(RENDEZVOUS_ENV, "127.0.0.2:1")
+    with pytest.raises(auto_plan.PlanningFailed, match="cluster: local measures only the machine it runs on"):
+        auto_plan.plan_for_job(None, None, None, {"cluster": "local", "output_dir": str(tmp_path)})
