@@ -13,8 +13,10 @@ machine, measured once: measure/local_cluster.py).
 - **One plan per launch.**  The first trainer of a launch to lock ``output_dir`` plans (or reuses) and writes
   ``plan.json``, ``plan_report.txt`` and ``profile.yaml``, then stamps ``plan.launch`` with the launch's id (the
   endpoints the launcher hands every process); the launch's other trainers read that plan.  Parameter servers
-  are not told the stages by the launcher, so they never plan: they wait for the stamp.  A launch over several
-  hosts needs ``output_dir`` on storage they share (HETERPS_SHARED_OUTPUT_DIR=1), or a saved plan.
+  are not told the stages by the launcher, so they never plan: they wait for the stamp.  A launch across hosts
+  (``heterps launch --hosts``) plans on stage 1's trainer 0 and publishes the plan through the launch's
+  coordinator (fleet/plan_agreement.py); another multi-host launch needs ``output_dir`` on storage the hosts
+  share (HETERPS_SHARED_OUTPUT_DIR=1), or a saved plan.
 """
 
 from __future__ import annotations
