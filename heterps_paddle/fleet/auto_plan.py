@@ -49,12 +49,14 @@ from heterps_paddle.planning.model import (
     cluster_from_dict,
     cluster_to_dict,
     load_cluster,
+    load_model_profile,
     load_plan,
     model_profile_to_dict,
     plan_from_dict,
     save_plan,
     save_yaml,
 )
+from heterps_paddle.planning.replan import PlanningInputs
 from heterps_paddle.planning.report import JobReportInputs, job_report
 from heterps_paddle.program.job_profile import PROFILE_METHOD, JobProfile, measure_job, program_digest
 from heterps_paddle.version import __version__
@@ -80,6 +82,9 @@ class JobPlan:
     plan_path: str
     report: str
     how: str  # "planned" | "reused" (same inputs as an earlier launch) | "shared" (another process of this launch)
+    # What the plan was made from (planning/replan.py: PlanningInputs.to_dict), for a restart's new plan across
+    # hosts; None where this process did not plan.
+    inputs: dict[str, Any] | None = None
 
 
 def _launch_hosts() -> set[str]:
@@ -262,7 +267,7 @@ def _plan_locked(
             earlier = None  # unreadable: plan again (and overwrite it)
         report = _read_if(report_path)
         if earlier is not None and earlier.inputs_digest == inputs_digest and report is not None:
-            return JobPlan(earlier, plan_path, report, "reused")
+            return JobPlan(earlier, plan_path, report, "reused", _saved_inputs(out_dir, target, budget, configs, cuda))
 
     logger.info(
         "planning inside minimize for this launch (%s): profiling the program on this machine%s",
@@ -329,7 +334,29 @@ def _plan_locked(
     )
     save_plan(plan, plan_path)
     write_atomic(report_path, report)
-    return JobPlan(plan, plan_path, report, "planned")
+    inputs_record = PlanningInputs(
+        profile, cluster, target, budget, configs["scheduler"], configs["seed"], _trainer_kinds(cuda)
+    ).to_dict()
+    return JobPlan(plan, plan_path, report, "planned", inputs_record)
+
+
+def _trainer_kinds(cuda: bool) -> tuple[str, ...]:
+    """What a one-stage plan's trainers can be: GPU trainers only where Paddle can use a GPU."""
+    return ("cpu", "gpu") if cuda else ("cpu",)
+
+
+def _saved_inputs(
+    out_dir: str, target: float | None, budget: float | None, configs: dict[str, Any], cuda: bool
+) -> dict[str, Any] | None:
+    """A reused plan's inputs, from the profile and cluster saved beside it (None if they are gone)."""
+    try:
+        profile = load_model_profile(os.path.join(out_dir, PROFILE_FILE))
+        cluster = load_cluster(os.path.join(out_dir, CLUSTER_FILE))
+    except (OSError, PlanningInputError):
+        return None
+    return PlanningInputs(
+        profile, cluster, target, budget, configs["scheduler"], configs["seed"], _trainer_kinds(cuda)
+    ).to_dict()
 
 
 def _advice(
@@ -359,7 +386,7 @@ def _advice(
         repr(float(goal[1])),
         "--json",
         "--trainer-kinds",
-        "cpu,gpu" if cuda else "cpu",
+        ",".join(_trainer_kinds(cuda)),
     ]
     try:
         # cwd: outside the script's directory, where a source checkout's heterps_paddle would shadow the installed one

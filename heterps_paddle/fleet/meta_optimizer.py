@@ -104,6 +104,6 @@ class HeterPSOptimizer(MetaOptimizerBase):  # type: ignore[misc]  # Paddle ships
             job = plan_for_job(
                 loss, startup_program or paddle.static.default_startup_program(), self.user_defined_optimizer, configs
             )
-            plan_agreement.agree(job.plan, job.report)
+            plan_agreement.agree(job.plan, job.report, job.inputs)
             return job.plan
         return None

@@ -58,16 +58,20 @@ def published_plan(what: str) -> tuple[Plan, str]:
     return plan_from_dict(record["plan"], f"the launch's plan (published by {record['host']})"), str(record["report"])
 
 
-def agree(plan: Plan, report: str = "") -> None:
+def agree(plan: Plan, report: str = "", inputs: dict[str, Any] | None = None) -> None:
     """Across hosts: trainer 0 publishes ``plan``; every other process checks it runs the same one.  Every process
-    logs the digest.  Nothing to do on one host (one plan file, or one output_dir, is shared there)."""
+    logs the digest.  Nothing to do on one host (one plan file, or one output_dir, is shared there).  ``inputs``:
+    what the plan was made from (planning/replan.py), published with it so that the launch's coordinator can
+    re-plan for fewer hosts after losing one."""
     if not rendezvous.across_hosts():
         return
     mine = plan_digest(plan)
     board = rendezvous.board()
     assert board is not None
     if publishes_the_plan():
-        board.put(PLAN_KEY, {"plan": plan.to_dict(), "digest": mine, "host": _where(), "report": report})
+        board.put(
+            PLAN_KEY, {"plan": plan.to_dict(), "digest": mine, "host": _where(), "report": report, "inputs": inputs}
+        )
         print(f"heterps: plan digest {mine} (published for every process of the launch)", flush=True)
         return
     record = published("this process")

@@ -26,7 +26,7 @@ import hashlib
 import ipaddress
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from heterps_paddle.planning.launch import LAUNCH_ENV, check_runnable, heter_device_for
@@ -375,7 +375,13 @@ def expand(
 
     next_port = {host.address: host.port or hosts.base_port for host in hosts.hosts}
 
+    # Ports the file fixes on server 0's host (gloo's, the coordinator's) are skipped by the processes' ports: a
+    # restart keeps them where the first round put them, whatever the new plan runs there.
+    reserved = {(order[0], p) for p in (hosts.http_port, hosts.control_port) if p is not None}
+
     def take_port(address: str) -> int:
+        while (address, next_port[address]) in reserved:
+            next_port[address] += 1
         port = next_port[address]
         if port > _MAX_PORT:
             raise PlanningInputError(f"{source}: {address} runs out of ports above {port - 1}: lower its port")
@@ -428,6 +434,13 @@ def expand(
         server_rule=rule,
         control_port=control_port,
     )
+
+
+def without_hosts(hosts: HostsFile, lost: frozenset[str] | set[str]) -> HostsFile:
+    """The hosts file less the machines a job lost."""
+    if not lost:
+        return hosts
+    return replace(hosts, hosts=tuple(h for h in hosts.hosts if h.address not in lost))
 
 
 # --------------------------------------------------------------------------- each process's environment
@@ -519,10 +532,20 @@ def expand_files(
     cluster_path: str | None = None,
     server_num: int | None = None,
     gpu: bool = True,
+    lost: frozenset[str] = frozenset(),
+    http_port: int | None = None,
+    control_port: int | None = None,
 ) -> Expansion:
     """``expand`` from the files (``heterps launch-args --hosts`` and ``heterps launch --hosts`` both read them
-    here): the cluster is ``cluster_path``, else the one the hosts file names, else none."""
-    hosts = load_hosts(hosts_path)
+    here): the cluster is ``cluster_path``, else the one the hosts file names, else none.  After a restart
+    (tools/hosts_job.py): without the ``lost`` hosts, gloo's and the coordinator's ports where they were."""
+    hosts = without_hosts(load_hosts(hosts_path), lost)
+    if http_port is not None or control_port is not None:
+        hosts = replace(
+            hosts,
+            http_port=http_port if http_port is not None else hosts.http_port,
+            control_port=control_port if control_port is not None else hosts.control_port,
+        )
     cluster_file = cluster_path or hosts.cluster
     cluster = load_cluster(cluster_file) if cluster_file else None
     plan = load_plan(plan_path, cluster)

@@ -41,10 +41,14 @@ from typing import Any, Callable, Mapping, cast
 
 from heterps_paddle import settings
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.files import write_atomic
 from heterps_paddle.rendezvous import BoardStore
 
 JOB_ENV = "HETERPS_HOSTS_JOB"  # the launch's HostsJob, from heterps launch to the process that runs Paddle's launcher
+RESTART_FILE_ENV = "HETERPS_RESTART_FILE"  # where that process leaves a restart's message for heterps launch
+RESTART_EXIT = 75  # that process's exit status when the job starts again (a new round)
 BEAT_S = 2.0
+SETTLE_S = 5.0  # after a failure, what else is lost: a host's death fails its peers' processes within seconds
 JOIN_RETRY_S = 0.5
 LOG_QUEUE_LINES = 10000
 
@@ -60,6 +64,7 @@ class HostsJob:
     coordinator: str  # server 0's host, where the coordinator runs
     digest: str  # of the plan and its placement (every host must have the same)
     members: Mapping[str, bool]  # every host that runs a process of the plan -> whether it runs CPU trainers
+    restarts: int = 0  # --restarts N: a failure then waits for the coordinator's word (restart or end)
 
     @property
     def is_coordinator(self) -> bool:
@@ -103,12 +108,41 @@ class _Peer:
                 self.gone = True
 
 
-class Coordinator:
-    """The launch's coordinator (module doc).  ``say`` prints a line on this host's console."""
+@dataclass(frozen=True)
+class NextRound:
+    """A restart's plan (tools/launch.py: ``next_round`` makes it): what every host runs next."""
 
-    def __init__(self, job: HostsJob, say: Callable[[str], None]):
+    plan: Mapping[str, Any]  # the plan, as its file holds it
+    job: HostsJob  # the coordinator's host's part of it (members, digest)
+    report: Mapping[str, Any]  # for restarts.json: the old and new plans, how the new one was chosen
+
+
+class Coordinator:
+    """The launch's coordinator (module doc).  ``say`` prints a line on this host's console.
+
+    With ``restarts`` > 0, a failure or a lost host does not end the job: after ``SETTLE_S`` (a host's death
+    fails its peers' processes within seconds), the hosts still there are told to stop and start again
+    (``restart``), with the plan ``next_round(lost hosts, the job's planning inputs)`` makes for them, and the
+    coordinator waits for them to join the new round.  Every restart is written to ``restarts_path``."""
+
+    def __init__(
+        self,
+        job: HostsJob,
+        say: Callable[[str], None],
+        restarts: int = 0,
+        next_round: Callable[[frozenset[str], frozenset[str], Mapping[str, Any] | None], NextRound] | None = None,
+        restarts_path: str | None = None,
+    ):
         self.job = job
         self.say = say
+        self.restarts_left = restarts
+        self.next_round = next_round
+        self.restarts_path = restarts_path
+        self.round = 0
+        self.lost: frozenset[str] = frozenset()
+        self.trouble: list[str] = []
+        self.settle_at: float | None = None
+        self.history: list[dict[str, Any]] = []
         self.store = BoardStore()
         self.launch_id = uuid.uuid4().hex[:16]
         self.peers: dict[str, _Peer] = {}
@@ -189,6 +223,7 @@ class Coordinator:
     def _member(self, first: Mapping[str, Any], rfile: Any, wfile: Any) -> None:
         host = str(first.get("host"))
         peer = _Peer(host, wfile)
+        peer_round = self.round
         with self.lock:
             if host not in self.job.members:
                 listed = ", ".join(self.job.members)
@@ -227,8 +262,10 @@ class Coordinator:
                 peer.last_seen = time.monotonic()
                 op = message.get("op")
                 with self.lock:
+                    if peer_round != self.round:
+                        break  # a host of an earlier round: it starts again, or was dropped
                     if op == "failed":
-                        self._abort(f"host {host}: {message.get('reason')}")
+                        self._trouble_or_abort(f"host {host}: {message.get('reason')}")
                     elif op == "done":
                         self.done.add(host)
                         trainer_hosts = {h for h, trains in self.job.members.items() if trains}
@@ -240,11 +277,76 @@ class Coordinator:
             pass
         with self.lock:
             peer.gone = True
-            if not self.ended and not self.aborted:
-                self._abort(
+            if peer_round == self.round and not self.ended and not self.aborted:
+                self._trouble_or_abort(
                     f"host {host}'s heterps launch went away (its connection to the coordinator closed: the process "
                     "was killed, or the machine or its network is gone)"
                 )
+
+    def _trouble_or_abort(self, reason: str) -> None:
+        """With the lock held: a failure ends the launch, or, with restarts left once the launch had started,
+        starts the settling that ends in a restart."""
+        if self.aborted or self.ended:
+            return
+        if self.restarts_left <= 0 or not self.started or self.next_round is None:
+            self._abort(reason)
+            return
+        self.trouble.append(reason)
+        if self.settle_at is None:
+            self.settle_at = time.monotonic() + SETTLE_S
+            self.say(f"heterps launch: {reason}; the job will start again ({self.restarts_left} restart(s) left)")
+
+    def _restart(self) -> None:
+        """With the lock held: the settled failure's restart (class doc)."""
+        now = time.monotonic()
+        lost_now = {h for h, p in self.peers.items() if p.gone or now - p.last_seen > self.host_timeout}
+        lost_now |= {h for h in self.job.members if h not in self.peers}
+        reason = "; ".join(self.trouble)
+        if self.job.coordinator in lost_now:
+            self._abort(f"{reason} (the coordinator's own host cannot be replaced: the job ends)")
+            return
+        lost = self.lost | frozenset(lost_now)
+        assert self.next_round is not None
+        record = self.store.answer({"op": "get", "key": "plan"}).get("value") or {}
+        try:
+            nxt = self.next_round(lost, frozenset(lost_now), record.get("inputs"))
+        except HeterPSError as exc:
+            self._abort(f"{reason}; the job cannot go on with what is left: {exc}")
+            return
+        except Exception as exc:  # a bug in re-planning must still end the job, loudly, on every host
+            self._abort(f"{reason}; re-planning failed ({type(exc).__name__}: {exc})")
+            return
+        self.restarts_left -= 1
+        self.round += 1
+        self.lost = lost
+        event = {
+            "round": self.round,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "why": reason,
+            "lost": sorted(lost_now),
+            "lost_so_far": sorted(lost),
+            **dict(nxt.report),
+        }
+        self.history.append(event)
+        if self.restarts_path is not None:
+            write_atomic(self.restarts_path, json.dumps({"restarts": self.history}, indent=2) + "\n")
+        self.say(
+            f"heterps launch: restart {self.round} ({self.restarts_left} left): lost {', '.join(sorted(lost_now)) or 'no host'}; "
+            f"{nxt.report.get('summary', '')}"
+        )
+        message = {"op": "restart", "round": self.round, "plan": dict(nxt.plan), "lost": sorted(lost), "why": reason}
+        for peer in self.peers.values():
+            peer.send(message)
+            peer.gone = True  # its connection ends with this round
+        self.job = nxt.job
+        self.peers = {}
+        self.done = set()
+        self.started = False
+        self.trouble = []
+        self.settle_at = None
+        self.launch_id = uuid.uuid4().hex[:16]
+        self.store = BoardStore()
+        self.startup_deadline = time.monotonic() + startup_timeout()
 
     def _abort(self, reason: str) -> None:
         """With the lock held: the first reason ends the launch on every host."""
@@ -260,6 +362,10 @@ class Coordinator:
             with self.lock:
                 if self.aborted or self.ended:
                     continue
+                if self.settle_at is not None:
+                    if now >= self.settle_at:
+                        self._restart()
+                    continue
                 if not self.started and now > self.startup_deadline:
                     missing = [h for h in self.job.members if h not in self.peers or self.peers[h].gone]
                     self._abort(
@@ -269,9 +375,9 @@ class Coordinator:
                     )
                     continue
                 if self.started:
-                    for peer in self.peers.values():
+                    for peer in list(self.peers.values()):
                         if not peer.gone and now - peer.last_seen > self.host_timeout:
-                            self._abort(
+                            self._trouble_or_abort(
                                 f"host {peer.host} stopped answering ({self.host_timeout:.0f} s without a word; "
                                 "HETERPS_HOST_TIMEOUT)"
                             )
@@ -291,6 +397,7 @@ class Member:
         self.aborted = threading.Event()
         self.abort_reason = ""
         self.launch_id = ""
+        self.restart: dict[str, Any] | None = None  # the coordinator's restart message, when the job starts again
         self._closed = threading.Event()
 
     def join(self) -> str:
@@ -353,6 +460,10 @@ class Member:
                     self._abort(str(message.get("reason")))
                 elif op == "end":
                     self.ended.set()
+                elif op == "restart":
+                    self.restart = message
+                    self._abort(f"the job starts again (restart {message.get('round')}): {message.get('why')}")
+                    return
         except TimeoutError:
             self._abort(
                 f"the launch's coordinator on {self.job.coordinator} stopped answering ({host_timeout():.0f} s; "

@@ -34,17 +34,29 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import psutil
 
 from heterps_paddle import settings
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.files import write_atomic
 from heterps_paddle.planning.launch import LAUNCH_ENV
 from heterps_paddle.rendezvous import LAUNCH_ID_ENV, RENDEZVOUS_ENV
 from heterps_paddle.runtime import patches, seam
 from heterps_paddle.runtime.seam import PaddleBehaviourChanged
-from heterps_paddle.tools.hosts_job import JOB_ENV, Coordinator, HostsJob, JobAborted, LogForwarder, Member
-from heterps_paddle.tools.launch_hosts import take_hosts_options
+from heterps_paddle.tools.hosts_job import (
+    JOB_ENV,
+    RESTART_EXIT,
+    RESTART_FILE_ENV,
+    Coordinator,
+    HostsJob,
+    JobAborted,
+    LogForwarder,
+    Member,
+    NextRound,
+)
+from heterps_paddle.tools.launch_hosts import HostsLaunch, Round, job_for_round, take_hosts_options
 
 CHILD_FLAG = "--heterps-supervised-child"
 OWN_PREFIX = "heterps launch:"
@@ -129,6 +141,53 @@ def main(argv: list[str] | None = None) -> int:
     hosts = take_hosts_options(argv)  # --hosts/--plan: this host's part of a plan across hosts (launch_hosts.py)
     if hosts.exit_code is not None:
         return hosts.exit_code
+    console = Console()
+    coordinator: Coordinator | None = None
+    first = hosts
+    started = time.time()
+    round_number = 0
+    while True:
+        outcome = _run_round(hosts, console, coordinator, round_number)
+        if isinstance(outcome, Coordinator):  # round 0 on the coordinator's host made it; run the round now
+            coordinator = outcome
+            continue
+        code, log_dir, restart = outcome
+        if restart is None:
+            break
+        # The job starts again (tools/hosts_job.py): this host runs its part of the restart's plan.
+        round_number = int(restart["round"])
+        assert first.round is not None and first.expansion is not None
+        plan_path = os.path.join(log_dir, f"plan.round{round_number}.json")
+        write_atomic(plan_path, json.dumps(restart["plan"], indent=2) + "\n")
+        hosts = take_hosts_options(
+            argv,
+            round_=Round(
+                plan_path,
+                frozenset(restart["lost"]),
+                first.expansion.http_port,
+                first.expansion.control_port,
+            ),
+        )
+        if hosts.exit_code is not None:
+            code = hosts.exit_code
+            break
+    if coordinator is not None:
+        coordinator.close()
+    seconds = time.time() - started
+    if code == 0:
+        console.line(f"heterps launch: job finished in {seconds:.1f} s (logs in {log_dir})")
+        console.close()
+        return 0
+    console.error(f"heterps launch: job FAILED (exit status {code}) after {seconds:.1f} s (logs in {log_dir})")
+    console.close()
+    return code if code > 0 else FAILED_EXIT
+
+
+def _run_round(
+    hosts: HostsLaunch, console: Console, coordinator: Coordinator | None, round_number: int
+) -> Coordinator | tuple[int, str, dict[str, Any] | None]:
+    """One run of Paddle's launcher (a launch across hosts with restarts may run several): its exit status, its
+    log directory, and the restart's message when the job starts again."""
     argv = hosts.argv
     os.environ.update(hosts.env)
     own, launch_argv = split_own_options(argv)
@@ -139,26 +198,36 @@ def main(argv: list[str] | None = None) -> int:
             "(the arguments of python -m paddle.distributed.launch; see `python -m paddle.distributed.launch -h`)",
             file=sys.stderr,
         )
-        return 2
+        return 2, "log", None
     env = dict(os.environ)
     if args.worker_num is not None:
         env[LAUNCH_ENV] = json.dumps(launch_description(args))
     if own.timeout is not None:
         env["HETERPS_LAUNCH_TIMEOUT"] = str(own.timeout)
     log_dir = args.log_dir or "log"
+    if round_number:
+        # a round's logs beside the first's, so that neither overwrites the other
+        log_dir = os.path.join(log_dir, f"round{round_number}")
+        launch_argv = _with_log_dir(launch_argv, log_dir)
     os.makedirs(log_dir, exist_ok=True)
     started = time.time()
-    console = Console()
-    coordinator = None
+    restart_file = os.path.join(log_dir, "restart.json")
     if hosts.job is not None:
         env[JOB_ENV] = hosts.job.to_json()
-        if hosts.job.is_coordinator:
+        env[RESTART_FILE_ENV] = restart_file
+        if hosts.job.is_coordinator and coordinator is None:
             try:
-                coordinator = Coordinator(hosts.job, console.remote).start()
+                return Coordinator(
+                    hosts.job,
+                    console.remote,
+                    restarts=hosts.restarts,
+                    next_round=_next_round_maker(hosts, log_dir),
+                    restarts_path=os.path.join(log_dir, "restarts.json"),
+                ).start()
             except JobAborted as exc:
                 print(f"heterps launch: FAILED: {exc}", file=sys.stderr, flush=True)
-                return FAILED_EXIT
-        else:
+                return FAILED_EXIT, log_dir, None
+        if not hosts.job.is_coordinator and console.forwarder is None:
             console.forwarder = LogForwarder(hosts.job)
     # Paddle's launcher prints its arguments and every process's environment: that goes to launcher.log; the
     # console gets heterps launch's own lines and the job's progress.
@@ -185,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def forward(signum: int, frame: Any) -> None:
         _stop_session(child.pid)
+        if coordinator is not None:
+            coordinator.close(wait_s=2.0, late_joiners_s=0.0)
         sys.exit(128 + signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -197,20 +268,95 @@ def main(argv: list[str] | None = None) -> int:
         if echo is not None:
             echo.join(timeout=2)
         left = _stop_session(child.pid)
-        if coordinator is not None:
-            coordinator.close()
-    seconds = time.time() - started
     if left:
         console.error(
             f"heterps launch: stopped what was still running in the job's session at its end: {'; '.join(left)}"
         )
-    if code == 0:
-        console.line(f"heterps launch: job finished in {seconds:.1f} s (logs in {log_dir})")
-        console.close()
-        return 0
-    console.error(f"heterps launch: job FAILED (exit status {code}) after {seconds:.1f} s (logs in {log_dir})")
-    console.close()
-    return code if code > 0 else FAILED_EXIT
+    restart = None
+    if code == RESTART_EXIT and os.path.isfile(restart_file):
+        with open(restart_file, encoding="utf-8") as f:
+            restart = json.load(f)
+        console.line(
+            f"heterps launch: this host starts again with the job (restart {restart['round']}) after "
+            f"{time.time() - started:.1f} s"
+        )
+    return code, log_dir, restart
+
+
+def _with_log_dir(launch_argv: list[str], log_dir: str) -> list[str]:
+    out, i = [], 0
+    while i < len(launch_argv):
+        arg = launch_argv[i]
+        if arg == "--log_dir" and i + 1 < len(launch_argv):
+            i += 2
+            continue
+        if arg.startswith("--log_dir="):
+            i += 1
+            continue
+        out.append(arg)
+        i += 1
+    # before the training script: Paddle's parser reads its options up to the script
+    script = next(k for k, a in enumerate(out) if not a.startswith("--"))
+    return out[:script] + ["--log_dir", log_dir] + out[script:]
+
+
+def _next_round_maker(
+    hosts: HostsLaunch, log_dir: str
+) -> Callable[[frozenset[str], frozenset[str], Mapping[str, Any] | None], NextRound]:
+    """The coordinator's re-planning (tools/hosts_job.py): the plan for the hosts a restart keeps."""
+    from heterps_paddle.planning.model import plan_from_dict, save_plan
+    from heterps_paddle.planning.replan import PlanningInputs, replan
+
+    assert hosts.expansion is not None and hosts.round is not None and hosts.job is not None
+    first = hosts.expansion
+    address = hosts.job.host
+    current: dict[str, Any] = {"plan": first.plan, "number": 0}
+
+    def next_round(lost: frozenset[str], lost_now: frozenset[str], inputs: Mapping[str, Any] | None) -> NextRound:
+        old = current["plan"]
+        if lost_now:
+            if inputs is None:
+                raise HeterPSError(
+                    "the job published no planning inputs to re-plan with (the automatic path, "
+                    "heterps_configs['cluster'], publishes them)"
+                )
+            replanned = replan(PlanningInputs.from_dict(inputs), first.hosts, lost)
+            new, how = replanned.plan, replanned.note
+        else:
+            new, how = old, "the same plan (no host was lost)"
+        number = int(current["number"]) + 1
+        path = os.path.join(log_dir, f"plan.round{number}.coordinator.json")
+        save_plan(new, path)
+        again = job_for_round(hosts.given, Round(path, lost, first.http_port, first.control_port), address)
+        current.update(plan=new, number=number)
+        report = {
+            "old_plan": plan_summary(old),
+            "new_plan": plan_summary(new),
+            "how": how,
+            "summary": f"{describe_plan(old)} -> {describe_plan(new)} ({how})",
+        }
+        with open(path, encoding="utf-8") as f:
+            document = json.load(f)
+        plan_from_dict(document)  # what every host reads back
+        return NextRound(document, again, report)
+
+    return next_round
+
+
+def plan_summary(plan: Any) -> dict[str, Any]:
+    """A plan as restarts.json reports it."""
+    return {
+        "stages": [
+            f"{s.units} x {s.resource} ({len(s.layers)} layer{'s' * (len(s.layers) != 1)})" for s in plan.stages
+        ],
+        "cost_per_hour": round(plan.cost_per_hour, 4),
+        "predicted_samples_per_s": round(plan.throughput, 1),
+    }
+
+
+def describe_plan(plan: Any) -> str:
+    stages = " | ".join(f"{s.units} x {s.resource}" for s in plan.stages)
+    return f"{stages} ({plan.cost_per_hour:.3g}/h, {plan.throughput:,.0f} samples/s predicted)"
 
 
 class Console:
@@ -383,7 +529,7 @@ class Supervisor:
             return  # a failed trainer: the supervisor stops the job
         member.report_done()
         _say(f"{OWN_PREFIX} this host's CPU trainers finished; its servers serve until every host's have")
-        while not member.ended.is_set() and self.failure is None:
+        while not member.ended.is_set() and not member.aborted.is_set() and self.failure is None:
             time.sleep(POLL_S)
 
     def stop(self) -> None:
@@ -465,6 +611,10 @@ class Supervisor:
                 return
             member = self.member
             if member is not None and member.aborted.is_set():
+                if member.restart is not None:
+                    _say(f"{OWN_PREFIX} stopping this host's processes: {member.abort_reason}")
+                    self.stop_all()
+                    return
                 self.fail(Failure(f"the launch across hosts ended: {member.abort_reason}"), report=False)
                 return
             if member is not None and member.ended.is_set():
@@ -564,6 +714,14 @@ def _child(launch_argv: list[str]) -> int:
         return FAILED_EXIT
     finally:
         supervisor.stop()
+    if member is not None and member.restart is None and supervisor.failure is not None and member.job.restarts > 0:
+        # The coordinator may start the job again rather than end it: wait for its word.
+        while not member.settled():
+            time.sleep(POLL_S)
+    if member is not None and member.restart is not None:
+        member.close()
+        write_atomic(str(os.environ.get(RESTART_FILE_ENV)), json.dumps(member.restart) + "\n")
+        return RESTART_EXIT
     if supervisor.failure is None and supervisor.launcher is not None:
         # What ended badly between the last poll and Paddle's launcher returning (its trainers gone, it stopped
         # the rest): a trainer that failed, and what it depended on.
@@ -575,6 +733,10 @@ def _child(launch_argv: list[str]) -> int:
         supervisor.stop_all()
     if member is not None:
         _end_membership(supervisor, member)
+        if member.restart is not None:
+            member.close()
+            write_atomic(str(os.environ.get(RESTART_FILE_ENV)), json.dumps(member.restart) + "\n")
+            return RESTART_EXIT
     return FAILED_EXIT if supervisor.failure is not None else 0
 
 
@@ -586,10 +748,13 @@ def _end_membership(supervisor: Supervisor, member: Member) -> None:
             member.report_done()
             while not member.settled():
                 time.sleep(POLL_S)
+            if member.restart is not None:
+                return
             if member.aborted.is_set() and not member.ended.is_set():
                 supervisor.fail(Failure(f"the launch across hosts ended: {member.abort_reason}"), report=False)
     finally:
-        member.close()
+        if member.restart is None:
+            member.close()
 
 
 if __name__ == "__main__":

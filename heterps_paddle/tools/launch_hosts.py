@@ -23,12 +23,23 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
-from heterps_paddle.planning.hosts import expand_files
+from heterps_paddle.planning.hosts import Expansion, expand_files
 from heterps_paddle.tools.hosts_job import HostsJob
 
-_VALUED = ("--hosts", "--plan", "--host", "--cluster", "--server-num", "--devices")
+_VALUED = ("--hosts", "--plan", "--host", "--cluster", "--server-num", "--devices", "--restarts")
 _OWN_VALUED = ("--timeout",)
 _OWN_FLAGS = ("--quiet",)
+
+
+@dataclass(frozen=True)
+class Round:
+    """What a restart changes (tools/hosts_job.py): the plan, the hosts lost so far, and the coordinator's and
+    gloo's ports, which stay where the first round put them (the coordinator keeps serving between rounds)."""
+
+    plan_path: str
+    lost: frozenset[str] = frozenset()
+    http_port: int | None = None
+    control_port: int | None = None
 
 
 @dataclass
@@ -37,10 +48,61 @@ class HostsLaunch:
     env: dict[str, str] = field(default_factory=dict)  # to set for Paddle's launcher (POD_IP)
     exit_code: int | None = None  # end here with this status (bad input, or nothing to run on this host)
     job: HostsJob | None = None  # this host's part of the launch across hosts (tools/hosts_job.py)
+    restarts: int = 0  # --restarts N: rounds the job may start again after losing a host or a process
+    given: dict[str, str] = field(default_factory=dict)  # the hosts options as given
+    round: Round | None = None
+    expansion: Expansion | None = None
 
 
-def take_hosts_options(argv: list[str], environ: Mapping[str, str] | None = None) -> HostsLaunch:
-    """``argv`` unchanged when it has no ``--hosts``; else the expanded arguments for this host."""
+def _expand(given: Mapping[str, str], round_: Round) -> Expansion:
+    devices = given.get("--devices", "plan")
+    if devices not in ("auto", "plan", "cpu"):
+        raise HeterPSError(f"--devices must be plan or cpu, got {devices!r}")
+    server_num = None
+    if "--server-num" in given:
+        try:
+            server_num = int(given["--server-num"])
+        except ValueError:
+            raise HeterPSError(f"--server-num: {given['--server-num']!r} is not a number") from None
+    return expand_files(
+        round_.plan_path,
+        given["--hosts"],
+        given.get("--cluster"),
+        server_num,
+        gpu=devices != "cpu",
+        lost=round_.lost,
+        http_port=round_.http_port,
+        control_port=round_.control_port,
+    )
+
+
+def job_of(expansion: Expansion, address: str, restarts: int = 0) -> HostsJob:
+    return HostsJob(
+        endpoint=expansion.control_endpoint,
+        host=address,
+        coordinator=expansion.servers[0].address,
+        digest=expansion.digest(),
+        members={p.host.address: any(q.role == "trainer" for q in p.processes) for p in expansion.parts if p.processes},
+        restarts=restarts,
+    )
+
+
+def job_for_round(given: Mapping[str, str], round_: Round, address: str) -> HostsJob:
+    """``address``'s part of a restart's round (the coordinator's host, which must stay server 0's)."""
+    expansion = _expand(given, round_)
+    job = job_of(expansion, address)
+    if job.coordinator != address:
+        raise HeterPSError(
+            f"the new plan would move server 0, and the coordinator with it, off {address} (to {job.coordinator})"
+        )
+    return job
+
+
+def take_hosts_options(
+    argv: list[str], environ: Mapping[str, str] | None = None, round_: Round | None = None
+) -> HostsLaunch:
+    """``argv`` unchanged when it has no ``--hosts``; else the expanded arguments for this host (for ``round_``, a
+    restart's plan and lost hosts, when given)."""
     environ = os.environ if environ is None else environ
     kept: list[str] = []
     given: dict[str, str] = {}
@@ -70,19 +132,17 @@ def take_hosts_options(argv: list[str], environ: Mapping[str, str] | None = None
         if "--hosts" not in given or "--plan" not in given:
             missing = " and ".join(o for o in ("--hosts", "--plan") if o not in given)
             raise HeterPSError(f"{', '.join(sorted(given))} across hosts needs {missing}")
-        devices = given.get("--devices", "plan")
-        if devices not in ("auto", "plan", "cpu"):
-            raise HeterPSError(f"--devices must be plan or cpu, got {devices!r}")
-        server_num = None
-        if "--server-num" in given:
-            try:
-                server_num = int(given["--server-num"])
-            except ValueError:
-                raise HeterPSError(f"--server-num: {given['--server-num']!r} is not a number") from None
-        expansion = expand_files(
-            given["--plan"], given["--hosts"], given.get("--cluster"), server_num, gpu=devices != "cpu"
-        )
+        try:
+            restarts = int(given.get("--restarts", "0"))
+        except ValueError:
+            raise HeterPSError(f"--restarts: {given['--restarts']!r} is not a number") from None
+        if restarts < 0:
+            raise HeterPSError(f"--restarts must be >= 0, got {restarts}")
+        round_ = round_ or Round(given["--plan"])
+        expansion = _expand(given, round_)
         address = given.get("--host") or environ.get("POD_IP") or _own_address()
+        if address in round_.lost:
+            raise HeterPSError(f"this host ({address}) was dropped from the job: the launch counted it as lost")
         part = expansion.part(address)
     except HeterPSError as exc:
         print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
@@ -91,14 +151,15 @@ def take_hosts_options(argv: list[str], environ: Mapping[str, str] | None = None
     if not part.processes:
         print(f"heterps launch: {address} runs nothing of this plan; nothing started", flush=True)
         return HostsLaunch(argv, exit_code=0)
-    job = HostsJob(
-        endpoint=expansion.control_endpoint,
-        host=address,
-        coordinator=expansion.servers[0].address,
-        digest=expansion.digest(),
-        members={p.host.address: any(q.role == "trainer" for q in p.processes) for p in expansion.parts if p.processes},
+    return HostsLaunch(
+        kept + expansion.arguments() + rest,
+        {"POD_IP": address},
+        job=job_of(expansion, address, restarts),
+        restarts=restarts,
+        given=given,
+        round=round_,
+        expansion=expansion,
     )
-    return HostsLaunch(kept + expansion.arguments() + rest, {"POD_IP": address}, job=job)
 
 
 def _own_address() -> str:

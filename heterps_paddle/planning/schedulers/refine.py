@@ -311,6 +311,8 @@ class MoveScorer:
 
         def best_other(values: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
             """[rows, t]: the least of values[row, t'] over t' != t, and that t'."""
+            if values.shape[1] < 2:  # one type (a cluster of one type, e.g. what a job has left): no other
+                return np.full_like(values, np.inf), np.zeros(values.shape, dtype=np.intp)
             order = np.argsort(values, axis=1)[:, :2]
             rows = np.arange(values.shape[0])
             least, second = values[rows, order[:, 0]], values[rows, order[:, 1]]

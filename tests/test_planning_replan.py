@@ -1,0 +1,80 @@
+"""A new plan for the hosts a job has left (planning/replan.py): the cluster is capped at the remaining hosts' units,
+a type with no host left is gone, and every scheduler plans on what is left (rl included, on a cluster of one type)."""
+
+import pytest
+from conftest import PROFILE
+
+from heterps_paddle.planning.hosts import hosts_from_dict
+from heterps_paddle.planning.model import PlanningInputError, cluster_from_dict, model_profile_from_dict
+from heterps_paddle.planning.replan import PlanningInputs, remaining_cluster, replan
+
+CLUSTER = {
+    "format": 1,
+    "resource_types": [
+        {
+            "name": "cpu_a",
+            "kind": "cpu",
+            "price_per_hour": 1.0,
+            "max_units": 8,
+            "flops": 1e11,
+            "mem_bw": 2e10,
+            "memory": 6e10,
+            "net_bw": 1.25e9,
+        },
+        {
+            "name": "gpu_b",
+            "kind": "gpu",
+            "price_per_hour": 3.0,
+            "max_units": 8,
+            "flops": 8e12,
+            "mem_bw": 3e11,
+            "memory": 1.6e10,
+            "net_bw": 1.25e9,
+        },
+    ],
+}
+HOSTS = hosts_from_dict(
+    {
+        "format": 1,
+        "hosts": [
+            {"address": "10.0.0.1", "type": "cpu_a", "units": 2},
+            {"address": "10.0.0.2", "type": "cpu_a"},
+            {"address": "10.0.0.3", "type": "gpu_b"},
+        ],
+    },
+    "hosts.yaml",
+)
+
+
+def inputs(scheduler, target=None):
+    return PlanningInputs(
+        model_profile_from_dict(PROFILE), cluster_from_dict(CLUSTER), target, None, scheduler, 0, ("cpu",)
+    )
+
+
+def test_the_cluster_left_is_the_hosts_left():
+    left = remaining_cluster(cluster_from_dict(CLUSTER), HOSTS, {"10.0.0.3"})
+    assert [(t.name, t.max_units) for t in left.resource_types] == [("cpu_a", 3)]
+    left = remaining_cluster(cluster_from_dict(CLUSTER), HOSTS, {"10.0.0.1"})
+    assert [(t.name, t.max_units) for t in left.resource_types] == [("cpu_a", 1), ("gpu_b", 1)]
+    with pytest.raises(PlanningInputError, match="no host is left"):
+        remaining_cluster(cluster_from_dict(CLUSTER), HOSTS, {"10.0.0.1", "10.0.0.2", "10.0.0.3"})
+
+
+@pytest.mark.parametrize("scheduler", ["exact", "rl", "greedy"])
+def test_a_lost_gpu_host_leaves_a_cpu_plan(scheduler):
+    """The GPU host lost: what is left is one type, and every scheduler (rl's refinement included, which once
+    indexed a second type) plans on it, within the units left."""
+    done = replan(inputs(scheduler), HOSTS, {"10.0.0.3"})
+    assert done.plan.feasible
+    assert {s.resource for s in done.plan.stages} == {"cpu_a"}
+    assert sum(s.units for s in done.plan.stages) <= 3
+    assert "the most the hosts left reach" in done.note
+
+
+def test_a_target_still_in_reach_is_kept_and_one_out_of_reach_is_said():
+    both = replan(inputs("exact"), HOSTS, {"10.0.0.2"})
+    kept = replan(inputs("exact", target=both.plan.throughput / 4), HOSTS, {"10.0.0.2"})
+    assert kept.note.startswith("the cheapest at the target")
+    missed = replan(inputs("exact", target=both.plan.throughput * 100), HOSTS, {"10.0.0.2"})
+    assert "is out of reach" in missed.note and missed.plan.feasible
