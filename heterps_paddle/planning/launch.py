@@ -39,6 +39,7 @@ _LAUNCH_ENV_PREFIXES = (
     "FLAGS_selected_",
     "TRAINER_",
     "CUDA_VISIBLE_DEVICES",
+    "HETERPS_CHECKPOINT_",  # a measuring job must not save into, or resume from, the launch's checkpoints
 )
 
 
