@@ -50,6 +50,19 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+def checkpoint_every(text: str) -> tuple[float, str]:
+    """``N`` (passes of train_from_dataset, a positive integer) or ``Nm`` (minutes) -> (N, "passes" | "minutes")."""
+    text = text.strip()
+    if text.endswith("m"):
+        minutes = float(text[:-1])
+        if not minutes > 0:
+            raise ValueError("minutes must be positive")
+        return minutes, "minutes"
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError("must be a positive number of passes (N) or of minutes (Nm, e.g. 10m)")
+    return float(int(text)), "passes"
+
+
 _ALL = (
     Setting(
         "HETERPS_CACHE",
@@ -126,6 +139,31 @@ _ALL = (
         "HETERPS_PASS_SYNC_TIMEOUT",
         "3600",
         "seconds a GPU-stage unit waits for the others at a pass barrier",
+        _positive_float,
+    ),
+    Setting(
+        "HETERPS_CHECKPOINT_DIR",
+        "",
+        "set by `heterps launch --checkpoint-dir DIR` for every process: where the launch's checkpoints are kept "
+        "(DIR/pass-NNNNNN) and resumed from (docs/checkpoints.md)",
+    ),
+    Setting(
+        "HETERPS_CHECKPOINT_EVERY",
+        "1",
+        "set by `heterps launch --checkpoint-every`: a checkpoint after every N passes of train_from_dataset (N), "
+        "or after the first pass that ends N minutes after the last checkpoint (Nm)",
+        checkpoint_every,
+    ),
+    Setting(
+        "HETERPS_CHECKPOINT_RESUME",
+        "",
+        "set by `heterps launch --checkpoint-dir` for every process: the checkpoint the launch resumes from, or "
+        "'none' (start fresh); unset, each process chooses from HETERPS_CHECKPOINT_DIR itself",
+    ),
+    Setting(
+        "HETERPS_CHECKPOINT_WAIT_S",
+        "3600",
+        "seconds a CPU trainer waits for the others at a checkpoint's barrier (and for trainer 0's save)",
         _positive_float,
     ),
     Setting("HETERPS_OPS_DIR", "", "directory of the sparse-table libraries to load instead of the installed ones"),

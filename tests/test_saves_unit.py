@@ -78,7 +78,7 @@ def test_a_corrupted_or_incomplete_checkpoint_is_refused_by_name(tmp_path):
         "layout": "one-stage",
         "servers": 1,
         "dense_tables": [t.to_dict() for t in ONE_STAGE],
-        "files": checkpoint._digests(str(tmp_path)),
+        "files": checkpoint.digests(str(tmp_path)),
     }
     (tmp_path / checkpoint.MANIFEST).write_text(json.dumps(manifest))
     layout, servers = checkpoint._source_layout(None, str(tmp_path))

@@ -41,6 +41,7 @@ _LAUNCH_ENV_PREFIXES = (
     "CUDA_VISIBLE_DEVICES",
     RENDEZVOUS_ENV,
     LAUNCH_ID_ENV,
+    "HETERPS_CHECKPOINT_",  # a measuring job must not save into, or resume from, the launch's checkpoints
 )
 
 

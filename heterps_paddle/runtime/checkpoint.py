@@ -22,7 +22,6 @@ table) a checkpoint resumes only into the layout it was saved in, and says so ot
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -35,17 +34,12 @@ import numpy as np
 from paddle.distributed.ps.utils.public import get_the_one_recv_context
 
 from heterps_paddle import rendezvous
-from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import seam
+from heterps_paddle.runtime.checkpoint_files import FORMAT, MANIFEST, CheckpointError, digests, verify
 
-MANIFEST = "heterps_checkpoint.json"
-FORMAT = 1
-
-
-class CheckpointError(HeterPSError, RuntimeError):
-    """A checkpoint that cannot be resumed into this job: incomplete, corrupted, or another model."""
+__all__ = ["FORMAT", "MANIFEST", "CheckpointError"]  # (their home is checkpoint_files.py, Paddle-free)
 
 
 @dataclass(frozen=True)
@@ -149,22 +143,6 @@ def _write_tables(root: str, tables: dict[int, list[bytes]]) -> None:
         _gzip_to(os.path.join(directory, "part-000.gz"), b"\n".join(lines) + b"\n")
 
 
-def _digests(root: str) -> dict[str, str]:
-    digests = {}
-    for base, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(base, name)
-            rel = os.path.relpath(path, root)
-            if rel == MANIFEST or rel.startswith("."):
-                continue
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            digests[rel] = h.hexdigest()
-    return dict(sorted(digests.items()))
-
-
 def servers_of(runtime: Any) -> int:
     return len(seam.server_endpoints(runtime.role_maker))
 
@@ -186,7 +164,7 @@ def after_save_persistables(runtime: Any, dirname: str) -> None:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         layout, split = one_stage, False
-    files = _digests(dirname)
+    files = digests(dirname)
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "layout": "split" if split else "one-stage",
@@ -207,22 +185,13 @@ def after_save_persistables(runtime: Any, dirname: str) -> None:
 def _source_layout(runtime: Any, dirname: str) -> tuple[tuple[DenseTable, ...], int] | None:
     """The checkpoint's dense layout and server count (checked against the manifest's checksums), or None when
     ``dirname`` holds no dense tables (a saved inference model, a sparse-only save)."""
-    path = os.path.join(dirname, MANIFEST)
-    if os.path.isfile(path):
+    if os.path.isfile(os.path.join(dirname, MANIFEST)):
+        manifest = verify(dirname)
         try:
-            with open(path, encoding="utf-8") as f:
-                manifest = json.load(f)
             layout = tuple(DenseTable.from_dict(t) for t in manifest["dense_tables"])
-            expected = dict(manifest["files"])
             servers = int(manifest["servers"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointError(f"checkpoint {dirname}: unreadable {MANIFEST} ({exc})") from None
-        actual = _digests(dirname)
-        for rel, digest in expected.items():
-            if rel not in actual:
-                raise CheckpointError(f"checkpoint {dirname}: {rel} is missing (the manifest lists it)")
-            if actual[rel] != digest:
-                raise CheckpointError(f"checkpoint {dirname}: {rel} does not match its checksum (corrupted)")
         return layout, servers
     layout = dense_layout(runtime, False)  # a plain Paddle checkpoint: a one-stage job's layout
     if not all(os.path.isdir(table_dir(dirname, t.table_id)) for t in layout):

@@ -34,6 +34,7 @@ import inspect
 import os
 from typing import Any, Callable, Iterator
 
+from heterps_paddle.errors import HeterPSError
 from heterps_paddle.runtime.seam import (
     DATASET_OPTIONS,
     DatasetCall,
@@ -84,6 +85,14 @@ def install_fleet_surface(
         result = original_distributed_optimizer(self, optimizer, strategy)
         if getattr(getattr(self, "_user_defined_strategy", None), "heterps", False):
             install()
+        else:
+            from heterps_paddle import settings  # lazy, as Paddle here (module doc)
+
+            if settings.get("HETERPS_CHECKPOINT_DIR"):
+                raise HeterPSError(
+                    "heterps launch --checkpoint-dir: this fleet script does not set strategy.heterps = True, so "
+                    "nothing would save or resume its checkpoints; set it, or launch without --checkpoint-dir"
+                )
         return result
 
     # (paddle.distributed.fleet.distributed_optimizer looks the method up on the fleet singleton at each call)
@@ -138,6 +147,7 @@ def install() -> ProcessContext:
     from paddle.distributed.ps import the_one_ps
     from paddle.distributed.ps.utils import ps_factory
 
+    from heterps_paddle.runtime import launch_checkpoints
     from heterps_paddle.runtime.heter_builder import FixedHeterProgramBuilder
 
     # The factory looks the builder class up in its module globals at build time.
@@ -148,12 +158,15 @@ def install() -> ProcessContext:
     def train_from_dataset(
         self: Any, program: Any = None, dataset: Any = None, scope: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
-        hooks = list(context().dataset_hooks.values())
-        if not hooks:
+        ctx = context()
+        hooks = list(ctx.dataset_hooks.values())
+        if not hooks and ctx.pass_gate is None:
             return original_tfd(self, program, dataset, scope, *args, **kwargs)
         options = dict(zip(DATASET_OPTIONS, args))
         options.update(kwargs)
         call = DatasetCall(self, program, dataset, scope, options)
+        if ctx.pass_gate is not None and ctx.pass_gate(call):
+            return None
         with contextlib.ExitStack() as stack:
             for hook in hooks:
                 stack.enter_context(hook(call))
@@ -180,6 +193,8 @@ def install() -> ProcessContext:
 
     the_one_ps.TheOnePSRuntime._stop_worker = _stop_worker
     _install_run_and_saves(paddle, the_one_ps.TheOnePSRuntime)
+    # registered before any other dataset hook (apply_plan's come in minimize): its end runs after theirs
+    launch_checkpoints.install(ctx)
     _installed = True
     return ctx
 
@@ -233,13 +248,14 @@ def _install_resume(paddle: Any, runtime_cls: Any) -> None:
     dense values over tables the servers already hold (runtime/checkpoint.py)."""
     from paddle.distributed.communicator import Communicator
 
-    from heterps_paddle.runtime import checkpoint  # lazy, as heter_builder in install()
+    from heterps_paddle.runtime import checkpoint, launch_checkpoints  # lazy, as heter_builder in install()
 
     original_init_server = runtime_cls._init_server
     if parameter_names(original_init_server)[:3] != ["self", "dirname", "var_names"]:
         raise PaddleBehaviourChanged(f"TheOnePSRuntime._init_server{parameter_names(original_init_server)}")
 
     def _init_server(self: Any, dirname: Any = None, var_names: Any = None, **kwargs: Any) -> Any:
+        dirname = launch_checkpoints.server_start_dir(dirname)  # the launch's checkpoint, when it resumes
         result = original_init_server(self, dirname, var_names, **kwargs)
         if dirname and var_names is None:
             checkpoint.restore_dense(self, os.path.normpath(dirname))

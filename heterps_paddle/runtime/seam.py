@@ -66,6 +66,9 @@ class ProcessContext:
     stage_num: int  # stages launched
     plan: Any = None  # planning.model.Plan this process runs, once minimize chose it
     dataset_hooks: dict[str, DatasetHook] = field(default_factory=dict)
+    # asked before the hooks: True for a train_from_dataset call not to run at all (a pass a resumed launch's
+    # checkpoint already holds, runtime/launch_checkpoints.py)
+    pass_gate: Callable[[DatasetCall], bool] | None = None
     after_minimize: dict[str, Callable[[Any], None]] = field(default_factory=dict)  # gets fleet's Fleet
     after_stop_worker: dict[str, Callable[[], object]] = field(default_factory=dict)  # results ignored
     heldout: Any = None  # runtime.heldout.HeldOut of a split job

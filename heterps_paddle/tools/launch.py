@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import psutil
@@ -43,7 +43,8 @@ from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
 from heterps_paddle.planning.launch import LAUNCH_ENV
 from heterps_paddle.rendezvous import LAUNCH_ID_ENV, RENDEZVOUS_ENV
-from heterps_paddle.runtime import patches, seam
+from heterps_paddle.runtime import launch_checkpoints, patches, seam
+from heterps_paddle.runtime.checkpoint_files import CheckpointError
 from heterps_paddle.runtime.seam import PaddleBehaviourChanged
 from heterps_paddle.tools.hosts_job import (
     JOB_ENV,
@@ -81,12 +82,17 @@ BATCH_ECHO_EVERY_S = 10.0
 class OwnOptions:
     timeout: float | None
     quiet: bool
+    checkpoint: dict[str, str] = field(default_factory=dict)  # --checkpoint-dir / --checkpoint-every
+
+
+CHECKPOINT_OPTIONS = ("--checkpoint-dir", "--checkpoint-every")  # runtime/launch_checkpoints.py
 
 
 def split_own_options(argv: list[str]) -> tuple[OwnOptions, list[str]]:
-    """Leading ``--timeout S`` / ``--timeout=S`` and ``--quiet`` are heterps launch's; everything after the first
-    other argument is paddle.distributed.launch's (and then the training script's)."""
-    timeout, quiet, i = None, False, 0
+    """Leading ``--timeout S`` / ``--timeout=S``, ``--quiet``, ``--checkpoint-dir DIR`` and ``--checkpoint-every
+    N|Nm`` are heterps launch's; everything after the first other argument is paddle.distributed.launch's (and then
+    the training script's)."""
+    timeout, quiet, checkpoint, i = None, False, {}, 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--quiet":
@@ -95,9 +101,13 @@ def split_own_options(argv: list[str]) -> tuple[OwnOptions, list[str]]:
             timeout, i = _seconds(argv[i + 1]), i + 2
         elif arg.startswith("--timeout="):
             timeout, i = _seconds(arg.split("=", 1)[1]), i + 1
+        elif arg in CHECKPOINT_OPTIONS and i + 1 < len(argv):
+            checkpoint[arg], i = argv[i + 1], i + 2
+        elif arg.split("=", 1)[0] in CHECKPOINT_OPTIONS and "=" in arg:
+            checkpoint[arg.split("=", 1)[0]], i = arg.split("=", 1)[1], i + 1
         else:
             break
-    return OwnOptions(timeout, quiet), argv[i:]
+    return OwnOptions(timeout, quiet, checkpoint), argv[i:]
 
 
 def _seconds(text: str) -> float:
@@ -194,7 +204,8 @@ def _run_round(
     args = paddle_arguments(launch_argv) if launch_argv else None
     if args is None or not getattr(args, "training_script", None):
         print(
-            "usage: heterps launch [--timeout S] [--quiet] PADDLE_LAUNCH_ARGS... train.py [ARGS...]\n"
+            "usage: heterps launch [--timeout S] [--quiet] [--checkpoint-dir DIR [--checkpoint-every N|Nm]] "
+            "PADDLE_LAUNCH_ARGS... train.py [ARGS...]\n"
             "(the arguments of python -m paddle.distributed.launch; see `python -m paddle.distributed.launch -h`)",
             file=sys.stderr,
         )
@@ -204,6 +215,17 @@ def _run_round(
         env[LAUNCH_ENV] = json.dumps(launch_description(args))
     if own.timeout is not None:
         env["HETERPS_LAUNCH_TIMEOUT"] = str(own.timeout)
+    if own.checkpoint:
+        try:
+            checkpoint_env, lines = launch_checkpoints.prepare_launch(
+                own.checkpoint.get("--checkpoint-dir"), own.checkpoint.get("--checkpoint-every")
+            )
+        except CheckpointError as exc:
+            print(f"{OWN_PREFIX} {exc}", file=sys.stderr)
+            return 2, args.log_dir or "log", None
+        env.update(checkpoint_env)
+        for line in lines:
+            print(f"{OWN_PREFIX} {line}", flush=True)
     log_dir = args.log_dir or "log"
     if round_number:
         # a round's logs beside the first's, so that neither overwrites the other

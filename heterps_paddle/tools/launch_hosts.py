@@ -27,7 +27,7 @@ from heterps_paddle.planning.hosts import Expansion, expand_files
 from heterps_paddle.tools.hosts_job import HostsJob
 
 _VALUED = ("--hosts", "--plan", "--host", "--cluster", "--server-num", "--devices", "--restarts")
-_OWN_VALUED = ("--timeout",)
+_OWN_VALUED = ("--timeout", "--checkpoint-dir", "--checkpoint-every")  # heterps launch's own (tools/launch.py)
 _OWN_FLAGS = ("--quiet",)
 
 

@@ -1,0 +1,84 @@
+"""A checkpoint directory's manifest and checksums (docs/checkpoints.md), without Paddle.
+
+``heterps_checkpoint.json`` is written last into a checkpoint (runtime/checkpoint.py after the servers' save;
+runtime/launch_checkpoints.py adds the launch's fields): the dense layout and a SHA-256 of every file.  This
+module reads and checks it, so that ``heterps launch`` (which must not import Paddle before the job starts) can
+choose the checkpoint a launch resumes from with the same check the servers make.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.files import write_atomic
+
+MANIFEST = "heterps_checkpoint.json"
+FORMAT = 1
+
+
+class CheckpointError(HeterPSError, RuntimeError):
+    """A checkpoint that cannot be resumed into this job: incomplete, corrupted, or another model."""
+
+
+def file_digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def digests(root: str) -> dict[str, str]:
+    """SHA-256 of every file under ``root`` but the manifest and hidden (staging) files, by relative path."""
+    found = {}
+    for base, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(base, name)
+            rel = os.path.relpath(path, root)
+            if rel == MANIFEST or rel.startswith("."):
+                continue
+            found[rel] = file_digest(path)
+    return dict(sorted(found.items()))
+
+
+def read_manifest(dirname: str) -> dict[str, Any]:
+    """The manifest of ``dirname``; an error when it is missing (the save never finished) or unreadable."""
+    path = os.path.join(dirname, MANIFEST)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint {dirname}: incomplete (no {MANIFEST}: a save that did not finish)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+        if not isinstance(manifest, dict) or not isinstance(manifest["files"], dict):
+            raise TypeError("not a manifest")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint {dirname}: unreadable {MANIFEST} ({exc})") from None
+    return manifest
+
+
+def verify(dirname: str) -> dict[str, Any]:
+    """The manifest of ``dirname`` once every file it lists is there with its checksum; else an error naming the
+    first file that is not."""
+    manifest = read_manifest(dirname)
+    actual = digests(dirname)
+    for rel, digest in manifest["files"].items():
+        if rel not in actual:
+            raise CheckpointError(f"checkpoint {dirname}: {rel} is missing (the manifest lists it)")
+        if actual[rel] != digest:
+            raise CheckpointError(f"checkpoint {dirname}: {rel} does not match its checksum (corrupted)")
+    return manifest
+
+
+def add_to_manifest(dirname: str, files: list[str], fields: dict[str, Any]) -> None:
+    """Checksum ``files`` (relative to ``dirname``, written after the manifest) into it and add ``fields``; the
+    manifest is replaced atomically, so it stays the last thing written."""
+    manifest = read_manifest(dirname)
+    for rel in files:
+        manifest["files"][rel] = file_digest(os.path.join(dirname, rel))
+    manifest["files"] = dict(sorted(manifest["files"].items()))
+    manifest.update(fields)
+    write_atomic(os.path.join(dirname, MANIFEST), json.dumps(manifest, indent=1) + "\n")
