@@ -130,7 +130,7 @@ class Coordinator:
         job: HostsJob,
         say: Callable[[str], None],
         restarts: int = 0,
-        next_round: Callable[[frozenset[str], frozenset[str], Mapping[str, Any] | None], NextRound] | None = None,
+        next_round: Callable[[frozenset[str], frozenset[str], Mapping[str, Any]], NextRound] | None = None,
         restarts_path: str | None = None,
     ):
         self.job = job
@@ -309,7 +309,7 @@ class Coordinator:
         assert self.next_round is not None
         record = self.store.answer({"op": "get", "key": "plan"}).get("value") or {}
         try:
-            nxt = self.next_round(lost, frozenset(lost_now), record.get("inputs"))
+            nxt = self.next_round(lost, frozenset(lost_now), record)
         except HeterPSError as exc:
             self._abort(f"{reason}; the job cannot go on with what is left: {exc}")
             return

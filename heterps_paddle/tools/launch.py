@@ -324,7 +324,7 @@ def _with_log_dir(launch_argv: list[str], log_dir: str) -> list[str]:
 
 def _next_round_maker(
     hosts: HostsLaunch, log_dir: str
-) -> Callable[[frozenset[str], frozenset[str], Mapping[str, Any] | None], NextRound]:
+) -> Callable[[frozenset[str], frozenset[str], Mapping[str, Any]], NextRound]:
     """The coordinator's re-planning (tools/hosts_job.py): the plan for the hosts a restart keeps."""
     from heterps_paddle.planning.model import plan_from_dict, save_plan
     from heterps_paddle.planning.replan import PlanningInputs, replan
@@ -334,8 +334,13 @@ def _next_round_maker(
     address = hosts.job.host
     current: dict[str, Any] = {"plan": first.plan, "number": 0}
 
-    def next_round(lost: frozenset[str], lost_now: frozenset[str], inputs: Mapping[str, Any] | None) -> NextRound:
-        old = current["plan"]
+    def next_round(lost: frozenset[str], lost_now: frozenset[str], published: Mapping[str, Any]) -> NextRound:
+        """``published``: the plan record the job's trainer 0 published (fleet/plan_agreement.py), if any: the plan
+        the job ran, and what it was made from."""
+        inputs = published.get("inputs")
+        old = (
+            plan_from_dict(published["plan"], "the job's published plan") if published.get("plan") else current["plan"]
+        )
         if lost_now:
             if inputs is None:
                 raise HeterPSError(
@@ -736,15 +741,7 @@ def _child(launch_argv: list[str]) -> int:
         return FAILED_EXIT
     finally:
         supervisor.stop()
-    if member is not None and member.restart is None and supervisor.failure is not None and member.job.restarts > 0:
-        # The coordinator may start the job again rather than end it: wait for its word.
-        while not member.settled():
-            time.sleep(POLL_S)
-    if member is not None and member.restart is not None:
-        member.close()
-        write_atomic(str(os.environ.get(RESTART_FILE_ENV)), json.dumps(member.restart) + "\n")
-        return RESTART_EXIT
-    if supervisor.failure is None and supervisor.launcher is not None:
+    if supervisor.failure is None and supervisor.launcher is not None and (member is None or member.restart is None):
         # What ended badly between the last poll and Paddle's launcher returning (its trainers gone, it stopped
         # the rest): a trainer that failed, and what it depended on.
         failure = supervisor.check_once(failing=True)
@@ -754,6 +751,10 @@ def _child(launch_argv: list[str]) -> int:
             supervisor.fail(failure)
         supervisor.stop_all()
     if member is not None:
+        if member.restart is None and supervisor.failure is not None and member.job.restarts > 0:
+            # The coordinator may start the job again rather than end it: wait for its word.
+            while not member.settled():
+                time.sleep(POLL_S)
         _end_membership(supervisor, member)
         if member.restart is not None:
             member.close()
@@ -765,6 +766,8 @@ def _child(launch_argv: list[str]) -> int:
 def _end_membership(supervisor: Supervisor, member: Member) -> None:
     """Across hosts, after Paddle's launcher returned: a host whose processes all ended well says so and waits for
     the job's end (closing its connection earlier would read as a lost host); a failure was already reported."""
+    if member.restart is not None:
+        return  # the job starts again: this round's end is not the job's
     try:
         if supervisor.failure is None:
             member.report_done()
