@@ -35,10 +35,15 @@ def test_link_is_made_shaped_and_removed(tmp_path):
     with link:
         assert sorted(leftovers(prefix)) == sorted(link.namespaces.values())
         assert links_of(link.devices[ADDRESS_A]) == []  # both ends live only inside the namespaces
-        ping = subprocess.run(
-            [*link.prefix_command(ADDRESS_C), "ping", "-c", "1", "-W", "5", ADDRESS_A], capture_output=True, text=True
+        # a TCP connection from c to a (listening inside a's namespace): traffic both ways across the link
+        serve = "import socket; s = socket.socket(); s.bind(('%s', 5001)); s.listen(1); s.accept()[0].recv(10)"
+        server = subprocess.Popen([*link.prefix_command(ADDRESS_A), sys.executable, "-c", serve % ADDRESS_A])
+        client = (
+            "import socket, time\nfor _ in range(50):\n  try:\n    c = socket.create_connection(('%s', 5001)); "
+            "c.sendall(b'x' * 10); break\n  except OSError: time.sleep(0.1)"
         )
-        assert ping.returncode == 0, ping.stdout + ping.stderr
+        subprocess.run([*link.prefix_command(ADDRESS_C), sys.executable, "-c", client % ADDRESS_A], check=True)
+        assert server.wait(timeout=30) == 0
         qdisc = subprocess.run(
             ["tc", "-n", link.namespaces[ADDRESS_A], "qdisc", "show", "dev", link.devices[ADDRESS_A]],
             capture_output=True,
@@ -47,7 +52,7 @@ def test_link_is_made_shaped_and_removed(tmp_path):
         ).stdout
         assert "tbf" in qdisc and "50Mbit" in qdisc, qdisc
         sent = link.sent_bytes()
-        assert sent[ADDRESS_C] > 0  # the ping went out of c's end
+        assert sent[ADDRESS_C] > 0 and sent[ADDRESS_A] > 0
     assert leftovers(prefix) == []
     assert not any(n.startswith(prefix) for n in list_namespaces())
 
@@ -76,7 +81,9 @@ def test_a_rate_must_be_positive():
 def test_a_tiny_bench_hosts_run_prints_its_fields(tmp_path, heterps_cache):
     before = set(list_namespaces())
     cmd = [sys.executable, "-m", "heterps_paddle", "bench", "hosts", "--rates", "50", "--rows", "600", "--epochs", "2"]
-    done = subprocess.run([*cmd, "--work-dir", str(tmp_path), "--json"], capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [*cmd, "--work-dir", str(tmp_path), "--json"], capture_output=True, text=True, timeout=240, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout)
     assert report["benchmark"] == "hosts" and len(report["results"]) == 1

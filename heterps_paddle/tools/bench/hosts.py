@@ -113,6 +113,9 @@ def predict(profile: ModelProfile, cluster: Cluster, rate_mbit: float) -> dict[s
         "link_share": share,
         "link_bound": share >= LINK_BOUND_SHARE,
         "link_bytes_per_sample": model.boundary_bytes(0, len(STAGE_1)),
+        # The model's link term alone (no compute): separates a miss of the link term from one of the profile.
+        "link_only_samples_per_second": 1.0
+        / max(model.boundary_seconds(s.start, s.end, s.type_index) for s in evaluation.stages),
         "stages": stages,
     }
 
