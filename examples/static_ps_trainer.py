@@ -201,6 +201,7 @@ def main(argv=None):
     epochs = 0 if args.eval_model else int(config.get("epochs", 1))
     save_path = config.get("model_save_path")
     train_seconds = 0.0
+    epoch_ends = []  # wall time at each epoch's end: a steady-state rate excludes the first epoch's start-up
     train_start = time.time()
     for epoch in range(epochs):
         start = time.time()
@@ -214,6 +215,7 @@ def main(argv=None):
         )
         seconds = time.time() - start
         train_seconds += seconds
+        epoch_ends.append(time.time())
         print(
             f"worker {worker_index} epoch {epoch}: train auc {accumulated_auc(scope, model.auc_states):.4f} "
             f"{train_report.rows / seconds:.0f} samples/s",
@@ -241,6 +243,7 @@ def main(argv=None):
         "train_seconds": train_seconds,
         "train_start": train_start,
         "train_end": time.time(),
+        "epoch_ends": epoch_ends,
         "samples_per_second": train_report.rows * epochs / train_seconds if epochs else 0.0,
     }
 

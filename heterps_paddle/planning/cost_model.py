@@ -187,13 +187,26 @@ class CostModel:
                 compute = self.compute_time[type_index, idx]
                 delta = np.maximum(compute, memory_time) - self.base_time[type_index, idx]
                 time[rows] += np.sum(np.where(inside, delta, 0.0), axis=1)
-        net_bw, boundary_bw = self.net_bw[types], self.boundary_bw[types]
-        extra = np.zeros(starts.shape)
-        extra += np.where(starts > 0, self.out[starts - 1] / boundary_bw, 0.0)
-        extra += np.where(ends < self.num_layers, self.out[ends - 1] / boundary_bw, 0.0)
+        net_bw = self.net_bw[types]
+        extra: NDArray[np.float64] = self._boundary_bytes(starts, ends) / self.boundary_bw[types]
         dense = self.dense_param_prefix[ends] - self.dense_param_prefix[starts]
         extra += np.where(units > 1, 2.0 * dense / (self.profile.batch_size * net_bw), 0.0)
         return time + extra
+
+    def _boundary_bytes(self, starts: NDArray[np.intp], ends: NDArray[np.intp]) -> NDArray[np.float64]:
+        """Bytes per sample crossing the cuts of stages [start, end): the activations in and out."""
+        into = np.where(starts > 0, self.out[starts - 1], 0.0).astype(np.float64)
+        out_of = np.where(ends < self.num_layers, self.out[ends - 1], 0.0).astype(np.float64)
+        total: NDArray[np.float64] = into + out_of
+        return total
+
+    def boundary_bytes(self, start: int, end: int) -> float:
+        """Bytes per sample crossing the cuts of the stage of layers [start, end)."""
+        return float(self._boundary_bytes(np.array([start]), np.array([end]))[0])
+
+    def boundary_seconds(self, start: int, end: int, type_index: int) -> float:
+        """The share of a stage's time per sample spent on its cuts' traffic (what ``links`` slows)."""
+        return self.boundary_bytes(start, end) / float(self.boundary_bw[type_index])
 
     def _units_for(self, time: NDArray[np.float64]) -> NDArray[np.float64]:
         """Smallest k >= 1 with k / time >= throughput (k >= throughput * time, guarded against rounding); as
