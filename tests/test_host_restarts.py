@@ -1,13 +1,15 @@
 """A job that loses a machine goes on (``heterps launch --hosts ... --restarts N --checkpoint-dir DIR``): on hosts
 emulated on loopback addresses, as in tests/test_across_hosts.py.
 
-Three hosts: the parameter server and a CPU trainer on the first, a CPU trainer on the second, the heterogeneous
-stage on the third; the script is on the automatic path (a cluster file of this machine's types), checkpoints every
-pass.  Once the first checkpoint is complete, the third host dies (its launch and every process on it SIGKILLed).
-The coordinator re-plans for the two CPU hosts left (a one-stage plan is what fits), every host left starts again
-from the checkpoint (the pass it holds is skipped, not redone), and the job ends 0 within 0.01 held-out AUC of the
-same job undisturbed; restarts.json says what was lost, the old and the new plan.  ``--restarts 0`` (today's
-behaviour) is tests/test_across_hosts.py's dead-host test.
+Four hosts: the parameter server and a CPU trainer on the first, a CPU trainer on the second, the heterogeneous
+stage on the third, and a fourth of the third's type that the plan does not use (a spare: it stands by); the script
+is on the automatic path (a cluster file of this machine's types), checkpoints every pass.  Once the first
+checkpoint is complete, the heterogeneous host dies (its launch and every process on it SIGKILLed): the coordinator
+re-plans for the hosts left (the spare takes the heterogeneous stage) and every host starts again from the
+checkpoint (the pass it holds is skipped, not redone).  Once the second checkpoint is complete, that host dies too:
+the two CPU hosts left run a one-stage plan from the second checkpoint.  The job ends 0 within 0.01 held-out AUC of
+the same job undisturbed; restarts.json says what was lost, the old and the new plan, each time.  ``--restarts 0``
+(today's behaviour) is tests/test_across_hosts.py's dead-host test.
 """
 
 import json
@@ -24,7 +26,8 @@ from heterps_paddle.tools.jobs import HostsRun, free_port_block
 pytestmark = pytest.mark.launched
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "paddlerec_style_trainer.py")
-A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+A, B, C, D = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
+HOSTS = (A, B, C, D)
 STAGES = [
     {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
     {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
@@ -53,8 +56,9 @@ def run_job(setup, name, restarts):
         f"  - {{address: {A}, type: local_cpu, servers: 1, port: {free_port_block(A, 8)}}}\n"
         f"  - {{address: {B}, type: local_cpu, port: {free_port_block(B, 8)}}}\n"
         f"  - {{address: {C}, type: local_gpu, port: {free_port_block(C, 8)}}}\n"
+        f"  - {{address: {D}, type: local_gpu, port: {free_port_block(D, 8)}}}\n"
     )
-    argv = [SCRIPT, "--data", setup["data"], "--out", str(work / "out"), "--cluster", setup["cluster"]]
+    argv = [SCRIPT, "--data", setup["data"], "--out", str(work / "out"), "--cluster", setup["cluster"], "--epochs", "3"]
     run = HostsRun(
         str(hosts),
         setup["plan"],
@@ -73,9 +77,19 @@ def run_job(setup, name, restarts):
         env=dict(os.environ),
         timeout=400,
     )
-    for address in (A, B, C):
+    for address in HOSTS:
         run.start(address)
     return run, work
+
+
+def wait_for_checkpoint(run, work, passes):
+    done = work / "checkpoints" / f"pass-{passes:06d}"
+    deadline = time.monotonic() + 300
+    while not (done / "heterps_checkpoint.json").exists() or not done.is_dir():
+        assert time.monotonic() < deadline and run.hosts[A].returncode is None, "\n".join(
+            h.console()[-2000:] for h in run.hosts.values()
+        )
+        time.sleep(0.5)
 
 
 def heldout(work):
@@ -83,24 +97,20 @@ def heldout(work):
         return json.load(f)["test_auc"]
 
 
-def test_a_lost_heterogeneous_host_goes_on_from_the_checkpoint(setup):
-    undisturbed, undisturbed_work = run_job(setup, "undisturbed", restarts=1)
+def test_a_heterogeneous_host_lost_twice_goes_on_from_the_checkpoints(setup):
+    undisturbed, undisturbed_work = run_job(setup, "undisturbed", restarts=2)
     try:
         codes = undisturbed.wait()
-        assert codes == {A: 0, B: 0, C: 0}, "\n".join(h.console()[-2000:] for h in undisturbed.hosts.values())
+        assert codes == {a: 0 for a in HOSTS}, "\n".join(h.console()[-2000:] for h in undisturbed.hosts.values())
     finally:
         undisturbed.stop()
 
-    run, work = run_job(setup, "disturbed", restarts=1)
+    run, work = run_job(setup, "disturbed", restarts=2)
     try:
-        first = work / "checkpoints" / "pass-000001"
-        deadline = time.monotonic() + 300
-        while not (first / "heterps_checkpoint.json").exists() or not first.is_dir():
-            assert time.monotonic() < deadline and all(h.returncode is None for h in run.hosts.values()), "\n".join(
-                h.console()[-2000:] for h in run.hosts.values()
-            )
-            time.sleep(0.5)
+        wait_for_checkpoint(run, work, 1)
         run.kill(C)
+        wait_for_checkpoint(run, work, 2)
+        run.kill(D)
         codes = run.wait()
         consoles = {a: run.hosts[a].console() for a in (A, B)}
         assert codes[A] == 0 and codes[B] == 0, "\n".join(c[-4000:] for c in consoles.values())
@@ -108,23 +118,28 @@ def test_a_lost_heterogeneous_host_goes_on_from_the_checkpoint(setup):
         run.stop()
     assert run.leftovers() == []
 
-    # The restart: what was lost, the old and new plan, on the coordinator's console and in restarts.json.
-    assert re.search(rf"restart 1 \(0 left\): lost {re.escape(C)}; .* -> 2 x local_cpu", consoles[A]), consoles[A][
+    # Both restarts: what was lost, the old and new plan, on the coordinator's console and in restarts.json.
+    assert re.search(rf"restart 1 \(1 left\): lost {re.escape(C)}; .* -> 2 x local_cpu \| 1 x local_gpu", consoles[A])
+    assert re.search(rf"restart 2 \(0 left\): lost {re.escape(D)}; .* -> 2 x local_cpu \(", consoles[A]), consoles[A][
         -4000:
     ]
     with open(os.path.join(run.hosts[A].log_dir, "restarts.json")) as f:
-        (event,) = json.load(f)["restarts"]
-    assert event["lost"] == [C] and event["new_plan"]["stages"] == ["2 x local_cpu (4 layers)"]
-    assert len(event["old_plan"]["stages"]) == 2 and event["new_plan"]["predicted_samples_per_s"] > 0
-    # Started again from the checkpoint: its pass skipped on both trainers, not redone.
-    round1 = {a: run.hosts[a].logs() for a in (A, B)}
+        first, second = json.load(f)["restarts"]
+    assert first["lost"] == [C] and len(first["new_plan"]["stages"]) == 2
+    assert second["lost"] == [D] and second["lost_so_far"] == [C, D]
+    assert (
+        second["new_plan"]["stages"] == ["2 x local_cpu (4 layers)"]
+        and second["new_plan"]["predicted_samples_per_s"] > 0
+    )
+    # Each round started from the last checkpoint: the passes it holds skipped on every CPU trainer, not redone.
     for address in (A, B):
-        logs = os.path.join(run.hosts[address].log_dir, "round1")
-        with open(os.path.join(logs, "workerlog.0")) as f:
-            assert "pass 1 skipped (train_from_dataset not run)" in f.read()
-    with open(os.path.join(run.hosts[A].log_dir, "round1", "serverlog.0")) as f:
-        assert "resuming from the launch's checkpoint" in f.read()
-    del round1
+        for round_number, skipped in ((1, 1), (2, 2)):
+            with open(os.path.join(run.hosts[address].log_dir, f"round{round_number}", "workerlog.0")) as f:
+                text = f.read()
+            assert f"pass {skipped} skipped (train_from_dataset not run)" in text
+            assert f"pass {skipped + 1} skipped" not in text
+    with open(os.path.join(run.hosts[D].log_dir, "round1", "heterlog.0")) as f:
+        assert "heterogeneous trainer taken over" in f.read()  # the spare ran the heterogeneous stage
     # Nothing lost: the job ends where the undisturbed one does.
     disturbed, calm = heldout(work), heldout(undisturbed_work)
     print(f"\nheld-out AUC: disturbed {disturbed:.4f}, undisturbed {calm:.4f}")

@@ -146,6 +146,8 @@ class Coordinator:
         self.store = BoardStore()
         self.launch_id = uuid.uuid4().hex[:16]
         self.peers: dict[str, _Peer] = {}
+        # Hosts of the file that run nothing of this round's plan but stay (--restarts): a restart's plan may use them.
+        self.spares: dict[str, _Peer] = {}
         self.done: set[str] = set()
         self.started = False
         self.ended = False
@@ -220,10 +222,41 @@ class Coordinator:
             except (KeyError, HeterPSError) as exc:
                 wfile.write(json.dumps({"error": str(exc)}).encode() + b"\n")
 
+    def _spare(self, host: str, peer: _Peer, rfile: Any) -> None:
+        """A host that runs nothing of this round's plan: told of a restart (whose plan may use it) and of the end."""
+        with self.lock:
+            if self.aborted:
+                peer.send({"op": "abort", "reason": self.aborted})
+                return
+            if self.ended:
+                peer.send({"op": "end"})
+                return
+            self.spares[host] = peer
+            peer.send({"op": "standby", "round": self.round})
+        try:
+            for _ in iter(rfile.readline, b""):
+                peer.last_seen = time.monotonic()
+        except OSError:
+            pass
+        with self.lock:
+            peer.gone = True
+            if self.spares.get(host) is peer:
+                del self.spares[host]
+
+    def _tell_spares(self, message: Mapping[str, Any]) -> None:
+        """With the lock held."""
+        for peer in self.spares.values():
+            peer.send(message)
+            peer.gone = True
+        self.spares = {}
+
     def _member(self, first: Mapping[str, Any], rfile: Any, wfile: Any) -> None:
         host = str(first.get("host"))
         peer = _Peer(host, wfile)
         peer_round = self.round
+        if first.get("spare"):
+            self._spare(host, peer, rfile)
+            return
         with self.lock:
             if host not in self.job.members:
                 listed = ", ".join(self.job.members)
@@ -273,6 +306,7 @@ class Coordinator:
                             self.ended = True
                             for each in self.peers.values():
                                 each.send({"op": "end"})
+                            self._tell_spares({"op": "end"})
         except OSError:
             pass
         with self.lock:
@@ -338,6 +372,7 @@ class Coordinator:
         for peer in self.peers.values():
             peer.send(message)
             peer.gone = True  # its connection ends with this round
+        self._tell_spares(message)
         self.job = nxt.job
         self.peers = {}
         self.done = set()
@@ -355,6 +390,7 @@ class Coordinator:
         self.aborted = reason
         for peer in self.peers.values():
             peer.send({"op": "abort", "reason": reason})
+        self._tell_spares({"op": "abort", "reason": reason})
 
     def _watch(self) -> None:
         while not self._stop.wait(1.0):
@@ -441,6 +477,37 @@ class Member:
         threading.Thread(target=self._read, args=(reader,), name="heterps-member-read", daemon=True).start()
         threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
         return self.launch_id
+
+    def standby(self) -> dict[str, Any]:
+        """A spare host (it runs nothing of this round's plan, and the launch may restart): wait for the
+        coordinator's word, a restart (whose plan may use this host), the end or the failure, and return it."""
+        host, port = self.job.endpoint.rsplit(":", 1)
+        deadline = time.monotonic() + startup_timeout() + 10.0
+        while True:
+            try:
+                self.conn = socket.create_connection((host, int(port)), timeout=5.0)
+                break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise JobAborted(
+                        f"the launch's coordinator at {self.job.endpoint} (host {self.job.coordinator}) did not come "
+                        f"up within {startup_timeout():.0f} s (last error: {exc})"
+                    ) from None
+                time.sleep(JOIN_RETRY_S)
+        self._send({"op": "join", "host": self.job.host, "digest": self.job.digest, "spare": True})
+        self.conn.settimeout(None)
+        threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
+        reader = self.conn.makefile("rb")
+        try:
+            for raw in iter(reader.readline, b""):
+                message = json.loads(raw)
+                if message.get("op") in ("restart", "end", "abort"):
+                    return dict(message)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.close()
+        return {"op": "abort", "reason": f"lost the launch's coordinator on host {self.job.coordinator}"}
 
     def _send(self, message: Mapping[str, Any]) -> None:
         with self.lock:

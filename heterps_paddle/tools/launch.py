@@ -157,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     round_number = 0
     while True:
-        outcome = _run_round(hosts, console, coordinator, round_number)
+        if hosts.spare:
+            outcome: Coordinator | tuple[int, str, dict[str, Any] | None] = _stand_by(hosts, console)
+        else:
+            outcome = _run_round(hosts, console, coordinator, round_number)
         if isinstance(outcome, Coordinator):  # round 0 on the coordinator's host made it; run the round now
             coordinator = outcome
             continue
@@ -303,6 +306,34 @@ def _run_round(
             f"{time.time() - started:.1f} s"
         )
     return code, log_dir, restart
+
+
+def _stand_by(hosts: HostsLaunch, console: Console) -> tuple[int, str, dict[str, Any] | None]:
+    """A spare host (launch_hosts.py): no process of this round's plan runs here; wait for the coordinator's word."""
+    assert hosts.job is not None
+    log_dir = _given_log_dir(hosts.argv)
+    os.makedirs(log_dir, exist_ok=True)
+    console.line(f"heterps launch: standing by for a restart (coordinator at {hosts.job.endpoint})")
+    try:
+        message = Member(hosts.job).standby()
+    except JobAborted as exc:
+        console.error(f"heterps launch: FAILED: {exc}")
+        return FAILED_EXIT, log_dir, None
+    if message["op"] == "restart":
+        return RESTART_EXIT, log_dir, message
+    if message["op"] == "end":
+        return 0, log_dir, None
+    console.error(f"heterps launch: FAILED: the launch across hosts ended: {message.get('reason')}")
+    return FAILED_EXIT, log_dir, None
+
+
+def _given_log_dir(argv: list[str]) -> str:
+    for i, arg in enumerate(argv):
+        if arg == "--log_dir" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--log_dir="):
+            return arg.split("=", 1)[1]
+    return "log"
 
 
 def _with_log_dir(launch_argv: list[str], log_dir: str) -> list[str]:

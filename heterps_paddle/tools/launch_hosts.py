@@ -52,6 +52,7 @@ class HostsLaunch:
     given: dict[str, str] = field(default_factory=dict)  # the hosts options as given
     round: Round | None = None
     expansion: Expansion | None = None
+    spare: bool = False  # runs nothing of this round's plan, but stands by for a restart's
 
 
 def _expand(given: Mapping[str, str], round_: Round) -> Expansion:
@@ -149,6 +150,18 @@ def take_hosts_options(
         return HostsLaunch(argv, exit_code=EXIT_INPUT_ERROR)
     print(f"heterps launch: this host is {part.describe()}", flush=True)
     if not part.processes:
+        if restarts > 0:
+            # A spare: a restart's plan may use it (tools/hosts_job.py); heterps launch waits for the coordinator.
+            print(f"heterps launch: {address} runs nothing of this plan; it stands by for a restart", flush=True)
+            return HostsLaunch(
+                argv,
+                job=job_of(expansion, address, restarts),
+                restarts=restarts,
+                given=given,
+                round=round_,
+                expansion=expansion,
+                spare=True,
+            )
         print(f"heterps launch: {address} runs nothing of this plan; nothing started", flush=True)
         return HostsLaunch(argv, exit_code=0)
     return HostsLaunch(
