@@ -209,7 +209,10 @@ def _run_round(
         print(
             "usage: heterps launch [--timeout S] [--quiet] [--checkpoint-dir DIR [--checkpoint-every N|Nm]] "
             "PADDLE_LAUNCH_ARGS... train.py [ARGS...]\n"
-            "(the arguments of python -m paddle.distributed.launch; see `python -m paddle.distributed.launch -h`)",
+            "(the arguments of python -m paddle.distributed.launch; see `python -m paddle.distributed.launch -h`)\n"
+            "   or: heterps launch [--timeout S] [--quiet] [--checkpoint-dir DIR ...] --hosts HOSTS --plan PLAN "
+            "[--host ADDR] [--restarts N] [--devices plan|cpu] --log_dir LOG train.py [ARGS...]\n"
+            "(across hosts, the same command on every host: docs/across-hosts.md)",
             file=sys.stderr,
         )
         return 2, "log", None
