@@ -24,6 +24,14 @@ At a local optimum it tries two larger steps:
   one. The DP does not see the shared limits; where its cover breaks one, the types over their limit get a
   surcharge and it tries again.
 
+Where the shared limits bind hard, two searches around them (after a descent):
+
+- strategic oscillation (``oscillate``): descents on the cost plus a price per unit over a limit;
+- priced re-cover (``reprice``): windows of ``REPRICE_SPAN`` stages replaced by their cheapest cover under unit
+  prices that subgradient steps raise on the types the plan takes too many units of, each round's plan repaired
+  by a descent: the better plans there differ from a local optimum in several places at once, linked by the
+  units they trade.
+
 A move is feasible when every type that gains units stays within max_units and every type already over its
 limit comes back within it; the rest can only lose units.
 """

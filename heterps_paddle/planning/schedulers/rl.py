@@ -11,7 +11,9 @@ layer and type come from ``stage_share``: the least per-layer share of any stage
 
 The best distinct samples of the training (``Elites``) are then refined by descent over moves scored from the
 stage tables (``refine.py``: segment and split moves, ejections where shared limits bind, re-covers of a few
-stages), best first, while the time budget lasts; the cheapest refined plan wins, and the cheapest sample's own
+stages), best first, until 60% of the time budget; the cheapest is improved by a priced re-cover (window DPs
+under unit prices steered by the shared limits), a strategic oscillation and kicks while the budget lasts; the
+cheapest refined plan wins, and the cheapest sample's own
 cost is reported as ``refined_from_cost``. It never calls ``exact`` or ``brute``. With a seed it gives the same
 plan every time where the fixed restarts x iterations end before the budget (small and medium models); where
 the budget ends training (hundreds of layers x dozens of types) the plan can depend on the machine's speed.
