@@ -1,6 +1,7 @@
 """rl's refinement (planning/schedulers/refine.py): every move it scores from the stage tables costs what the cost
 model says the moved plan costs, with the same units over the limits; a re-cover is the cheapest cover of its
-window by brute force; a descent never ends worse than it started."""
+window by brute force, and so is a priced re-cover's under any prices; a descent, an oscillation and a priced
+re-cover never end worse than they started."""
 
 import itertools
 
@@ -19,6 +20,7 @@ from heterps_paddle.planning.schedulers.refine import (
     oscillate,
     penalised_descent,
     penalised_value,
+    reprice,
 )
 
 
@@ -197,3 +199,61 @@ def test_the_oscillation_finds_what_a_descent_misses_on_a_tight_case():
     assert descended.feasible and descended.cost_per_hour > 1.10 * optimum
     oscillated = oscillate(model, np.array(descended.assignment), scorer)
     assert oscillated.feasible and oscillated.cost_per_hour <= 1.01 * optimum
+
+
+def priced_total(scorer, plan, unit_price):
+    stages = scorer.stages(plan)
+    with np.errstate(invalid="ignore"):
+        return float((stages.units * unit_price[stages.type]).sum())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_priced_cover_is_the_cheapest_cover_of_its_window(seed):
+    """Under any prices per unit, the window DP's cover of a few stages is the cheapest way to assign their layers
+    (any number of stages, the outer ones joining a neighbour of their type), by brute force; its value is what
+    the plan's priced total changes by."""
+    workload = generate_workload(seed, 7, 3, binding=seed % 2 == 0)
+    model = CostModel(workload.profile, workload.cluster)
+    scorer = MoveScorer(model)
+    rng = np.random.default_rng(seed)
+    unit_price = scorer.price * rng.uniform(0.5, 3.0, model.num_types)
+    checked = 0
+    for plan in plans(model, rng, count=3):
+        stages = scorer.stages(plan)
+        for first in range(stages.start.size):
+            for last in range(first, stages.start.size):
+                low, high = int(stages.start[first]), int(stages.end[last])
+                if high - low > 5:
+                    break
+                best = np.inf
+                for types in itertools.product(range(model.num_types), repeat=high - low):
+                    moved = plan.copy()
+                    moved[low:high] = types
+                    best = min(best, priced_total(scorer, moved, unit_price))
+                found = scorer.priced_cover(stages, first, last, unit_price)
+                if found is None:
+                    assert not np.isfinite(best)
+                    continue
+                moved = plan.copy()
+                moved[low:high] = found[0]
+                assert priced_total(scorer, moved, unit_price) == pytest.approx(best, rel=1e-9)
+                outside = priced_total(scorer, plan, unit_price) - float(
+                    (stages.units[first : last + 1] * unit_price[stages.type[first : last + 1]]).sum()
+                )
+                assert outside + found[1] == pytest.approx(best, rel=1e-9)
+                checked += 1
+    assert checked > 10
+
+
+@pytest.mark.parametrize("model_index", range(8))
+def test_the_priced_recover_keeps_the_limits_and_never_ends_worse(model_index):
+    model = list(small_models())[model_index]
+    scorer = MoveScorer(model)
+    rng = np.random.default_rng(300 + model_index)
+    for plan in plans(model, rng):
+        start = descend(model, plan, scorer)
+        if not start.feasible:
+            continue
+        after = reprice(model, np.array(start.assignment), scorer)
+        assert after.feasible and after.cost_per_hour <= start.cost_per_hour + 1e-9
+        assert after.cost_per_hour == pytest.approx(model.evaluate(after.assignment).cost_per_hour)

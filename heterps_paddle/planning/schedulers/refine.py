@@ -24,6 +24,14 @@ At a local optimum it tries two larger steps:
   one. The DP does not see the shared limits; where its cover breaks one, the types over their limit get a
   surcharge and it tries again.
 
+Where the shared limits bind hard, two searches around them (after a descent):
+
+- strategic oscillation (``oscillate``): descents on the cost plus a price per unit over a limit;
+- priced re-cover (``reprice``): windows of ``REPRICE_SPAN`` stages replaced by their cheapest cover under unit
+  prices that subgradient steps raise on the types the plan takes too many units of, each round's plan repaired
+  by a descent: the better plans there differ from a local optimum in several places at once, linked by the
+  units they trade.
+
 A move is feasible when every type that gains units stays within max_units and every type already over its
 limit comes back within it; the rest can only lose units.
 """
@@ -53,6 +61,15 @@ RECOVER_TRIES = 4  # covers tried per window when the cheapest breaks a shared l
 OSCILLATION_ROUNDS = 12
 PENALTY_START = 0.25
 PENALTY_GROWTH = 2.0
+# Priced re-cover (``reprice``): how many consecutive stages one window DP replaces (the windows overlap by half),
+# the subgradient step of a type's price per unit over its limit (a share of its price; halved after every
+# REPRICE_HALVING rounds in a row that found nothing cheaper), the rounds at most, and how many rounds in a row
+# without a cheaper plan end it.
+REPRICE_SPAN = 16
+REPRICE_STEP = 0.05
+REPRICE_HALVING = 8
+REPRICE_ROUNDS = 80
+REPRICE_PATIENCE = 24
 
 
 @dataclass(frozen=True)
@@ -352,6 +369,58 @@ class MoveScorer:
             cut_index, kind = start_index, previous_kind
         return moved
 
+    def priced_cover(
+        self, stages: _Stages, first: int, last: int, unit_price: NDArray[np.float64]
+    ) -> tuple[NDArray[np.intp], float] | None:
+        """The cheapest cover of the layers of stages ``first``..``last`` by any number of stages, each unit of
+        type t costing ``unit_price[t]`` (the outer pieces may join the neighbouring stage of their type), and
+        its priced cost (the joined neighbours' own cost taken off); None if nothing covers them. A DP over the
+        window's cuts: best[c, t] is the cheapest cover of the window's first c layers whose last stage has
+        type t, O(window layers^2 x types). It sees no shared limit: ``reprice`` steers it with the prices."""
+        s, e = int(stages.start[first]), int(stages.end[last])
+        width = e - s
+        with np.errstate(invalid="ignore"):
+            piece = self.units[:, s : e + 1, s : e + 1] * unit_price[:, None, None]  # [t, from cut, to cut]
+            if first > 0:  # a first piece of the left neighbour's type joins it
+                left, left_start = int(stages.type[first - 1]), int(stages.start[first - 1])
+                left_cost = stages.units[first - 1] * unit_price[left]
+                piece[left, 0, 1:] = self.units[left, left_start, s + 1 : e + 1] * unit_price[left] - left_cost
+            if last < stages.start.size - 1:  # a last piece of the right neighbour's type joins it
+                right, right_end = int(stages.type[last + 1]), int(stages.end[last + 1])
+                right_cost = stages.units[last + 1] * unit_price[right]
+                piece[right, :width, width] = self.units[right, s:e, right_end] * unit_price[right] - right_cost
+                if first > 0 and left == right:  # one piece joining both
+                    piece[right, 0, width] = (
+                        self.units[right, left_start, right_end] * unit_price[right] - left_cost - right_cost
+                    )
+        piece = np.where(np.isnan(piece), np.inf, piece)
+        best = np.full((width + 1, self.T), np.inf)
+        begins = np.zeros((width + 1, self.T), dtype=np.intp)
+        other = np.zeros(self.T)  # the cheapest cover up to this cut ending in another type than t
+        for cut in range(width):
+            if cut > 0:
+                other = _least_of_others(best[cut])
+            with np.errstate(invalid="ignore"):
+                through = other[:, None] + piece[:, cut, cut + 1 :]  # [t, end cuts]
+            better = through < best[cut + 1 :].T
+            best[cut + 1 :] = np.where(better.T, through.T, best[cut + 1 :])
+            begins[cut + 1 :] = np.where(better.T, cut, begins[cut + 1 :])
+        kind = int(np.argmin(best[width]))
+        value = float(best[width, kind])
+        if not np.isfinite(value):
+            return None
+        cover = np.empty(width, dtype=np.intp)
+        cut = width
+        while cut > 0:
+            begin = int(begins[cut, kind])
+            cover[begin:cut] = kind
+            if begin > 0:
+                before = best[begin].copy()
+                before[kind] = np.inf
+                kind = int(np.argmin(before))
+            cut = begin
+        return cover, value
+
     def best_move(self, assignment: NDArray[np.intp]) -> Move | None:
         """The move that leaves the fewest units over the limits, the cheapest among those."""
         found = self.best_moves(assignment, 1)
@@ -429,10 +498,13 @@ def descend(
     assignment: NDArray[np.intp],
     scorer: MoveScorer | None = None,
     deadline: float | None = None,
+    jumps: bool = True,
 ) -> Evaluation:
     """Best-improvement descent from a plan until no move, and no ejection, makes it better: fewer units over
     the limits first (so an infeasible start is repaired where a sequence of moves can), then a lower cost.
-    Stops early, with the plan reached so far, once ``time.perf_counter()`` passes ``deadline``."""
+    ``jumps=False``: no ejection and no re-cover at a local optimum (most of a long descent's time on a large
+    plan; ``reprice`` repairs with it and polishes only what improves). Stops early, with the plan reached so
+    far, once ``time.perf_counter()`` passes ``deadline``."""
     scorer = scorer or MoveScorer(cost_model)
     current = np.asarray(assignment, dtype=np.intp)
     state = scorer.state(scorer.stages(current))
@@ -448,7 +520,7 @@ def descend(
                 current, state, improved = moved, candidate, True
         if improved:
             continue
-        if state[0] > 0:
+        if state[0] > 0 or not jumps:
             break
         jump = _ejection(scorer, current, state[1], deadline) or _recover(scorer, current, state[1], deadline)
         if jump is None:
@@ -515,6 +587,75 @@ def oscillate(
         else:
             penalty /= PENALTY_GROWTH
     return best
+
+
+def reprice(
+    cost_model: CostModel,
+    assignment: NDArray[np.intp],
+    scorer: MoveScorer | None = None,
+    deadline: float | None = None,
+    rounds: int = REPRICE_ROUNDS,
+    patience: int = REPRICE_PATIENCE,
+) -> Evaluation:
+    """Priced re-cover, from a plan: where shared limits bind, the better plans differ from it in several places
+    at once, linked by the units they trade (one region gives up a cheap type's units so that another can take
+    them), which no chain of moves within the limits reaches. Each round replaces every window of
+    ``REPRICE_SPAN`` consecutive stages (half overlapping) by its cheapest cover (``MoveScorer.priced_cover``)
+    when one is cheaper under the current unit prices: a type's price plus a surcharge per unit, raised by a
+    subgradient step where the plan ended over the type's limit and lowered where it left units free (the
+    step halves after every ``REPRICE_HALVING`` rounds in a row without a cheaper plan). The plan so priced may
+    break limits; a copy is repaired by descent without jumps (``descend(jumps=False)``), and the cheapest
+    repaired plan is kept; at the end it gets a full descent. Stops after ``patience`` rounds in a row that
+    found nothing cheaper, or ``rounds``, or at the deadline; returns the cheapest feasible plan, never worse
+    than ``assignment``."""
+    scorer = scorer or MoveScorer(cost_model)
+    best = cost_model.evaluate(np.asarray(assignment).tolist())
+    surcharge = np.zeros(scorer.T)
+    step_size = REPRICE_STEP
+    current = np.asarray(assignment, dtype=np.intp).copy()
+    stale = 0
+    for round_index in range(rounds):
+        if stale >= patience or _late(deadline):
+            break
+        unit_price = scorer.price + surcharge
+        stages = scorer.stages(current)
+        stride = max(1, REPRICE_SPAN // 2)
+        first = (round_index % 2) * (stride // 2)  # shift the windows' edges every other round
+        while first < stages.start.size:
+            last = min(first + REPRICE_SPAN, stages.start.size) - 1
+            found = scorer.priced_cover(stages, first, last, unit_price)
+            if found is not None:
+                old = float((stages.units[first : last + 1] * unit_price[stages.type[first : last + 1]]).sum())
+                if found[1] < old - _RELATIVE_GAIN * max(1.0, abs(old)):
+                    current[stages.start[first] : stages.end[last]] = found[0]
+                    stages = scorer.stages(current)
+            first += stride
+        over = stages.used - scorer.limit
+        surcharge = np.maximum(0.0, surcharge + step_size * scorer.price * np.where(np.isfinite(over), over, 0.0))
+        repaired = descend(cost_model, current, scorer, deadline, jumps=False)
+        stale += 1
+        if repaired.feasible and (
+            not best.feasible or _better((0.0, repaired.cost_per_hour), (0.0, best.cost_per_hour))
+        ):
+            best, stale = repaired, 0
+        elif stale % REPRICE_HALVING == 0:  # the prices cycle: smaller steps settle them nearer the limits
+            step_size /= 2.0
+    if best.feasible:  # the jumps, once, on the best plan
+        polished = descend(cost_model, np.array(best.assignment), scorer, deadline)
+        if polished.feasible:
+            best = polished
+    return best
+
+
+def _least_of_others(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """[t]: the least of ``values`` over the other entries than t."""
+    order = np.argsort(values)[:2]
+    others = np.full(values.size, values[order[0]])
+    if values.size > 1:
+        others[order[0]] = values[order[1]]
+    else:
+        others[order[0]] = np.inf
+    return others
 
 
 def _recover(

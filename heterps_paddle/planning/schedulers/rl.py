@@ -11,7 +11,9 @@ layer and type come from ``stage_share``: the least per-layer share of any stage
 
 The best distinct samples of the training (``Elites``) are then refined by descent over moves scored from the
 stage tables (``refine.py``: segment and split moves, ejections where shared limits bind, re-covers of a few
-stages), best first, while the time budget lasts; the cheapest refined plan wins, and the cheapest sample's own
+stages), best first, until 60% of the time budget; the cheapest is improved by a priced re-cover (window DPs
+under unit prices steered by the shared limits), a strategic oscillation and kicks while the budget lasts; the
+cheapest refined plan wins, and the cheapest sample's own
 cost is reported as ``refined_from_cost``. It never calls ``exact`` or ``brute``. With a seed it gives the same
 plan every time where the fixed restarts x iterations end before the budget (small and medium models); where
 the budget ends training (hundreds of layers x dozens of types) the plan can depend on the machine's speed.
@@ -36,9 +38,12 @@ from heterps_paddle.planning.schedulers.policy import (
     Policy,
     RolloutRecord,
 )
-from heterps_paddle.planning.schedulers.refine import MoveScorer, descend, oscillate
+from heterps_paddle.planning.schedulers.refine import MoveScorer, descend, oscillate, reprice
 
 KICK_ROUNDS = 4  # oscillation rounds after each kick (the best plan's own oscillation has refine's default)
+# The elites' descents end at this share of the time budget (the first always runs): on hundreds of layers x dozens
+# of types one descent takes seconds, and the priced re-cover after them does more with the time.
+STARTS_SHARE = 0.6
 
 
 def fractional_cost(cost_model: CostModel) -> NDArray[np.float64]:
@@ -210,12 +215,15 @@ class RLScheduler(Scheduler):
         deadline = started + self.time_budget
         starts = elites.ranked()
         for start in starts:
-            refined = descend(cost_model, start, scorer, deadline)
+            # Without the jumps at its end (ejections, re-covers: most of a descent's time on a large plan); the
+            # best start gets them in the priced re-cover and the oscillation after it.
+            refined = descend(cost_model, start, scorer, deadline, jumps=False)
             if refined.feasible and (best is None or refined.cost_per_hour < best.cost_per_hour):
                 best = refined
-            if time.perf_counter() > deadline:
+            if time.perf_counter() > started + STARTS_SHARE * self.time_budget:
                 break
         if best is not None:
+            best = reprice(cost_model, np.array(best.assignment), scorer, deadline)
             best = self._improve(cost_model, scorer, best, starts, deadline)
         if best is None:
             return Schedule(None, reason=no_plan_reason(cost_model) + " (rl found none)")
