@@ -113,18 +113,24 @@ class FileBoard:
         return found
 
 
+def exchange_line(endpoint: str, line: bytes, timeout: float) -> bytes:
+    """Send one line to ``endpoint`` and read one line back (the launch's small TCP services speak this way)."""
+    host, port = endpoint.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+        conn.sendall(line + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    return data
+
+
 def request(endpoint: str, message: Mapping[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
     """One request to the coordinator, one JSON line back."""
-    host, port = endpoint.rsplit(":", 1)
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
-            conn.sendall(json.dumps(message).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = conn.recv(1 << 16)
-                if not chunk:
-                    break
-                data += chunk
+        data = exchange_line(endpoint, json.dumps(message).encode(), timeout)
     except OSError as exc:
         raise RendezvousError(f"the launch's coordinator at {endpoint} did not answer ({exc})") from None
     try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import socketserver
 import threading
 import time
@@ -164,16 +163,7 @@ class Service:
 
 
 def _fetch(endpoint: str, request: bytes = b"metrics", timeout: float = 60.0) -> dict[str, Any]:
-    host, port = endpoint.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as conn:
-        conn.sendall(request + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = conn.recv(1 << 16)
-            if not chunk:
-                break
-            data += chunk
-    return cast("dict[str, Any]", json.loads(data))
+    return cast("dict[str, Any]", json.loads(rendezvous.exchange_line(endpoint, request, timeout)))
 
 
 def _heter_count() -> int:

@@ -422,6 +422,18 @@ class Coordinator:
                     peer.send({"op": "beat"})
 
 
+def connect_until(endpoint: str, deadline: float) -> socket.socket:
+    """A TCP connection to ``endpoint``, retried every JOIN_RETRY_S until ``deadline`` (then the last OSError)."""
+    host, port = endpoint.rsplit(":", 1)
+    while True:
+        try:
+            return socket.create_connection((host, int(port)), timeout=5.0)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(JOIN_RETRY_S)
+
+
 class Member:
     """A host's side of the launch, in the process that runs Paddle's launcher (tools/launch.py: _child)."""
 
@@ -442,19 +454,7 @@ class Member:
         # The coordinator gives up at its own deadline and says why; this one only covers a coordinator that never
         # came up.
         deadline = time.monotonic() + timeout + 10.0
-        host, port = self.job.endpoint.rsplit(":", 1)
-        while True:
-            try:
-                self.conn = socket.create_connection((host, int(port)), timeout=5.0)
-                break
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise JobAborted(
-                        f"the launch's coordinator at {self.job.endpoint} (host {self.job.coordinator}) did not come "
-                        f"up within {timeout:.0f} s (HETERPS_STARTUP_TIMEOUT; last error: {exc}): start `heterps "
-                        f"launch --hosts ...` on {self.job.coordinator} too"
-                    ) from None
-                time.sleep(JOIN_RETRY_S)
+        self.conn = self._connect(deadline)
         self._send({"op": "join", "host": self.job.host, "digest": self.job.digest})
         reader = self.conn.makefile("rb")
         self.conn.settimeout(max(1.0, deadline - time.monotonic()))
@@ -478,22 +478,21 @@ class Member:
         threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
         return self.launch_id
 
+    def _connect(self, deadline: float) -> socket.socket:
+        """A connection to the coordinator, retried until ``deadline`` (it may not be up yet)."""
+        try:
+            return connect_until(self.job.endpoint, deadline)
+        except OSError as exc:
+            raise JobAborted(
+                f"the launch's coordinator at {self.job.endpoint} (host {self.job.coordinator}) did not come up within "
+                f"{startup_timeout():.0f} s (HETERPS_STARTUP_TIMEOUT; last error: {exc}): start `heterps launch "
+                f"--hosts ...` on {self.job.coordinator} too"
+            ) from None
+
     def standby(self) -> dict[str, Any]:
         """A spare host (it runs nothing of this round's plan, and the launch may restart): wait for the
         coordinator's word, a restart (whose plan may use this host), the end or the failure, and return it."""
-        host, port = self.job.endpoint.rsplit(":", 1)
-        deadline = time.monotonic() + startup_timeout() + 10.0
-        while True:
-            try:
-                self.conn = socket.create_connection((host, int(port)), timeout=5.0)
-                break
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise JobAborted(
-                        f"the launch's coordinator at {self.job.endpoint} (host {self.job.coordinator}) did not come "
-                        f"up within {startup_timeout():.0f} s (last error: {exc})"
-                    ) from None
-                time.sleep(JOIN_RETRY_S)
+        self.conn = self._connect(time.monotonic() + startup_timeout() + 10.0)
         self._send({"op": "join", "host": self.job.host, "digest": self.job.digest, "spare": True})
         self.conn.settimeout(None)
         threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
@@ -597,16 +596,10 @@ class LogForwarder:
         self.thread.join(timeout=wait_s)
 
     def _run(self) -> None:
-        host, port = self.job.endpoint.rsplit(":", 1)
-        deadline = time.monotonic() + startup_timeout() + 10.0
-        conn = None
-        while conn is None:
-            try:
-                conn = socket.create_connection((host, int(port)), timeout=5.0)
-            except OSError:
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(JOIN_RETRY_S)
+        try:
+            conn = connect_until(self.job.endpoint, time.monotonic() + startup_timeout() + 10.0)
+        except OSError:
+            return
         with conn:
             try:
                 conn.sendall(json.dumps({"op": "log", "host": self.job.host}).encode() + b"\n")
