@@ -120,7 +120,10 @@ def test_cpu_trainers_ran_every_epoch_and_print_the_last_stages_train_auc(jobs):
         aucs += [float(a) for _, a in epochs]
         assert "printed here from the last stage's figures" in log  # loss/AUC fetch taken from the last stage
         assert jobs["split"]["results"][i]["epochs"] == 2
-    assert all(0.55 < a < 1 for a in aucs), aucs  # a model's train AUC, not nan or 0.5
+    # A model's train AUC, not nan or 0.5 (AUC states left at zero); the first epoch's, averaged over the start of
+    # training, can sit just above 0.5 on a loaded machine (0.5077 and 0.539 seen, with 0.62-0.65 in the second).
+    assert all(0.5 < a < 1 for a in aucs), aucs
+    assert all(a > 0.55 for a in aucs[1::2]), aucs  # each trainer's last epoch
 
 
 def test_saved_split_model_evaluates_as_the_job_did(jobs):
