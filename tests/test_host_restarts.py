@@ -1,15 +1,21 @@
 """A job that loses a machine goes on (``heterps launch --hosts ... --restarts N --checkpoint-dir DIR``): on hosts
 emulated on loopback addresses, as in tests/test_across_hosts.py.
 
-Four hosts: the parameter server and a CPU trainer on the first, a CPU trainer on the second, the heterogeneous
-stage on the third, and a fourth of the third's type that the plan does not use (a spare: it stands by); the script
-is on the automatic path (a cluster file of this machine's types), checkpoints every pass.  Once the first
-checkpoint is complete, the heterogeneous host dies (its launch and every process on it SIGKILLed): the coordinator
-re-plans for the hosts left (the spare takes the heterogeneous stage) and every host starts again from the
-checkpoint (the pass it holds is skipped, not redone).  Once the second checkpoint is complete, that host dies too:
-the two CPU hosts left run a one-stage plan from the second checkpoint.  The job ends 0 within 0.02 held-out AUC of
-the same job undisturbed; restarts.json says what was lost, the old and the new plan, each time.  ``--restarts 0``
-(today's behaviour) is tests/test_across_hosts.py's dead-host test.
+Three hosts: the parameter server and a CPU trainer on the first, a CPU trainer on the second, the heterogeneous
+stage on the third.  The script is on the automatic path (a cluster file of this machine's types) and the launch
+checkpoints every pass.  The heterogeneous host is killed twice, and comes back between:
+
+1. Once checkpoint 1 is complete, the heterogeneous host dies (its launch and every process on it SIGKILLed).  The
+   coordinator re-plans for the two CPU hosts left (one stage) and both start again from checkpoint 1.
+2. The dead host's launch is started again, the same command as at first: it finds the job in round 1, stands by,
+   and at the next checkpoint (2) the job moves back to the two-stage plan, with it.
+3. It dies again, this time while checkpoint 3 is being written (tests/faults/sitecustomize.py holds CPU trainer 0
+   between the servers' save and the manifest): checkpoint 3 never completes, and the two CPU hosts go on one-stage
+   from checkpoint 2.
+
+The job ends 0 within 0.02 held-out AUC of the same job undisturbed, each round skips exactly the passes of the
+checkpoint it resumed from, and restarts.json says what was lost, the old and the new plan, and the checkpoint
+resumed from, each time.  ``--restarts 0`` (today's behaviour) is tests/test_across_hosts.py's dead-host test.
 """
 
 import json
@@ -20,18 +26,22 @@ import time
 import pytest
 
 from heterps_paddle.data.generator import generate
+from heterps_paddle.runtime.checkpoint_files import verify
 from heterps_paddle.tools.cli import main as heterps
 from heterps_paddle.tools.jobs import HostsRun, free_port_block
 
 pytestmark = pytest.mark.launched
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "paddlerec_style_trainer.py")
-A, B, C, D = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
-HOSTS = (A, B, C, D)
+TESTS = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(TESTS, "scripts", "paddlerec_style_trainer.py")
+FAULTS = os.path.join(TESTS, "faults")  # sitecustomize.py: the held checkpoint
+A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+HOSTS = (A, B, C)
 STAGES = [
     {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
     {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
 ]
+WAIT_S = 300
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +58,7 @@ def setup(tmp_path_factory, heterps_cache):
     return {"tmp": tmp, "data": data, "plan": str(plan), "cluster": cluster}
 
 
-def run_job(setup, name, restarts):
+def run_job(setup, name, env=None):
     work = setup["tmp"] / name
     work.mkdir()
     hosts = work / "hosts.yaml"
@@ -58,7 +68,6 @@ def run_job(setup, name, restarts):
         f"  - {{address: {A}, type: local_cpu, servers: 1, port: {free_port_block(A, 8)}}}\n"
         f"  - {{address: {B}, type: local_cpu, port: {free_port_block(B, 8)}}}\n"
         f"  - {{address: {C}, type: local_gpu, port: {free_port_block(C, 8)}}}\n"
-        f"  - {{address: {D}, type: local_gpu, port: {free_port_block(D, 8)}}}\n"
     )
     argv = [SCRIPT, "--data", setup["data"], "--out", str(work / "out"), "--cluster", setup["cluster"], "--epochs", "3"]
     run = HostsRun(
@@ -70,28 +79,31 @@ def run_job(setup, name, restarts):
             "--devices",
             "cpu",
             "--restarts",
-            str(restarts),
+            "2",
             "--checkpoint-dir",
             str(work / "checkpoints"),
             "--checkpoint-every",
             "1",
         ),
-        env=dict(os.environ),
-        timeout=400,
+        env={**os.environ, **(env or {})},
+        timeout=600,
     )
     for address in HOSTS:
         run.start(address)
     return run, work
 
 
-def wait_for_checkpoint(run, work, passes):
-    done = work / "checkpoints" / f"pass-{passes:06d}"
-    deadline = time.monotonic() + 300
-    while not (done / "heterps_checkpoint.json").exists() or not done.is_dir():
-        assert time.monotonic() < deadline and run.hosts[A].returncode is None, "\n".join(
-            h.console()[-2000:] for h in run.hosts.values()
+def wait_until(run, what, ready):
+    deadline = time.monotonic() + WAIT_S
+    while not ready():
+        assert time.monotonic() < deadline and run.hosts[A].proc.poll() is None, f"waiting for {what}:\n" + "\n".join(
+            h.console()[-3000:] for h in run.hosts.values()
         )
-        time.sleep(0.5)
+        time.sleep(0.2)
+
+
+def complete(work, passes):
+    return (work / "checkpoints" / f"pass-{passes:06d}" / "heterps_checkpoint.json").exists()
 
 
 def heldout(work):
@@ -99,54 +111,77 @@ def heldout(work):
         return json.load(f)["test_auc"]
 
 
-def test_a_heterogeneous_host_lost_twice_goes_on_from_the_checkpoints(setup):
-    undisturbed, undisturbed_work = run_job(setup, "undisturbed", restarts=2)
+def worker_log(run, address, round_number):
+    with open(os.path.join(run.hosts[address].log_dir, f"round{round_number}", "workerlog.0")) as f:
+        return f.read()
+
+
+def test_a_heterogeneous_host_killed_twice_and_back_between_goes_on_from_the_checkpoints(setup):
+    undisturbed, undisturbed_work = run_job(setup, "undisturbed")
     try:
         codes = undisturbed.wait()
         assert codes == {a: 0 for a in HOSTS}, "\n".join(h.console()[-2000:] for h in undisturbed.hosts.values())
     finally:
         undisturbed.stop()
 
-    run, work = run_job(setup, "disturbed", restarts=2)
+    marker = setup["tmp"] / "held-checkpoint"
+    faults = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [FAULTS, os.environ.get("PYTHONPATH")])),
+        "HETERPS_TEST_HOLD_CHECKPOINT_PASS": "3",
+        "HETERPS_TEST_HOLD_MARKER": str(marker),
+    }
+    run, work = run_job(setup, "disturbed", faults)
     try:
-        wait_for_checkpoint(run, work, 1)
-        run.kill(C)
-        wait_for_checkpoint(run, work, 2)
-        run.kill(D)
+        coordinator = run.hosts[A]
+        wait_until(run, "checkpoint 1", lambda: complete(work, 1))
+        run.kill(C)  # 1. mid-pass 2
+        wait_until(run, "restart 1", lambda: "restart 1 (1 left" in coordinator.console())
+        run.start(C)  # 2. the same command again: it stands by, and the job moves back at checkpoint 2
+        wait_until(run, "the move", lambda: "moving to another plan (round 2)" in coordinator.console())
+        wait_until(run, "checkpoint 3's save", marker.exists)
+        run.kill(C)  # 3. while trainer 0 holds checkpoint 3 between the servers' save and its manifest
         codes = run.wait()
         consoles = {a: run.hosts[a].console() for a in (A, B)}
         assert codes[A] == 0 and codes[B] == 0, "\n".join(c[-4000:] for c in consoles.values())
     finally:
         run.stop()
     assert run.leftovers() == []
+    console = consoles[A]
 
-    # Both restarts: what was lost, the old and new plan, on the coordinator's console and in restarts.json.
-    assert re.search(rf"restart 1 \(1 left\): lost {re.escape(C)}; .* -> 2 x local_cpu \| 1 x local_gpu", consoles[A])
-    assert re.search(rf"restart 2 \(0 left\): lost {re.escape(D)}; .* -> 2 x local_cpu \(", consoles[A]), consoles[A][
+    # Both restarts and the move: what was lost or came back, the old and new plan, the checkpoint resumed from.
+    assert re.search(rf"restart 1 \(1 left; round 1\): lost {re.escape(C)}; .*local_gpu.* -> 2 x local_cpu \(", console)
+    assert re.search(rf"host {re.escape(C)} is back and stands by", console), console[-4000:]
+    assert re.search(
+        r"moving to another plan \(round 2\): host\(s\) .* back; 2 x local_cpu \(.* -> 2 x local_cpu \| 1 x local_gpu",
+        console,
+    )
+    assert re.search(rf"restart 2 \(0 left; round 3\): lost {re.escape(C)}; .* -> 2 x local_cpu \(", console), console[
         -4000:
     ]
     with open(os.path.join(run.hosts[A].log_dir, "restarts.json")) as f:
-        first, second = json.load(f)["restarts"]
-    assert first["lost"] == [C] and len(first["new_plan"]["stages"]) == 2
-    assert second["lost"] == [D] and second["lost_so_far"] == [C, D]
-    assert (
-        second["new_plan"]["stages"] == ["2 x local_cpu (4 layers)"]
-        and second["new_plan"]["predicted_samples_per_s"] > 0
-    )
-    # Each round started from the last checkpoint: the passes it holds skipped on every CPU trainer, not redone.
+        first, move, second = json.load(f)["restarts"]
+    checkpoints = str(work / "checkpoints")
+    assert first["kind"] == "restart" and first["lost"] == [C] and first["lost_so_far"] == [C]
+    assert first["new_plan"]["stages"] == ["2 x local_cpu (4 layers)"] and first["passes_done"] == 1
+    assert move["kind"] == "move" and move["lost"] == [] and move["lost_so_far"] == []
+    assert len(move["new_plan"]["stages"]) == 2 and move["resumes_from"] == os.path.join(checkpoints, "pass-000002")
+    assert second["kind"] == "restart" and second["lost"] == [C] and second["new_plan"]["predicted_samples_per_s"] > 0
+    # killed during checkpoint 3: the job went on from checkpoint 2
+    assert second["resumes_from"] == os.path.join(checkpoints, "pass-000002")
+    assert marker.read_text().endswith(".pass-000003.incomplete")
+
+    # Each round started from its checkpoint: the passes it holds skipped on every CPU trainer, the rest run.
     for address in (A, B):
-        for round_number, skipped in ((1, 1), (2, 2)):
-            with open(os.path.join(run.hosts[address].log_dir, f"round{round_number}", "workerlog.0")) as f:
-                text = f.read()
-            assert f"pass {skipped} skipped (train_from_dataset not run)" in text
-            assert f"pass {skipped + 1} skipped" not in text
-    with open(os.path.join(run.hosts[D].log_dir, "round1", "heterlog.0")) as f:
-        assert "heterogeneous trainer taken over" in f.read()  # the spare ran the heterogeneous stage
+        for round_number, skipped in ((1, 1), (2, 2), (3, 2)):
+            text = worker_log(run, address, round_number)
+            assert f"pass {skipped} skipped (train_from_dataset not run)" in text, (address, round_number)
+            assert f"pass {skipped + 1} skipped" not in text, (address, round_number)
+    with open(os.path.join(run.hosts[C].log_dir, "round2", "heterlog.0")) as f:
+        assert "heterps:" in f.read()  # the host that came back ran the heterogeneous stage of round 2
+    verify(os.path.join(checkpoints, "pass-000003"))  # the job's last checkpoint, written by round 3, is complete
     # Nothing lost: the job ends where the undisturbed one does.
     disturbed, calm = heldout(work), heldout(undisturbed_work)
     print(f"\nheld-out AUC: disturbed {disturbed:.4f}, undisturbed {calm:.4f}")
-    # The issue asks for 0.01; measured differences: 0.0018 and 0.0008 (40000 rows), 0.0149 (40000 rows, an
-    # undisturbed run that overfit more), 0.0096 (100000 rows).  The disturbed job's last pass runs another plan (one
-    # stage), so part of the gap is not noise; the test holds 0.02 (the largest seen: 0.0149), and the figures are
-    # in docs/across-hosts.md.
+    # The issue asks for 0.01; see docs/across-hosts.md for the measured differences.  The disturbed job's passes 2
+    # and 3 run another plan (one stage), so part of the gap is not noise; the test holds 0.02.
     assert abs(disturbed - calm) <= 0.02, f"disturbed {disturbed:.4f} vs undisturbed {calm:.4f}"

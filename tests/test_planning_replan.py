@@ -6,7 +6,7 @@ from conftest import PROFILE
 
 from heterps_paddle.planning.hosts import hosts_from_dict
 from heterps_paddle.planning.model import PlanningInputError, cluster_from_dict, model_profile_from_dict
-from heterps_paddle.planning.replan import PlanningInputs, remaining_cluster, replan
+from heterps_paddle.planning.replan import BETTER_MARGIN, PlanningInputs, better, remaining_cluster, replan
 
 CLUSTER = {
     "format": 1,
@@ -69,7 +69,7 @@ def test_a_lost_gpu_host_leaves_a_cpu_plan(scheduler):
     assert done.plan.feasible
     assert {s.resource for s in done.plan.stages} == {"cpu_a"}
     assert sum(s.units for s in done.plan.stages) <= 3
-    assert "the most the hosts left reach" in done.note
+    assert "the most the hosts it has reach" in done.note
 
 
 def test_a_target_still_in_reach_is_kept_and_one_out_of_reach_is_said():
@@ -78,3 +78,24 @@ def test_a_target_still_in_reach_is_kept_and_one_out_of_reach_is_said():
     assert kept.note.startswith("the cheapest at the target")
     missed = replan(inputs("exact", target=both.plan.throughput * 100), HOSTS, {"10.0.0.2"})
     assert "is out of reach" in missed.note and missed.plan.feasible
+
+
+def test_a_host_back_moves_the_job_only_to_a_better_plan():
+    """A lost host back (tools/hosts_job.py): the job moves only when the plan with it meets a target the running
+    one misses, meets it for less, or (no target, or neither meets it) runs faster, each by more than the margin."""
+    import dataclasses
+
+    one = replan(inputs("exact"), HOSTS, {"10.0.0.3"}).plan  # without the GPU host
+    both = replan(inputs("exact"), HOSTS, set()).plan  # with it
+    assert both.throughput > one.throughput * (1 + BETTER_MARGIN)
+    assert better(both, one, None) and not better(one, both, None)
+    assert not better(one, one, None)  # the same plan: no move
+    target = (one.throughput + both.throughput) / 2
+    assert better(both, one, target) and not better(one, both, target)
+    low = one.throughput / 2  # both meet it: the cheaper wins
+    cheap, dear = (one, both) if one.cost_per_hour < both.cost_per_hour else (both, one)
+    assert better(cheap, dear, low) and not better(dear, cheap, low)
+    slightly_cheaper = dataclasses.replace(dear, cost_per_hour=dear.cost_per_hour * (1 - BETTER_MARGIN / 2))
+    assert not better(slightly_cheaper, dear, low)  # within the margin: not worth a restart
+    infeasible = dataclasses.replace(both, feasible=False)
+    assert not better(infeasible, one, None) and better(one, infeasible, None)

@@ -287,10 +287,13 @@ def expand(
     cluster_kinds: Mapping[str, str] | None = None,
     server_num: int | None = None,
     gpu: bool = True,
+    known_types: frozenset[str] = frozenset(),
 ) -> Expansion:
     """Place ``plan`` on ``hosts``.  ``cluster_kinds``: the cluster's resource types (name -> kind) the hosts'
     types are checked against (None: the plan's types are all that is known).  ``gpu``: GPU stages run their
     heterogeneous trainers on ``gpu`` (False: on ``cpu``, e.g. hosts emulated on one CPU machine).
+    ``known_types``: without a cluster, types known besides the plan's (a restart's plan may leave out a type of
+    the first round's: its hosts stand by).
 
     Refused before anything starts, naming the host and the type: a host whose type the cluster lacks; a stage
     whose units exceed the units of its type the hosts have; servers asked of a file that places them itself."""
@@ -303,7 +306,7 @@ def expand(
                     f"{source}: hosts[{index}] ({host.address}): type {host.type!r} is not a resource type of the "
                     f"cluster (its types: {', '.join(cluster_kinds)})"
                 )
-        elif host.type not in {s.resource for s in plan.stages}:
+        elif host.type not in {s.resource for s in plan.stages} | known_types:
             raise PlanningInputError(
                 f"{source}: hosts[{index}] ({host.address}): type {host.type!r} is not a type of the plan, and no "
                 "cluster file says it exists (add `cluster: FILE` to the hosts file, or give --cluster)"
@@ -535,6 +538,7 @@ def expand_files(
     lost: frozenset[str] = frozenset(),
     http_port: int | None = None,
     control_port: int | None = None,
+    known_types: frozenset[str] = frozenset(),
 ) -> Expansion:
     """``expand`` from the files (``heterps launch-args --hosts`` and ``heterps launch --hosts`` both read them
     here): the cluster is ``cluster_path``, else the one the hosts file names, else none.  After a restart
@@ -550,4 +554,4 @@ def expand_files(
     cluster = load_cluster(cluster_file) if cluster_file else None
     plan = load_plan(plan_path, cluster)
     kinds = None if cluster is None else {t.name: t.kind for t in cluster.resource_types}
-    return expand(plan, hosts, kinds, server_num, gpu)
+    return expand(plan, hosts, kinds, server_num, gpu, known_types)

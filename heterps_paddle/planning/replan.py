@@ -119,9 +119,31 @@ def replan(inputs: PlanningInputs, hosts: HostsFile, lost: Iterable[str]) -> Rep
     if not plan.feasible:
         raise PlanningInputError(f"no plan on the hosts left: {plan.reason}")
     if target is None:
-        return Replanned(plan, cluster, f"no target: the most the hosts left reach, {at:,.0f} samples/s")
+        return Replanned(plan, cluster, f"no target: the most the hosts it has reach, {at:,.0f} samples/s")
     return Replanned(
         plan,
         cluster,
-        f"the target of {target:,.0f} samples/s is out of reach: the most the hosts left reach, {at:,.0f}",
+        f"the target of {target:,.0f} samples/s is out of reach: the most the hosts it has reach, {at:,.0f}",
     )
+
+
+# Plans within this fraction of each other (cost or samples/s) are the same: a move stops and restarts the whole job,
+# which only a real gain pays for.
+BETTER_MARGIN = 0.01
+
+
+def better(new: Plan, old: Plan, target: float | None) -> bool:
+    """Whether moving a running job from ``old`` to ``new`` gains: at a target, meeting it where ``old`` does not,
+    or meeting it for less; otherwise (neither meets it, or no target) more samples/s."""
+    if not new.feasible:
+        return False
+    if not old.feasible:
+        return True
+    if target is not None:
+        reach = target * (1 - REACH_TOLERANCE)
+        new_meets, old_meets = new.throughput >= reach, old.throughput >= reach
+        if new_meets != old_meets:
+            return new_meets
+        if new_meets:
+            return new.cost_per_hour < old.cost_per_hour * (1 - BETTER_MARGIN)
+    return new.throughput > old.throughput * (1 + BETTER_MARGIN)

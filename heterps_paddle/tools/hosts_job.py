@@ -21,9 +21,14 @@ them.  So ``heterps launch --hosts`` runs the launch as one job:
 - **One console.**  The other hosts' launches send their console lines (the job's progress, their own messages)
   to the coordinator's host, which prints them with the host's address.
 
+- **A host back.**  With ``--restarts``, a lost host whose ``heterps launch`` is started again asks the coordinator
+  which round the job is in (``round``), stands by, and is counted back: at the next complete checkpoint the
+  coordinator re-plans with it and, when that plan is better (planning/replan.py: ``better``), every host moves to
+  it, resuming from that checkpoint.  A move is not a restart: it does not use up ``--restarts``.
+
 The protocol is JSON lines over TCP: ``join`` / ``beat`` / ``failed`` / ``done`` from a member, ``start`` /
-``beat`` / ``abort`` / ``end`` from the coordinator; ``log`` opens a stream of console lines; ``put`` / ``get`` /
-``entries`` are the board's one-shot requests.
+``beat`` / ``abort`` / ``end`` / ``restart`` from the coordinator; ``log`` opens a stream of console lines;
+``round``, ``put`` / ``get`` / ``entries`` are one-shot requests (the job's round; the board).
 """
 
 from __future__ import annotations
@@ -109,12 +114,24 @@ class _Peer:
 
 
 @dataclass(frozen=True)
+class RoundRequest:
+    """What the coordinator asks of re-planning (tools/launch.py: ``next_round``) for the job's next round."""
+
+    lost: frozenset[str]  # every host the job has lost and not got back
+    lost_before: frozenset[str]  # those when the round that ends was planned (the plan changes only if they differ)
+    published: Mapping[str, Any]  # the plan record trainer 0 published this round (fleet/plan_agreement.py), or {}
+    plan_now: Mapping[str, Any] | None  # the plan this round runs, as its file holds it (None: the first round's)
+    number: int  # the next round's
+
+
+@dataclass(frozen=True)
 class NextRound:
     """A restart's plan (tools/launch.py: ``next_round`` makes it): what every host runs next."""
 
     plan: Mapping[str, Any]  # the plan, as its file holds it
     job: HostsJob  # the coordinator's host's part of it (members, digest)
     report: Mapping[str, Any]  # for restarts.json: the old and new plans, how the new one was chosen
+    better: bool = True  # whether the new plan beats the old one (planning/replan.py: better); a move needs it
 
 
 class Coordinator:
@@ -130,16 +147,23 @@ class Coordinator:
         job: HostsJob,
         say: Callable[[str], None],
         restarts: int = 0,
-        next_round: Callable[[frozenset[str], frozenset[str], Mapping[str, Any]], NextRound] | None = None,
+        next_round: Callable[[RoundRequest], NextRound] | None = None,
         restarts_path: str | None = None,
+        checkpoint_dir: str | None = None,
     ):
         self.job = job
         self.say = say
         self.restarts_left = restarts
         self.next_round = next_round
         self.restarts_path = restarts_path
+        self.checkpoint_dir = checkpoint_dir
         self.round = 0
+        self.round_plan: Mapping[str, Any] | None = None  # this round's plan (None: the first round's, from files)
         self.lost: frozenset[str] = frozenset()
+        self.round_lost: frozenset[str] = frozenset()  # the hosts lost when this round was planned
+        # Lost hosts that came back (module doc): host -> the newest complete checkpoint's passes when it did; the
+        # job moves at the first checkpoint after that.
+        self.back: dict[str, int] = {}
         self.trouble: list[str] = []
         self.settle_at: float | None = None
         self.history: list[dict[str, Any]] = []
@@ -210,7 +234,11 @@ class Coordinator:
         if not isinstance(first, dict):
             return
         op = first.get("op")
-        if op == "join":
+        if op == "round":
+            with self.lock:
+                answer = {"round": self.round, "plan": self.round_plan, "lost": sorted(self.lost)}
+            wfile.write(json.dumps(answer).encode() + b"\n")
+        elif op == "join":
             self._member(first, rfile, wfile)
         elif op == "log":
             host = str(first.get("host", "?"))
@@ -233,6 +261,8 @@ class Coordinator:
                 return
             self.spares[host] = peer
             peer.send({"op": "standby", "round": self.round})
+            if host in self.lost:
+                self._host_back(host)
         try:
             for _ in iter(rfile.readline, b""):
                 peer.last_seen = time.monotonic()
@@ -330,6 +360,21 @@ class Coordinator:
             self.settle_at = time.monotonic() + SETTLE_S
             self.say(f"heterps launch: {reason}; the job will start again ({self.restarts_left} restart(s) left)")
 
+    def _host_back(self, host: str) -> None:
+        """With the lock held: a lost host stands by again (module doc)."""
+        self.lost = self.lost - {host}
+        if self.checkpoint_dir is None:
+            self.say(
+                f"heterps launch: host {host} is back and stands by; without --checkpoint-dir the job stays on its "
+                "plan (a restart's plan may use it)"
+            )
+            return
+        self.back[host] = newest_checkpoint(self.checkpoint_dir)
+        self.say(
+            f"heterps launch: host {host} is back and stands by; at the next checkpoint the job moves to a plan with "
+            "it, if that plan is better"
+        )
+
     def _restart(self) -> None:
         """With the lock held: the settled failure's restart (class doc)."""
         now = time.monotonic()
@@ -340,10 +385,10 @@ class Coordinator:
             self._abort(f"{reason} (the coordinator's own host cannot be replaced: the job ends)")
             return
         lost = self.lost | frozenset(lost_now)
-        assert self.next_round is not None
-        record = self.store.answer({"op": "get", "key": "plan"}).get("value") or {}
+        for host in lost_now:
+            self.back.pop(host, None)
         try:
-            nxt = self.next_round(lost, frozenset(lost_now), record)
+            nxt = self._plan_round(lost)
         except HeterPSError as exc:
             self._abort(f"{reason}; the job cannot go on with what is left: {exc}")
             return
@@ -351,29 +396,65 @@ class Coordinator:
             self._abort(f"{reason}; re-planning failed ({type(exc).__name__}: {exc})")
             return
         self.restarts_left -= 1
+        used = 1 + sum(1 for event in self.history if event["kind"] == "restart")
+        title = f"restart {used} ({self.restarts_left} left; round {{round}})"
+        self._next_round(nxt, lost, sorted(lost_now), reason, "restart", title)
+
+    def _move(self) -> None:
+        """With the lock held: a checkpoint after a host came back; the job moves to a plan with it if better."""
+        hosts = ", ".join(sorted(self.back))
+        self.back = {}
+        try:
+            nxt = self._plan_round(self.lost)
+        except Exception as exc:  # the job runs on as it was: its plan still works
+            self.say(
+                f"heterps launch: no plan with host(s) {hosts} back ({type(exc).__name__}: {exc}); the job goes on"
+            )
+            return
+        if not nxt.better:
+            self.say(
+                f"heterps launch: with host(s) {hosts} back the plan would be {nxt.report.get('new_summary', '?')}, no "
+                "better than the one running: the job goes on with it (the host(s) stand by)"
+            )
+            return
+        reason = f"host(s) {hosts} back"
+        self._next_round(nxt, self.lost, [], reason, "move", "moving to another plan (round {round})")
+
+    def _plan_round(self, lost: frozenset[str]) -> NextRound:
+        assert self.next_round is not None
+        published = self.store.answer({"op": "get", "key": "plan"}).get("value") or {}
+        return self.next_round(RoundRequest(lost, self.round_lost, published, self.round_plan, self.round + 1))
+
+    def _next_round(
+        self, nxt: NextRound, lost: frozenset[str], lost_now: list[str], reason: str, kind: str, title: str
+    ) -> None:
+        """With the lock held: every host told to stop and start again with ``nxt``'s plan (a restart or a move)."""
         self.round += 1
-        self.lost = lost
+        self.lost = self.round_lost = lost
         event = {
             "round": self.round,
+            "kind": kind,
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "why": reason,
-            "lost": sorted(lost_now),
+            "lost": lost_now,
             "lost_so_far": sorted(lost),
+            # the newest complete checkpoint as the round is decided: the next round resumes from it (unless a save
+            # that was finishing as the hosts stopped overtakes it; each host's console says which it took)
+            **checkpoint_report(self.checkpoint_dir),
             **dict(nxt.report),
         }
         self.history.append(event)
         if self.restarts_path is not None:
             write_atomic(self.restarts_path, json.dumps({"restarts": self.history}, indent=2) + "\n")
-        self.say(
-            f"heterps launch: restart {self.round} ({self.restarts_left} left): lost {', '.join(sorted(lost_now)) or 'no host'}; "
-            f"{nxt.report.get('summary', '')}"
-        )
+        what = f"lost {', '.join(lost_now)}" if lost_now else reason
+        self.say(f"heterps launch: {title.format(round=self.round)}: {what}; {nxt.report.get('summary', '')}")
         message = {"op": "restart", "round": self.round, "plan": dict(nxt.plan), "lost": sorted(lost), "why": reason}
         for peer in self.peers.values():
             peer.send(message)
             peer.gone = True  # its connection ends with this round
         self._tell_spares(message)
         self.job = nxt.job
+        self.round_plan = dict(nxt.plan)
         self.peers = {}
         self.done = set()
         self.started = False
@@ -410,6 +491,10 @@ class Coordinator:
                         "there too, with the same files"
                     )
                     continue
+                if self.started and self.back and self.checkpoint_dir is not None:
+                    if newest_checkpoint(self.checkpoint_dir) > max(self.back.values()):
+                        self._move()
+                        continue
                 if self.started:
                     for peer in list(self.peers.values()):
                         if not peer.gone and now - peer.last_seen > self.host_timeout:
@@ -420,6 +505,45 @@ class Coordinator:
                             break
                 for peer in self.peers.values():
                     peer.send({"op": "beat"})
+
+
+def newest_checkpoint(root: str | None) -> int:
+    """The passes of the newest complete checkpoint the launch wrote under ``root`` (0: none).  Complete: its
+    directory has its final name only once its manifest is written (runtime/launch_checkpoints.py)."""
+    from heterps_paddle.runtime.launch_checkpoints import listed  # no Paddle at import (that module's doc)
+
+    return next((passes for passes, _ in listed(root)), 0) if root else 0
+
+
+def checkpoint_report(root: str | None) -> dict[str, Any]:
+    """For restarts.json: the checkpoint a new round resumes from, and the training since it (redone)."""
+    from heterps_paddle.runtime.launch_checkpoints import choose
+
+    if root is None:
+        return {"resumes_from": None, "work_redone": "everything: the launch keeps no checkpoints (--checkpoint-dir)"}
+    choice = choose(root)
+    if choice.path is None:
+        return {"resumes_from": None, "work_redone": "everything: no complete checkpoint yet"}
+    try:
+        since = time.time() - os.stat(choice.path).st_mtime
+    except OSError:
+        since = float("nan")
+    return {
+        "resumes_from": choice.path,
+        "passes_done": choice.passes_done,
+        "work_redone": f"the training since that checkpoint ({since:.0f} s; passes after pass {choice.passes_done})",
+    }
+
+
+def ask_round(endpoint: str, deadline: float) -> dict[str, Any]:
+    """The job's round as its coordinator says (a host's launch started again asks before it joins)."""
+    with connect_until(endpoint, deadline) as conn:
+        conn.settimeout(max(5.0, deadline - time.monotonic()))
+        conn.sendall(json.dumps({"op": "round"}).encode() + b"\n")
+        raw = conn.makefile("rb").readline()
+    if not raw:
+        raise OSError(f"the coordinator at {endpoint} closed the connection without an answer")
+    return dict(json.loads(raw))
 
 
 def connect_until(endpoint: str, deadline: float) -> socket.socket:

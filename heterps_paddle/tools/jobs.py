@@ -312,7 +312,10 @@ class HostsRun:
             log_dir,
             *(script_argv or self.script_argv),
         ]
-        console_path = os.path.join(self.work_dir, f"console_{address}.txt")
+        # a host started again (it was lost and comes back) keeps its first launch's console
+        starts = 1 + sum(1 for name in os.listdir(self.work_dir) if name.startswith(f"console_{address}."))
+        suffix = "" if starts == 1 else f".{starts}"
+        console_path = os.path.join(self.work_dir, f"console_{address}{suffix}.txt")
         with open(console_path, "w") as out:
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=self.work_dir, start_new_session=True

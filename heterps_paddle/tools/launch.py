@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import psutil
 
@@ -56,6 +56,9 @@ from heterps_paddle.tools.hosts_job import (
     LogForwarder,
     Member,
     NextRound,
+    RoundRequest,
+    ask_round,
+    startup_timeout,
 )
 from heterps_paddle.tools.launch_hosts import HostsLaunch, Round, job_for_round, take_hosts_options
 
@@ -156,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     first = hosts
     started = time.time()
     round_number = 0
+    if hosts.job is not None and not hosts.job.is_coordinator and hosts.restarts > 0:
+        hosts, round_number = _join_the_round(argv, hosts, console)
+        if hosts.exit_code is not None:
+            return hosts.exit_code
     while True:
         if hosts.spare:
             outcome: Coordinator | tuple[int, str, dict[str, Any] | None] = _stand_by(hosts, console)
@@ -174,12 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         write_atomic(plan_path, json.dumps(restart["plan"], indent=2) + "\n")
         hosts = take_hosts_options(
             argv,
-            round_=Round(
-                plan_path,
-                frozenset(restart["lost"]),
-                first.expansion.http_port,
-                first.expansion.control_port,
-            ),
+            round_=Round.after(first.expansion, plan_path, frozenset(restart["lost"])),
         )
         if hosts.exit_code is not None:
             code = hosts.exit_code
@@ -194,6 +196,28 @@ def main(argv: list[str] | None = None) -> int:
     console.error(f"heterps launch: job FAILED (exit status {code}) after {seconds:.1f} s (logs in {log_dir})")
     console.close()
     return code if code > 0 else FAILED_EXIT
+
+
+def _join_the_round(argv: list[str], hosts: HostsLaunch, console: Console) -> tuple[HostsLaunch, int]:
+    """A launch that may restart (``--restarts``) asks the coordinator which round the job is in: a host started
+    again after it was lost finds the job in a later round, runs nothing of its plan, and stands by (the coordinator
+    counts it back: tools/hosts_job.py).  A coordinator that does not answer is the join's to report."""
+    assert hosts.job is not None and hosts.expansion is not None
+    try:
+        answer = ask_round(hosts.job.endpoint, time.monotonic() + startup_timeout())
+    except (OSError, ValueError):
+        return hosts, 0
+    number = int(answer.get("round") or 0)
+    if number == 0 or not answer.get("plan"):
+        return hosts, 0
+    log_dir = _given_log_dir(hosts.argv)
+    os.makedirs(log_dir, exist_ok=True)
+    plan_path = os.path.join(log_dir, f"plan.round{number}.json")
+    write_atomic(plan_path, json.dumps(answer["plan"], indent=2) + "\n")
+    lost = frozenset(answer.get("lost") or ()) - {hosts.job.host}
+    console.line(f"heterps launch: the job is in round {number} (hosts lost: {', '.join(sorted(lost)) or 'none'})")
+    again = take_hosts_options(argv, round_=Round.after(hosts.expansion, plan_path, lost))
+    return again, number
 
 
 def _run_round(
@@ -251,6 +275,7 @@ def _run_round(
                     restarts=hosts.restarts,
                     next_round=_next_round_maker(hosts, log_dir),
                     restarts_path=os.path.join(log_dir, "restarts.json"),
+                    checkpoint_dir=own.checkpoint.get("--checkpoint-dir"),
                 ).start()
             except JobAborted as exc:
                 print(f"heterps launch: FAILED: {exc}", file=sys.stderr, flush=True)
@@ -356,50 +381,53 @@ def _with_log_dir(launch_argv: list[str], log_dir: str) -> list[str]:
     return out[:script] + ["--log_dir", log_dir] + out[script:]
 
 
-def _next_round_maker(
-    hosts: HostsLaunch, log_dir: str
-) -> Callable[[frozenset[str], frozenset[str], Mapping[str, Any]], NextRound]:
-    """The coordinator's re-planning (tools/hosts_job.py): the plan for the hosts a restart keeps."""
+def _next_round_maker(hosts: HostsLaunch, log_dir: str) -> Callable[[RoundRequest], NextRound]:
+    """The coordinator's re-planning (tools/hosts_job.py): the plan for the hosts the job has."""
     from heterps_paddle.planning.model import plan_from_dict, save_plan
-    from heterps_paddle.planning.replan import PlanningInputs, replan
+    from heterps_paddle.planning.replan import PlanningInputs, better, replan
 
     assert hosts.expansion is not None and hosts.round is not None and hosts.job is not None
     first = hosts.expansion
     address = hosts.job.host
-    current: dict[str, Any] = {"plan": first.plan, "number": 0}
 
-    def next_round(lost: frozenset[str], lost_now: frozenset[str], published: Mapping[str, Any]) -> NextRound:
-        """``published``: the plan record the job's trainer 0 published (fleet/plan_agreement.py), if any: the plan
-        the job ran, and what it was made from."""
+    def next_round(request: RoundRequest) -> NextRound:
+        published = request.published
         inputs = published.get("inputs")
-        old = (
-            plan_from_dict(published["plan"], "the job's published plan") if published.get("plan") else current["plan"]
-        )
-        if lost_now:
+        if published.get("plan"):
+            old = plan_from_dict(published["plan"], "the job's published plan")
+        elif request.plan_now is not None:
+            old = plan_from_dict(request.plan_now, "the round's plan")
+        else:
+            old = first.plan
+        better_plan = True
+        if request.lost != request.lost_before:
             if inputs is None:
                 raise HeterPSError(
                     "the job published no planning inputs to re-plan with (the automatic path, "
                     "heterps_configs['cluster'], publishes them)"
                 )
-            replanned = replan(PlanningInputs.from_dict(inputs), first.hosts, lost)
+            planning = PlanningInputs.from_dict(inputs)
+            replanned = replan(planning, first.hosts, request.lost)
             new, how = replanned.plan, replanned.note
+            better_plan = better(
+                new, old, planning.target if planning.target is not None else planning.cluster.throughput
+            )
         else:
             new, how = old, "the same plan (no host was lost)"
-        number = int(current["number"]) + 1
-        path = os.path.join(log_dir, f"plan.round{number}.coordinator.json")
+        path = os.path.join(log_dir, f"plan.round{request.number}.coordinator.json")
         save_plan(new, path)
-        again = job_for_round(hosts.given, Round(path, lost, first.http_port, first.control_port), address)
-        current.update(plan=new, number=number)
+        again = job_for_round(hosts.given, Round.after(first, path, request.lost), address)
         report = {
             "old_plan": plan_summary(old),
             "new_plan": plan_summary(new),
             "how": how,
             "summary": f"{describe_plan(old)} -> {describe_plan(new)} ({how})",
+            "new_summary": describe_plan(new),
         }
         with open(path, encoding="utf-8") as f:
             document = json.load(f)
         plan_from_dict(document)  # what every host reads back
-        return NextRound(document, again, report)
+        return NextRound(document, again, report, better_plan)
 
     return next_round
 

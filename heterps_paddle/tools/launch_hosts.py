@@ -40,6 +40,13 @@ class Round:
     lost: frozenset[str] = frozenset()
     http_port: int | None = None
     control_port: int | None = None
+    known_types: frozenset[str] = frozenset()  # the first round's plan's (planning/hosts.py: expand)
+
+    @staticmethod
+    def after(first: Expansion, plan_path: str, lost: frozenset[str]) -> Round:
+        """A later round of the job whose first round ``first`` placed."""
+        types = frozenset(stage.resource for stage in first.plan.stages)
+        return Round(plan_path, lost, first.http_port, first.control_port, types)
 
 
 @dataclass
@@ -74,6 +81,7 @@ def _expand(given: Mapping[str, str], round_: Round) -> Expansion:
         lost=round_.lost,
         http_port=round_.http_port,
         control_port=round_.control_port,
+        known_types=round_.known_types,
     )
 
 
