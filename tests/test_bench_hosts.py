@@ -98,6 +98,11 @@ def test_a_tiny_bench_hosts_run_prints_its_fields(tmp_path, heterps_cache):
     assert row["rate_mbit"] == 50
     assert row["measured_samples_per_second"] > 0 and row["predicted_samples_per_second"] > 0
     assert row["ratio"] == pytest.approx(row["measured_samples_per_second"] / row["predicted_samples_per_second"], 0.01)
+    # the pipeline's reading (traffic overlapping compute) is never slower than the reference one (their sum)
+    assert row["predicted_overlap_samples_per_second"] >= row["predicted_samples_per_second"]
+    assert row["ratio_overlap"] == pytest.approx(
+        row["measured_samples_per_second"] / row["predicted_overlap_samples_per_second"], 0.01
+    )
     assert isinstance(row["link_bound"], bool) and 0 <= row["link_share"] <= 1
     # the boundary's activations crossed the link both ways: at least what the model counts one way
     crossed = row["measured"]["link_bytes_per_sample"]

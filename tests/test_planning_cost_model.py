@@ -46,6 +46,26 @@ def test_boundary_traffic_on_both_sides_of_a_stage():
     assert cm.stage_time(0, 3, 1, 1) == 0.0  # the whole model: no boundary at all
 
 
+def test_the_pipeline_reading_overlaps_boundary_traffic_with_compute():
+    """CostModel(overlap=True): a stage's time is the larger of its compute and its boundary traffic (the reference
+    reading sums them); the dense sync of k > 1 units is added in both."""
+    layers = [
+        LayerProfile("emb", "sparse", flops=0, param_bytes=0, io_bytes=0, out_bytes=1e4, time={"cpu": 2e-5}),
+        LayerProfile("fc", "dense", flops=1e6, param_bytes=1e6, out_bytes=8),
+    ]
+    reference = CostModel(model(*layers), Cluster((CPU, GPU)), throughput=1.0)
+    overlap = CostModel(model(*layers), Cluster((CPU, GPU)), throughput=1.0, overlap=True)
+    # emb on the cpu: 2e-5 s of compute, 1e4 B out at 1e9 B/s = 1e-5 s
+    assert reference.stage_time(0, 1, 0, 1) == pytest.approx(3e-5)
+    assert overlap.stage_time(0, 1, 0, 1) == pytest.approx(2e-5)
+    # fc on the gpu: 1e6 / 1e13 = 1e-7 s of compute, 1e4 B in at 1e10 B/s = 1e-6 s (the link binds)
+    assert reference.stage_time(1, 2, 1, 1) == pytest.approx(1.1e-6)
+    assert overlap.stage_time(1, 2, 1, 1) == pytest.approx(1e-6)
+    # two units: the dense sync 2 * 1e6 / (100 * 1e10) = 2e-6 s comes on top in both readings
+    assert overlap.stage_time(1, 2, 1, 2) == pytest.approx(1e-6 + 2e-6)
+    assert overlap.evaluate([0, 1]).throughput == pytest.approx(1 / 2e-5)
+
+
 def test_spill_to_ssd_for_estimated_and_measured_layers():
     # 4e10 bytes on cpu units of 1e10 memory: k=2 spills f = (4e10 - 2e10)/4e10 = 0.5.
     estimated = LayerProfile("emb", "sparse", flops=0, param_bytes=4e10, io_bytes=1e4, out_bytes=0)

@@ -83,8 +83,13 @@ class CostModel:
         throughput: float | None = None,
         first_stage_kinds: tuple[str, ...] | None = None,
         one_stage_kinds: tuple[str, ...] | None = None,
+        overlap: bool = False,
     ):
-        """``first_stage_kinds``: resource kinds allowed to run the first stage of a split plan (None: any).  Not
+        """``overlap``: a stage's boundary traffic overlaps its compute (per sample, the larger of the two, not
+        their sum), as the heterogeneous pipeline runs it: micro-batches in flight, brpc sending one while the
+        section computes the next.  Not part of the reference reading (the sum, the default); ``heterps bench
+        hosts`` measures both against shaped links (docs/planning.md "Links, measured").
+        ``first_stage_kinds``: resource kinds allowed to run the first stage of a split plan (None: any).  Not
         part of the reference reading; the runtime's rule ("cpu",): Paddle's heterogeneous pipeline reads the
         data on CPU trainers, which therefore run the first stage of a split.  A one-stage plan may be any kind
         (data-parallel trainers of that type) unless ``one_stage_kinds`` says which (the automatic path without
@@ -99,6 +104,7 @@ class CostModel:
         self.throughput = float(required)
         self.first_stage_kinds = first_stage_kinds
         self.one_stage_kinds = one_stage_kinds
+        self.overlap = overlap
         self.types = cluster.resource_types
         self.num_layers = len(profile.layers)
         self.num_types = len(self.types)
@@ -188,10 +194,12 @@ class CostModel:
                 delta = np.maximum(compute, memory_time) - self.base_time[type_index, idx]
                 time[rows] += np.sum(np.where(inside, delta, 0.0), axis=1)
         net_bw = self.net_bw[types]
-        extra: NDArray[np.float64] = self._boundary_bytes(starts, ends) / self.boundary_bw[types]
+        boundary: NDArray[np.float64] = self._boundary_bytes(starts, ends) / self.boundary_bw[types]
         dense = self.dense_param_prefix[ends] - self.dense_param_prefix[starts]
-        extra += np.where(units > 1, 2.0 * dense / (self.profile.batch_size * net_bw), 0.0)
-        return time + extra
+        sync = np.where(units > 1, 2.0 * dense / (self.profile.batch_size * net_bw), 0.0)
+        # np.maximum keeps NaN (units that cannot hold the stage)
+        total: NDArray[np.float64] = (np.maximum(time, boundary) if self.overlap else time + boundary) + sync
+        return total
 
     def _boundary_bytes(self, starts: NDArray[np.intp], ends: NDArray[np.intp]) -> NDArray[np.float64]:
         """Bytes per sample crossing the cuts of stages [start, end): the activations in and out."""
