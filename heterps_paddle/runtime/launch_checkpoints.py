@@ -300,11 +300,24 @@ class PassCheckpoints:
             barrier.drop_other_launches()
             shutil.rmtree(staging, ignore_errors=True)  # a crashed save's leftovers
             os.makedirs(staging)
-        # every trainer calls it (fleet's own barriers, with gloo, pair up); the servers write, trainer 0 regroups
-        # and writes the manifest (runtime/saves.py, runtime/checkpoint.py)
-        fleet.save_persistables(executor, staging)
+        try:
+            # every trainer calls it (fleet's own barriers, with gloo, pair up); the servers write, trainer 0
+            # regroups and writes the manifest (runtime/saves.py, runtime/checkpoint.py)
+            fleet.save_persistables(executor, staging)
+            if index == 0:
+                check_room(staging)
+                final = self.complete(passes, staging, trainers)
+        except (OSError, CheckpointError) as exc:
+            # The previous checkpoint is untouched (this one has its temporary name, without which no launch
+            # resumes from it): say so, loudly, and end this trainer (the launch then ends the job, or restarts it).
+            previous = choose(self.root).path
+            message = (
+                f"checkpoint after pass {passes} FAILED writing {staging}: {exc}; the previous checkpoint "
+                f"{previous or '(none)'} is kept and a relaunch resumes from it"
+            )
+            logger.error("%s", message)
+            raise CheckpointError(message) from exc
         if index == 0:
-            final = self.complete(passes, staging, trainers)
             barrier.mark(passes, "saved", final)
             self.last_save = time.monotonic()
         else:
@@ -358,6 +371,22 @@ class PassCheckpoints:
         for name in os.listdir(self.root):
             if name.startswith(".pass-") and name != f".{checkpoint_name(passes)}.incomplete":
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+
+
+# A save that left less free space than this on the checkpoint's file system may have been cut short by a full
+# disk: the servers' writes of the tables do not report a failed write (Paddle 2.6.2), so the files could be short
+# and still be checksummed into a manifest that verifies.
+MIN_FREE_BYTES = 1 << 20
+
+
+def check_room(staging: str) -> None:
+    """CheckpointError when the file system of ``staging`` is (nearly) full after the servers' save."""
+    free = shutil.disk_usage(staging).free
+    if free < MIN_FREE_BYTES:
+        raise CheckpointError(
+            f"the file system of {staging} is full ({free} bytes free after the servers' save): the tables may "
+            "not have been written whole; free space there"
+        )
 
 
 def _sync_directory(path: str) -> None:
