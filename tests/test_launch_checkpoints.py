@@ -47,10 +47,14 @@ def run(tmp, name, plan, epochs, checkpoints, save=False):
     if save:
         argv += ["--save-dir", str(tmp / f"save_{name}")]
     own = ["--checkpoint-dir", str(checkpoints), "--checkpoint-every", "1"]
+    boards = os.path.join(os.environ["HETERPS_CACHE"], "launches")
+    before = set(os.listdir(boards)) if os.path.isdir(boards) else set()
     result = launch(
         own + launch_arguments(load_plan(str(path)), 1, gpu_available=False), argv, str(tmp / f"log_{name}"), 300
     )
     assert result.returncode == 0, f"{name}: {result.failures}\n{result.output[-3000:]}"
+    # the launch's board (the side channels' endpoints, the servers' restore markers) went with the job
+    assert (set(os.listdir(boards)) if os.path.isdir(boards) else set()) <= before
     return result
 
 

@@ -28,11 +28,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -42,7 +44,7 @@ from heterps_paddle import settings
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
 from heterps_paddle.planning.launch import LAUNCH_ENV
-from heterps_paddle.rendezvous import LAUNCH_ID_ENV, RENDEZVOUS_ENV
+from heterps_paddle.rendezvous import LAUNCH_ID_ENV, RENDEZVOUS_ENV, launch_files_dir
 from heterps_paddle.runtime import launch_checkpoints, patches, seam
 from heterps_paddle.runtime.checkpoint_files import CheckpointError
 from heterps_paddle.runtime.seam import PaddleBehaviourChanged
@@ -256,6 +258,12 @@ def _run_round(
         env.update(checkpoint_env)
         for line in lines:
             print(f"{OWN_PREFIX} {line}", flush=True)
+    board_dir = None
+    if hosts.job is None and not env.get(LAUNCH_ID_ENV):
+        # One host: the launch's board is a directory of the cache (rendezvous.py), named by this id rather than by
+        # the endpoints Paddle draws, so that it is known here and removed when the job ends.
+        env[LAUNCH_ID_ENV] = uuid.uuid4().hex[:16]
+        board_dir = launch_files_dir(str(settings.get("HETERPS_CACHE", env)), env)
     log_dir = args.log_dir or "log"
     if round_number:
         # a round's logs beside the first's, so that neither overwrites the other
@@ -321,6 +329,8 @@ def _run_round(
         if echo is not None:
             echo.join(timeout=2)
         left = _stop_session(child.pid)
+        if board_dir is not None:
+            shutil.rmtree(board_dir, ignore_errors=True)
     if left:
         console.error(
             f"heterps launch: stopped what was still running in the job's session at its end: {'; '.join(left)}"
