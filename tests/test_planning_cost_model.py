@@ -142,3 +142,13 @@ def test_every_stage_gets_the_fewest_units_that_reach_the_throughput(ssd_bw):
                 if stage.units * ssd.memory < cm.param_prefix[end] - cm.param_prefix[start]:
                     spilling.add(stage.units)
     assert len(spilling) > 10, spilling  # many spilling answers, not only the ends of the range
+
+
+def test_units_for_a_target_no_cluster_reaches_end():
+    """At 1e300 samples/s, k = ceil(target * time) is so large that k + 1 rounds back to k; where k / time still
+    fell short by a rounding, raising k by 1 looped forever (seen in a full test run).  These times do that."""
+    cm = CostModel(model(LayerProfile("fc", "dense", flops=1e6, param_bytes=0, out_bytes=8)), Cluster((CPU,)), 1e300)
+    times = np.array([0.00017573805504049876, 0.00033797743438458255, 0.00036517365722800406])
+    units = cm._units_for(times)
+    assert np.all(units / times >= 1e300)
+    assert np.all((units - np.spacing(units)) / times < 1e300 * (1 + 1e-12))  # and no more than needed

@@ -197,9 +197,12 @@ class CostModel:
         boundary: NDArray[np.float64] = self._boundary_bytes(starts, ends) / self.boundary_bw[types]
         dense = self.dense_param_prefix[ends] - self.dense_param_prefix[starts]
         sync = np.where(units > 1, 2.0 * dense / (self.profile.batch_size * net_bw), 0.0)
-        # np.maximum keeps NaN (units that cannot hold the stage)
-        total: NDArray[np.float64] = (np.maximum(time, boundary) if self.overlap else time + boundary) + sync
-        return total
+        if self.overlap:
+            # np.maximum keeps NaN (units that cannot hold the stage)
+            overlapped: NDArray[np.float64] = np.maximum(time, boundary) + sync
+            return overlapped
+        reference: NDArray[np.float64] = time + (boundary + sync)  # summed in this order since its first version
+        return reference
 
     def _boundary_bytes(self, starts: NDArray[np.intp], ends: NDArray[np.intp]) -> NDArray[np.float64]:
         """Bytes per sample crossing the cuts of stages [start, end): the activations in and out."""
@@ -224,7 +227,9 @@ class CostModel:
             k = np.where((k > 1) & ((k - 1) / time >= self.throughput), k - 1, k)
             short = (time > 0) & (k / time < self.throughput)
             while short.any():
-                k[short] += 1
+                # + 1, or the next float up where k is so large that + 1 rounds back to k (a target of 1e300
+                # samples/s looped here forever once a stage's time rounded differently)
+                k[short] = np.maximum(k[short] + 1, np.nextafter(k[short], np.inf))
                 short = (time > 0) & (k / time < self.throughput)
         return k
 
