@@ -271,7 +271,12 @@ class Coordinator:
         with self.lock:
             peer.gone = True
             if self.spares.get(host) is peer:
+                # gone while standing by (not told to go: that unregisters it first): a later round must not wait for it
                 del self.spares[host]
+                self.back.pop(host, None)
+                if not self.ended and not self.aborted:
+                    self.lost = self.lost | {host}
+                    self.say(f"heterps launch: host {host}, standing by, went away: counted as lost")
 
     def _tell_spares(self, message: Mapping[str, Any]) -> None:
         """With the lock held."""
