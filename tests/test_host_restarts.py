@@ -179,9 +179,12 @@ def test_a_heterogeneous_host_killed_twice_and_back_between_goes_on_from_the_che
     with open(os.path.join(run.hosts[C].log_dir, "round2", "heterlog.0")) as f:
         assert "heterps:" in f.read()  # the host that came back ran the heterogeneous stage of round 2
     verify(os.path.join(checkpoints, "pass-000003"))  # the job's last checkpoint, written by round 3, is complete
-    # Nothing lost: the job ends where the undisturbed one does.
+    # Nothing lost: the job ends where the undisturbed one does, or above it.  Measured (disturbed - undisturbed):
+    # +0.0083, +0.0079 (alone), +0.0041, +0.0034 (one suite run beside another), +0.0122, +0.0234 (three suites at once,
+    # load average 20-46).  The gap is one-sided and grows with the load: the disturbed job runs part of its passes
+    # one-stage, without the split's copies of the dense tables (refreshed from the servers every 20 ms), which go
+    # staler the busier the machine.  A lost row or a redone pass would pull it down, which is what the lower bound (the issue's 0.01)
+    # guards; the upper bound allows the one-stage passes' gain (as tests/test_dropin_split.py does).
     disturbed, calm = heldout(work), heldout(undisturbed_work)
     print(f"\nheld-out AUC: disturbed {disturbed:.4f}, undisturbed {calm:.4f}")
-    # The issue asks for 0.01; see docs/across-hosts.md for the measured differences.  The disturbed job's passes 2
-    # and 3 run another plan (one stage), so part of the gap is not noise; the test holds 0.02.
-    assert abs(disturbed - calm) <= 0.02, f"disturbed {disturbed:.4f} vs undisturbed {calm:.4f}"
+    assert calm - 0.01 <= disturbed <= calm + 0.04, f"disturbed {disturbed:.4f} vs undisturbed {calm:.4f}"
