@@ -43,6 +43,11 @@ class PlanningInputs:
     seed: int
     trainer_kinds: tuple[str, ...] = RESOURCE_KINDS
 
+    @property
+    def target_throughput(self) -> float | None:
+        """The samples/s the plan had to reach: the job's target, else the cluster file's (None: neither)."""
+        return self.target if self.target is not None else self.cluster.throughput
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "profile": model_profile_to_dict(self.profile),
@@ -101,7 +106,7 @@ def replan(inputs: PlanningInputs, hosts: HostsFile, lost: Iterable[str]) -> Rep
         if not answer.plan.feasible:
             raise PlanningInputError(f"no plan within the budget on the hosts left: {answer.plan.reason}")
         return Replanned(answer.plan, cluster, f"the fastest within the budget of {inputs.budget}/h")
-    target = inputs.target if inputs.target is not None else cluster.throughput
+    target = inputs.target_throughput
     if target is not None:
         ((_, plan),) = make_plans(inputs.profile, cluster, inputs.scheduler, [target], inputs.seed, kinds)
         if plan.feasible:

@@ -36,13 +36,14 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import psutil
 
 from heterps_paddle import settings
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
+from heterps_paddle.planning.hosts import Expansion
 from heterps_paddle.planning.launch import LAUNCH_ENV
 from heterps_paddle.rendezvous import LAUNCH_ID_ENV, RENDEZVOUS_ENV, launch_files_dir
 from heterps_paddle.runtime import launch_checkpoints, patches, seam
@@ -179,11 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         # The job starts again (tools/hosts_job.py): this host runs its part of the restart's plan.
         round_number = int(restart["round"])
         assert first.round is not None and first.expansion is not None
-        plan_path = os.path.join(log_dir, f"plan.round{round_number}.json")
-        write_atomic(plan_path, json.dumps(restart["plan"], indent=2) + "\n")
-        hosts = take_hosts_options(
-            argv,
-            round_=Round.after(first.expansion, plan_path, frozenset(restart["lost"])),
+        hosts = _hosts_of_round(
+            argv, first.expansion, log_dir, round_number, restart["plan"], frozenset(restart["lost"])
         )
         if hosts.exit_code is not None:
             code = hosts.exit_code
@@ -214,12 +212,19 @@ def _join_the_round(argv: list[str], hosts: HostsLaunch, console: Console) -> tu
         return hosts, 0
     log_dir = _given_log_dir(hosts.argv)
     os.makedirs(log_dir, exist_ok=True)
-    plan_path = os.path.join(log_dir, f"plan.round{number}.json")
-    write_atomic(plan_path, json.dumps(answer["plan"], indent=2) + "\n")
     lost = frozenset(answer.get("lost") or ()) - {hosts.job.host}
     console.line(f"heterps launch: the job is in round {number} (hosts lost: {', '.join(sorted(lost)) or 'none'})")
-    again = take_hosts_options(argv, round_=Round.after(hosts.expansion, plan_path, lost))
-    return again, number
+    return _hosts_of_round(argv, hosts.expansion, log_dir, number, answer["plan"], lost), number
+
+
+def _hosts_of_round(
+    argv: list[str], first: Expansion, log_dir: str, number: int, plan: Mapping[str, Any], lost: frozenset[str]
+) -> HostsLaunch:
+    """This host's part of round ``number`` of the job whose first round ``first`` placed: ``plan`` (the
+    coordinator's, as its file holds it) written beside this host's logs, without the ``lost`` hosts."""
+    plan_path = os.path.join(log_dir, f"plan.round{number}.json")
+    write_atomic(plan_path, json.dumps(plan, indent=2) + "\n")
+    return take_hosts_options(argv, round_=Round.after(first, plan_path, lost))
 
 
 def _run_round(
@@ -419,9 +424,7 @@ def _next_round_maker(hosts: HostsLaunch, log_dir: str) -> Callable[[RoundReques
             planning = PlanningInputs.from_dict(inputs)
             replanned = replan(planning, first.hosts, request.lost)
             new, how = replanned.plan, replanned.note
-            better_plan = better(
-                new, old, planning.target if planning.target is not None else planning.cluster.throughput
-            )
+            better_plan = better(new, old, planning.target_throughput)
         else:
             new, how = old, "the same plan (no host was lost)"
         path = os.path.join(log_dir, f"plan.round{request.number}.coordinator.json")
