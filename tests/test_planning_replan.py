@@ -99,3 +99,58 @@ def test_a_host_back_moves_the_job_only_to_a_better_plan():
     assert not better(slightly_cheaper, dear, low)  # within the margin: not worth a restart
     infeasible = dataclasses.replace(both, feasible=False)
     assert not better(infeasible, one, None) and better(one, infeasible, None)
+
+
+def test_rl_re_plans_without_numpy_warnings_and_as_exact_does():
+    """A suite run's coordinator, re-planning with a host back, printed some eighty numpy RuntimeWarnings
+    ("invalid value encountered in subtract") on the user's console: rl's refinement scored moves out of a plan
+    holding a stage that cannot run (inf - inf).  These are that run's figures: this machine measured under a load
+    average near 40, the times of the last fc layer (with the loss and AUC ops) above half the step."""
+    import warnings
+
+    timed = {"embedding_0": (4.03e-05, 1.92e-05), "fc_0": (1.78e-06,) * 2, "fc_1": (1.49e-06,) * 2}
+    timed["fc_2"] = (5.00e-05,) * 2
+    shapes = {"embedding_0": (1950.0, 108000108.0, 1872.0, 1976.0), "fc_0": (95104.0, 190464.0, 0.0, 512.0)}
+    shapes.update({"fc_1": (24832.0, 49920.0, 0.0, 512.0), "fc_2": (792.0, 1560.0, 0.0, 0.0)})
+    layers = [
+        {
+            "name": name,
+            "kind": "sparse" if name.startswith("embedding") else "dense",
+            "flops": flops,
+            "param_bytes": params,
+            "io_bytes": io,
+            "out_bytes": out,
+            "time": dict(zip(("local_cpu", "local_gpu"), timed[name])),
+        }
+        for name, (flops, params, io, out) in shapes.items()
+    ]
+    profile = model_profile_from_dict({"format": 1, "name": "program", "batch_size": 512, "layers": layers})
+    figures = {"price_per_hour": 1.0, "max_units": 2, "flops": 4.38e10, "mem_bw": 5.56e9, "memory": 6.32e9}
+    figures.update({"net_bw": 6.11e8, "ssd_bw": 5.49e8})
+    cluster = cluster_from_dict(
+        {
+            "format": 1,
+            "resource_types": [
+                {"name": "local_cpu", "kind": "cpu", **figures},
+                {"name": "local_gpu", "kind": "gpu", **figures},
+            ],
+        }
+    )
+    hosts = hosts_from_dict(
+        {
+            "format": 1,
+            "hosts": [
+                {"address": "127.0.0.2", "type": "local_cpu"},
+                {"address": "127.0.0.3", "type": "local_cpu"},
+                {"address": "127.0.0.4", "type": "local_gpu"},
+            ],
+        },
+        "hosts.yaml",
+    )
+    optimum = replan(PlanningInputs(profile, cluster, None, None, "exact", 0, ("cpu",)), hosts, set()).plan
+    for seed in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            plan = replan(PlanningInputs(profile, cluster, None, None, "rl", seed, ("cpu",)), hosts, set()).plan
+        assert plan.cost_per_hour == pytest.approx(optimum.cost_per_hour)
+        assert plan.throughput == pytest.approx(optimum.throughput, rel=1e-6)

@@ -153,6 +153,10 @@ class MoveScorer:
         """What a descent minimises, in this order: units over the limits, then cost."""
         return float(np.maximum(0.0, stages.used - self.limit).sum()), stages.total
 
+    # A plan being refined can hold a stage that cannot run (cost and units inf): removing it computes inf - inf,
+    # NaN, and a NaN cost is not finite, so that move is scored inf (never taken) as every move that keeps such a
+    # stage is.  The whole body is under the errstate: these NaNs were printed on a re-planning coordinator's console.
+    @np.errstate(invalid="ignore")
     def segment_moves(
         self, stages: _Stages, weights: NDArray[np.float64] | None = None
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -248,6 +252,10 @@ class MoveScorer:
                 excess[t] = np.where(np.isfinite(costs[t]), over, np.inf)
         return costs, excess
 
+    # A plan being refined can hold a stage that cannot run (cost and units inf): removing it computes inf - inf,
+    # NaN, and a NaN cost is not finite, so that move is scored inf (never taken) as every move that keeps such a
+    # stage is.  The whole body is under the errstate: these NaNs were printed on a re-planning coordinator's console.
+    @np.errstate(invalid="ignore")
     def split_moves(
         self, stages: _Stages, q: int, weights: NDArray[np.float64] | None = None
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
