@@ -172,6 +172,50 @@ def test_a_dead_host_fails_every_host(setup, cleanup, victim):
     assert run.leftovers() == []
 
 
+def test_a_process_dead_on_a_host_without_cpu_trainers_fails_every_host(setup, cleanup):
+    """Not the host: one process of it.  The third host runs only the heterogeneous trainer; SIGKILLed, its own
+    launch (alive) sees it end while the job trains, fails, and every other host's launch fails with it."""
+    import psutil
+
+    run = new_run(setup, "kill-heter-process")
+    run.script_argv += ["--epochs", "50"]
+    cleanup(run)
+    for address in (A, B, C):
+        run.start(address)
+    wait_for_training(run, B)
+    work = str(setup["tmp"] / "kill-heter-process")
+    victims = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if SCRIPT in (proc.info["cmdline"] or []) and work in " ".join(proc.info["cmdline"]):
+                env = proc.environ()
+                if env.get("TRAINING_ROLE") == "HETER_TRAINER" and env.get("POD_IP") == C:
+                    victims.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    assert len(victims) == 1, victims
+    killed_at = time.monotonic()
+    victims[0].kill()
+    codes = run.wait(timeout=KILL_BOUND_S + 30)
+    consoles = {a: run.hosts[a].console() for a in (A, B, C)}
+    for address in (A, B, C):
+        assert codes[address] not in (None, 0), f"{address} did not fail: {codes}\n{consoles[address][-3000:]}"
+        took = run.hosts[address].ended - killed_at
+        assert took <= KILL_BOUND_S, f"{address} took {took:.0f} s to fail"
+    assert re.search(r"FAILED: stage 2 heterogeneous trainer 0 \(pid \d+.*killed by SIGKILL", consoles[C]), consoles[C][
+        -3000:
+    ]
+    # Its own launch names it (before, on a host without CPU trainers, Paddle's launcher returned as that process
+    # ended and could beat the supervisor's next poll: the host reported its part done, and the job failed only
+    # when a CPU trainer elsewhere aborted, named as the cause); the others fail with the job.
+    for address in (A, B):
+        assert "heterps launch: FAILED: " in consoles[address], consoles[address][-3000:]
+    deadline = time.monotonic() + 15
+    while run.leftovers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert run.leftovers() == []
+
+
 def test_a_host_that_never_comes_up_ends_the_launch(setup, cleanup):
     run = new_run(setup, "missing", env={"HETERPS_STARTUP_TIMEOUT": "8"})
     cleanup(run)

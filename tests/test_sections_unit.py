@@ -247,6 +247,31 @@ def test_supervisor_tells_a_clean_end_from_a_failure():
     )
 
 
+def test_after_the_launcher_a_host_without_trainers_fails_on_a_bad_end_while_the_job_runs():
+    """Across hosts, Paddle's launcher on a host with only a heterogeneous trainer returns as soon as that process
+    ends: a bad end while the job still runs fails the host (it is the job's failure), a clean one does not."""
+    import threading
+
+    def host(code, job_ended):
+        sup = _supervisor({"heter_worker": [_Proc(code, log="h0")]})
+        ended = threading.Event()
+        if job_ended:
+            ended.set()
+        sup.member = type("M", (), {"ended": ended})()
+        return sup
+
+    failure = host(1, job_ended=False).after_the_launcher()
+    assert failure is not None and failure.message.startswith("stage 2 heterogeneous trainer 0 (pid 7, log h0)")
+    assert "exited with status 1 while the CPU trainers were still running" in failure.message
+    assert "was killed by SIGKILL" in host(-9, job_ended=False).after_the_launcher().message
+    assert host(0, job_ended=False).after_the_launcher() is None  # left by itself (unused by the plan)
+    assert host(-15, job_ended=True).after_the_launcher() is None  # stopped at the job's end
+    # one host: the trainers decide, as before
+    assert _supervisor({"worker": [_Proc(0)], "heter_worker": [_Proc(-15)]}).after_the_launcher() is None
+    failed = _supervisor({"worker": [_Proc(1, log="w0")], "heter_worker": [_Proc(-15)]}).after_the_launcher()
+    assert failed.message == "CPU trainer 0 (pid 7, log w0) exited with status 1"
+
+
 def test_launch_options_split_from_paddles():
     from heterps_paddle.tools.launch import launch_description, paddle_arguments, split_own_options
 

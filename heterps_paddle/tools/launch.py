@@ -733,6 +733,24 @@ class Supervisor:
                 self.fail(self.check_once(failing=True) or failure)
                 return
 
+    def after_the_launcher(self) -> Failure | None:
+        """What ended badly between the last poll and Paddle's launcher returning.
+
+        On one host, and on a host with CPU trainers, the launcher returns when its trainers are gone (it stops the
+        rest itself): a trainer that failed counts, with what it depended on.  Across hosts, on a host without CPU
+        trainers, the launcher waits on this host's servers and heterogeneous trainers, so it returns the moment
+        one ends, and can win the race with the next poll: a bad end while the job still ran counts as it would
+        have there.  (Before, such a host reported its part done, and the trainers it served waited for it until
+        their startup timeout.)"""
+        if self.member is not None:
+            failure = self.check_once()
+            if failure is not None:
+                return failure
+        failure = self.check_once(failing=True)
+        if failure is not None and any(role == "worker" and tp.proc.poll() != 0 for role, _, tp in self.processes()):
+            return failure
+        return None
+
     def fail(self, failure: Failure, report: bool = True) -> None:
         self.failure = failure
         if self.member is not None and report:
@@ -817,12 +835,8 @@ def _child(launch_argv: list[str]) -> int:
     finally:
         supervisor.stop()
     if supervisor.failure is None and supervisor.launcher is not None and (member is None or member.restart is None):
-        # What ended badly between the last poll and Paddle's launcher returning (its trainers gone, it stopped
-        # the rest): a trainer that failed, and what it depended on.
-        failure = supervisor.check_once(failing=True)
-        if failure is not None and any(
-            role == "worker" and tp.proc.poll() != 0 for role, _, tp in supervisor.processes()
-        ):
+        failure = supervisor.after_the_launcher()
+        if failure is not None:
             supervisor.fail(failure)
         supervisor.stop_all()
     if member is not None:
