@@ -2,8 +2,8 @@
 emulated on loopback addresses, as in tests/test_across_hosts.py.
 
 Three hosts: the parameter server and a CPU trainer on the first, a CPU trainer on the second, the heterogeneous
-stage on the third.  The script is on the automatic path (a cluster file of this machine's types) and the launch
-checkpoints every pass.  The heterogeneous host is killed twice, and comes back between:
+stage on the third.  The script is on the automatic path (a what-if cluster file, so that the plans do not depend
+on the load) and the launch checkpoints every pass.  The heterogeneous host is killed twice, and comes back between:
 
 1. Once checkpoint 1 is complete, the heterogeneous host dies (its launch and every process on it SIGKILLed).  The
    coordinator re-plans for the two CPU hosts left (one stage) and both start again from checkpoint 1.
@@ -13,9 +13,9 @@ checkpoints every pass.  The heterogeneous host is killed twice, and comes back 
    between the servers' save and the manifest): checkpoint 3 never completes, and the two CPU hosts go on one-stage
    from checkpoint 2.
 
-The job ends 0 within 0.02 held-out AUC of the same job undisturbed, each round skips exactly the passes of the
-checkpoint it resumed from, and restarts.json says what was lost, the old and the new plan, and the checkpoint
-resumed from, each time.  ``--restarts 0`` (today's behaviour) is tests/test_across_hosts.py's dead-host test.
+The job ends 0 no more than 0.01 held-out AUC under the same job undisturbed (and at most 0.04 above), each round
+skips exactly the passes of the checkpoint it resumed from, and restarts.json says what was lost, the old and the
+new plan, and the checkpoint resumed from, each time.  ``--restarts 0`` (today's behaviour) is tests/test_across_hosts.py's dead-host test.
 """
 
 import json
@@ -27,7 +27,6 @@ import pytest
 
 from heterps_paddle.data.generator import generate
 from heterps_paddle.runtime.checkpoint_files import verify
-from heterps_paddle.tools.cli import main as heterps
 from heterps_paddle.tools.jobs import HostsRun, free_port_block
 
 pytestmark = pytest.mark.launched
@@ -38,9 +37,24 @@ FAULTS = os.path.join(TESTS, "faults")  # sitecustomize.py: the held checkpoint
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 HOSTS = (A, B, C)
 STAGES = [
-    {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
-    {"resource": "local_gpu", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
+    {"resource": "cpu_small", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
+    {"resource": "gpu_fast", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
 ]
+# The cluster the job plans on, as tests/test_auto_plan.py's: every time is estimated from these figures (no local
+# type, so nothing measured on this machine enters the plan), the fc layers slow on the CPU type and fast on the
+# GPU type, whose memory cannot hold the embedding table.  So the split (embedding on the two CPU hosts, the fc layers
+# on the third) is the best plan whatever the load; this machine's types measured (`heterps local-cluster`) made
+# it depend on how long the last fc layer, with the loss and AUC ops, took under load: at a load average near 40 its
+# stage on one unit came out slower than one stage on two, the planner kept one stage, and there was nothing to
+# move back to.
+CLUSTER = """\
+format: 1
+resource_types:
+  - {name: cpu_small, kind: cpu, price_per_hour: 1.0, max_units: 2, flops: 1.0e+8, mem_bw: 1.0e+10,
+     memory: 1.0e+10, net_bw: 1.0e+9}
+  - {name: gpu_fast, kind: gpu, price_per_hour: 2.0, max_units: 1, flops: 1.0e+13, mem_bw: 1.0e+11,
+     memory: 1.0e+8, net_bw: 1.0e+9}
+"""
 WAIT_S = 300
 
 
@@ -53,9 +67,9 @@ def setup(tmp_path_factory, heterps_cache):
     generate(data, 100000, seed=3, test_fraction=0.1)
     plan = tmp / "plan.json"
     plan.write_text(json.dumps({"format": 1, "feasible": True, "stages": STAGES}))
-    cluster = str(tmp / "cluster.yaml")
-    assert heterps(["local-cluster", "--out", cluster]) == 0
-    return {"tmp": tmp, "data": data, "plan": str(plan), "cluster": cluster}
+    cluster = tmp / "cluster.yaml"
+    cluster.write_text(CLUSTER)
+    return {"tmp": tmp, "data": data, "plan": str(plan), "cluster": str(cluster)}
 
 
 def run_job(setup, name, env=None):
@@ -65,9 +79,9 @@ def run_job(setup, name, env=None):
     # one server: a checkpoint is then regrouped into the one-stage layout, which any later plan resumes from
     hosts.write_text(
         "format: 1\nhosts:\n"
-        f"  - {{address: {A}, type: local_cpu, servers: 1, port: {free_port_block(A, 8)}}}\n"
-        f"  - {{address: {B}, type: local_cpu, port: {free_port_block(B, 8)}}}\n"
-        f"  - {{address: {C}, type: local_gpu, port: {free_port_block(C, 8)}}}\n"
+        f"  - {{address: {A}, type: cpu_small, servers: 1, port: {free_port_block(A, 8)}}}\n"
+        f"  - {{address: {B}, type: cpu_small, port: {free_port_block(B, 8)}}}\n"
+        f"  - {{address: {C}, type: gpu_fast, port: {free_port_block(C, 8)}}}\n"
     )
     argv = [SCRIPT, "--data", setup["data"], "--out", str(work / "out"), "--cluster", setup["cluster"], "--epochs", "3"]
     run = HostsRun(
@@ -149,20 +163,20 @@ def test_a_heterogeneous_host_killed_twice_and_back_between_goes_on_from_the_che
     console = consoles[A]
 
     # Both restarts and the move: what was lost or came back, the old and new plan, the checkpoint resumed from.
-    assert re.search(rf"restart 1 \(1 left; round 1\): lost {re.escape(C)}; .* \| .* -> 2 x local_cpu \(", console)
+    assert re.search(rf"restart 1 \(1 left; round 1\): lost {re.escape(C)}; .* \| .* -> 2 x cpu_small \(", console)
     assert re.search(rf"host {re.escape(C)} is back and stands by", console), console[-4000:]
     assert re.search(
-        r"moving to another plan \(round 2\): host\(s\) .* back; 2 x local_cpu \(.* -> 2 x local_cpu \| 1 x local_gpu",
+        r"moving to another plan \(round 2\): host\(s\) .* back; 2 x cpu_small \(.* -> 2 x cpu_small \| 1 x gpu_fast",
         console,
     )
-    assert re.search(rf"restart 2 \(0 left; round 3\): lost {re.escape(C)}; .* -> 2 x local_cpu \(", console), console[
+    assert re.search(rf"restart 2 \(0 left; round 3\): lost {re.escape(C)}; .* -> 2 x cpu_small \(", console), console[
         -4000:
     ]
     with open(os.path.join(run.hosts[A].log_dir, "restarts.json")) as f:
         first, move, second = json.load(f)["restarts"]
     checkpoints = str(work / "checkpoints")
     assert first["kind"] == "restart" and first["lost"] == [C] and first["lost_so_far"] == [C]
-    assert first["new_plan"]["stages"] == ["2 x local_cpu (4 layers)"] and first["passes_done"] == 1
+    assert first["new_plan"]["stages"] == ["2 x cpu_small (4 layers)"] and first["passes_done"] == 1
     assert move["kind"] == "move" and move["lost"] == [] and move["lost_so_far"] == []
     assert len(move["new_plan"]["stages"]) == 2 and move["resumes_from"] == os.path.join(checkpoints, "pass-000002")
     assert second["kind"] == "restart" and second["lost"] == [C] and second["new_plan"]["predicted_samples_per_s"] > 0
