@@ -804,9 +804,6 @@ def _tail(path: str, lines: int = 12) -> str:
 
 def _child(launch_argv: list[str]) -> int:
     """Run Paddle's launcher in this process, supervised; the exit status says whether every process did well."""
-    # Imported here: tools/cli.py imports this module at start-up, and `heterps --help` must not import Paddle.
-    from paddle.distributed.fleet import launch as paddle_launch
-
     timeout = str(settings.get("HETERPS_LAUNCH_TIMEOUT"))
     member = None
     job = HostsJob.from_env()
@@ -823,6 +820,12 @@ def _child(launch_argv: list[str]) -> int:
         os.environ[RENDEZVOUS_ENV] = job.endpoint
         os.environ[LAUNCH_ID_ENV] = launch
         _say(f"{OWN_PREFIX} every host joined (launch {launch}); starting this host's processes")
+    # Imported here: tools/cli.py imports this module at start-up, and `heterps --help` must not import Paddle.
+    # And after joining: importing Paddle takes seconds (tens on a busy machine), which the coordinator's
+    # HETERPS_STARTUP_TIMEOUT would count against a host that is there (a suite run at load average 20-30 saw
+    # the coordinator's own host reported as never joined within a test's 8 s).
+    from paddle.distributed.fleet import launch as paddle_launch
+
     supervisor = Supervisor(float(timeout) if timeout else None, member)
     sys.argv = ["paddle.distributed.launch", *launch_argv]
     try:
