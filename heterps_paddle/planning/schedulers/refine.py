@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -114,6 +115,17 @@ class Move:
         return moved
 
 
+_Scorer = TypeVar("_Scorer", bound=Callable[..., Any])
+
+
+# A plan being refined can hold a stage that cannot run (cost and units inf): a move that removes it computes
+# inf - inf, NaN, and a NaN cost is not finite, so that move is scored inf (never taken), as every move that keeps
+# such a stage is.  The move scorers run whole under this errstate: these NaNs were printed, as numpy warnings, on a
+# re-planning coordinator's console.
+def _nan_moves_are_not_taken(scorer: _Scorer) -> _Scorer:
+    return np.errstate(invalid="ignore")(scorer)  # an errstate per method: one is not re-entrant
+
+
 class MoveScorer:
     """Scores the moves of one cost model's plans (the segment arrays are built once per cost model)."""
 
@@ -153,10 +165,7 @@ class MoveScorer:
         """What a descent minimises, in this order: units over the limits, then cost."""
         return float(np.maximum(0.0, stages.used - self.limit).sum()), stages.total
 
-    # A plan being refined can hold a stage that cannot run (cost and units inf): removing it computes inf - inf,
-    # NaN, and a NaN cost is not finite, so that move is scored inf (never taken) as every move that keeps such a
-    # stage is.  The whole body is under the errstate: these NaNs were printed on a re-planning coordinator's console.
-    @np.errstate(invalid="ignore")
+    @_nan_moves_are_not_taken
     def segment_moves(
         self, stages: _Stages, weights: NDArray[np.float64] | None = None
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -252,10 +261,7 @@ class MoveScorer:
                 excess[t] = np.where(np.isfinite(costs[t]), over, np.inf)
         return costs, excess
 
-    # A plan being refined can hold a stage that cannot run (cost and units inf): removing it computes inf - inf,
-    # NaN, and a NaN cost is not finite, so that move is scored inf (never taken) as every move that keeps such a
-    # stage is.  The whole body is under the errstate: these NaNs were printed on a re-planning coordinator's console.
-    @np.errstate(invalid="ignore")
+    @_nan_moves_are_not_taken
     def split_moves(
         self, stages: _Stages, q: int, weights: NDArray[np.float64] | None = None
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
