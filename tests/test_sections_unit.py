@@ -318,3 +318,45 @@ def test_minimize_groups_the_program_once_for_the_passes_that_read_layers(monkey
     assert partition.planned_layers(main, one_cpu) is None and len(groupings) == 1
     with pytest.raises(PlanningInputError, match="not placed by the plan"):
         partition.planned_layers(main, plan_from_dict({"format": 1, "feasible": True, "stages": STAGES3[:2]}))
+
+
+def test_the_watchdog_names_who_holds_its_own_endpoint():
+    """A port another process took before this one bound it: Paddle would wait forever; the watchdog names it."""
+    import socket
+    import subprocess
+    import sys
+
+    from heterps_paddle.runtime.watchdog import Watchdog
+    from heterps_paddle.tools.ports import claim_port_block
+
+    block = claim_port_block("127.0.0.1", 1)
+    port = block.first
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import socket,time; s=socket.socket(); s.bind(('127.0.0.1',{port})); s.listen(); print('up',flush=True); "
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        dog = Watchdog([], "CPU trainer 0", startup_timeout=0.0)
+        dog.own_endpoint = f"127.0.0.1:{port}"
+        assert dog.check_once() is None  # not expected to listen outside a pass
+        dog.expect_own_listen()
+        message = dog.check_once()
+        assert message is not None and f"127.0.0.1:{port}" in message and f"pid {holder.pid}" in message
+    finally:
+        holder.kill()
+        holder.wait()
+    with socket.socket() as mine:
+        mine.bind(("127.0.0.1", port))
+        mine.listen()
+        dog = Watchdog([], "CPU trainer 0", startup_timeout=0.0)
+        dog.own_endpoint = f"127.0.0.1:{port}"
+        dog.expect_own_listen()
+        assert dog.check_once() is None  # this process listens: nothing to say
+    block.release()

@@ -29,7 +29,7 @@ look as expected, so a different Paddle fails loudly at ``minimize`` instead of 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import paddle
 from paddle import base
@@ -50,6 +50,7 @@ from paddle.distributed.ps.utils.public import (
 
 from heterps_paddle import settings
 from heterps_paddle.log import logger
+from heterps_paddle.runtime import first_send
 from heterps_paddle.runtime.seam import PaddleBehaviourChanged, context
 
 SECTION_PROGRAM_KEY = "heterps_section_program"
@@ -268,6 +269,7 @@ class FixedHeterProgramBuilder(HeterAsyncPsProgramBuilder):  # type: ignore[misc
             _route_dense_sends(section)
         if self.is_heter_worker:
             _retag_for_place(section, a["role_maker"]._heter_device_type())
+        first_send.install(section, context(), float(cast(float, settings.get("HETERPS_STARTUP_TIMEOUT"))))
         self.cloned_main = section
         a["cloned_main"] = section
         logger.info("section of stage %s: %s", a["role_maker"]._get_stage_id(), section_summary(section))

@@ -73,6 +73,7 @@ class ProcessContext:
     after_stop_worker: dict[str, Callable[[], object]] = field(default_factory=dict)  # results ignored
     heldout: Any = None  # runtime.heldout.HeldOut of a split job
     watchdog: Any = None  # runtime.watchdog.Watchdog of a split job
+    first_send: Any = None  # runtime.first_send.FirstSendHold of a stage of a split job that sends forward
     dense_refresh: Any = None  # runtime.dense_refresh.DenseRefresher of the train_from_dataset running now
     # Executor.run of a program this process cannot run as given (the whole model's forward pass on a stage 1
     # CPU trainer): returns the program to run instead

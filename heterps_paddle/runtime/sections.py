@@ -110,8 +110,11 @@ def section_hook(call: seam.DatasetCall) -> Iterator[None]:
         call.options["fetch_list"], call.options["fetch_info"] = heldout.section_fetch(
             ctx.heldout, program, call.options.get("fetch_list"), call.options.get("fetch_info")
         )
+    if ctx.first_send is not None:
+        ctx.first_send.reset()  # a CPU trainer's server starts again at every pass (runtime/first_send.py)
     if ctx.watchdog is not None:
         ctx.watchdog.armed = True
+        ctx.watchdog.expect_own_listen()
     refresher = None
     if settings.get("HETERPS_DENSE_REFRESH") == "pull":
         refresher = DenseRefresher(seam.fleet_runtime(), program).start()
@@ -126,6 +129,8 @@ def section_hook(call: seam.DatasetCall) -> Iterator[None]:
         if refresher is not None:
             refresher.stop()
             ctx.dense_refresh = None
+        if ctx.watchdog is not None:
+            ctx.watchdog.own_listen_done()  # its server stops with the pass
         if ctx.watchdog is not None and ctx.role == "trainer":
             # Its own training is over: its peers go away because the job is ending, not because one failed.
             ctx.watchdog.armed = False

@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Callable, Mapping
 
+import psutil
+
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import seam
 
@@ -59,6 +61,39 @@ def reachable(endpoint: str, timeout: float = 1.0) -> bool:
         return False
 
 
+def _port(endpoint: str) -> int:
+    return int(endpoint.rsplit(":", 1)[1])
+
+
+def listens_here(endpoint: str, pid: int) -> bool:
+    """Whether process ``pid`` has a listening socket on ``endpoint``'s port."""
+    port = _port(endpoint)
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns)
+
+
+def who_listens(endpoint: str) -> str:
+    """Who listens on ``endpoint``'s port on this machine, in words (for an error message)."""
+    port = _port(endpoint)
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.Error as exc:
+        return f"the listeners of port {port} could not be read ({exc})"
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+            if c.pid is None:
+                return f"port {port} is held by another user's process"
+            try:
+                name = " ".join(psutil.Process(c.pid).cmdline()[:3])
+            except psutil.Error:
+                name = "?"
+            return f"port {port} is held by pid {c.pid} ({name})"
+    return f"nothing listens on port {port}"
+
+
 class Watchdog:
     """Probe peers every ``interval`` s; fatal when one never comes up within ``startup_timeout`` s or stops
     answering for ``misses`` probes in a row after it was up.  ``armed`` is cleared while the job ends normally
@@ -80,6 +115,10 @@ class Watchdog:
         self.misses = misses
         self.on_fatal = on_fatal or _exit_fatal
         self.armed = True
+        # This process's own HeterServer endpoint (runtime/first_send.py), expected to listen from ``_own_since``:
+        # a port another process took before this one bound it leaves Paddle waiting forever, before any op runs.
+        self.own_endpoint: str | None = None
+        self._own_since: float | None = None
         self._seen: set[str] = set()
         self._missed: dict[str, int] = {}
         self._t0 = time.monotonic()
@@ -89,10 +128,35 @@ class Watchdog:
         self._thread.start()
         return self
 
+    def expect_own_listen(self) -> None:
+        """This process's server starts now (a pass begins): it must listen within ``startup_timeout``."""
+        self._own_since = time.monotonic()
+
+    def own_listen_done(self) -> None:
+        """It listened, or its pass ended (a CPU trainer's server stops between passes)."""
+        self._own_since = None
+
+    def check_own(self) -> str | None:
+        if self.own_endpoint is None or self._own_since is None:
+            return None
+        if listens_here(self.own_endpoint, os.getpid()):
+            self.own_listen_done()
+            return None
+        if time.monotonic() - self._own_since <= self.startup_timeout:
+            return None
+        return (
+            f"{FATAL_TAG}: {self.me}: its own endpoint {self.own_endpoint} is not listening "
+            f"{self.startup_timeout:.0f} s after its pass started (HETERPS_STARTUP_TIMEOUT): "
+            f"{who_listens(self.own_endpoint)}; Paddle would wait forever; stopping this job"
+        )
+
     def check_once(self) -> str | None:
         """One round of probes; returns a fatal message or None."""
         if not self.armed:
             return None
+        own = self.check_own()
+        if own:
+            return own
         dead, missing = [], []
         for description, endpoint in self.peers:
             if reachable(endpoint):

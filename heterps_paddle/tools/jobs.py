@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.tools.ports import PortBlock, claim_port_block
 
 OUTER_GRACE_S = 30.0  # beyond the job's own --timeout: heterps launch's teardown
 
@@ -220,27 +221,16 @@ def run_job(spec: JobSpec, work_dir: str) -> JobResult:
 # ------------------------------------------------------------------------------ a launch across (emulated) hosts
 
 
-def free_port_block(address: str, count: int, low: int = 20000, high: int = 60000) -> int:
-    """The first port of ``count`` consecutive ports free on ``address`` (for a hosts file's ``port:``)."""
-    import random
-    import socket
+# Claimed for as long as this process runs: the hosts it emulates bind them when their launches start.
+_CLAIMED_BLOCKS: list[PortBlock] = []
 
-    rng = random.Random()
-    for _ in range(200):
-        first = rng.randrange(low, high - count)
-        sockets = []
-        try:
-            for port in range(first, first + count):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sockets.append(s)
-                s.bind((address, port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise HeterPSError(f"no {count} consecutive free ports on {address}")
+
+def free_port_block(address: str, count: int) -> int:
+    """The first port of ``count`` consecutive ports free on ``address`` (for a hosts file's ``port:``), below the
+    ephemeral range and claimed from every other launch on this machine (tools/ports.py)."""
+    block = claim_port_block(address, count)
+    _CLAIMED_BLOCKS.append(block)
+    return block.first
 
 
 @dataclass

@@ -64,8 +64,10 @@ from heterps_paddle.tools.hosts_job import (
     startup_timeout,
 )
 from heterps_paddle.tools.launch_hosts import HostsLaunch, Round, job_for_round, take_hosts_options
+from heterps_paddle.tools.ports import PortBlock, claim_port_block
 
 CHILD_FLAG = "--heterps-supervised-child"
+LOCAL_ADDRESS = "127.0.0.1"  # Paddle's launcher's address for the processes of a one-host job
 OWN_PREFIX = "heterps launch:"
 LAUNCHER_LOG = "launcher.log"
 POLL_S = 0.1
@@ -145,6 +147,33 @@ def launch_description(args: Any) -> dict[str, Any]:
         "heter_worker_num": units,
         "heter_devices": devices,
     }
+
+
+def with_claimed_ports(args: Any, launch_argv: list[str]) -> tuple[PortBlock | None, list[str]]:
+    """One host's PS launch given by process counts: its endpoints made explicit, from ports this launch claims
+    below the ephemeral range (tools/ports.py), instead of the ports Paddle's launcher would draw inside it.  A
+    launch that names its endpoints, or is not a parameter-server launch, is left as it is."""
+    if not args.server_num or not args.worker_num or args.servers or args.workers or args.heter_workers:
+        return None, launch_argv
+    units = [int(u) for u in str(args.heter_worker_num or "").split(";") if u.strip()]
+    block = claim_port_block(LOCAL_ADDRESS, args.server_num + args.worker_num + sum(units) + 1)
+    ports = iter(block.ports)
+
+    def endpoints(count: int) -> str:
+        return ",".join(f"{LOCAL_ADDRESS}:{next(ports)}" for _ in range(count))
+
+    explicit = ["--servers", endpoints(args.server_num), "--workers", endpoints(args.worker_num)]
+    if units:
+        explicit += ["--heter_workers", ";".join(endpoints(n) for n in units)]
+    explicit += ["--http_port", str(next(ports))]  # gloo's HTTP store, on server 0's address
+    # before the training script: Paddle's parser reads its own options up to it, the script's after it
+    script = len(launch_argv) - len(args.training_script_args) - 1
+    if launch_argv[script] != args.training_script:
+        block.release()
+        raise PaddleBehaviourChanged(
+            f"heterps launch: cannot find the training script {args.training_script!r} in {launch_argv}"
+        )
+    return block, launch_argv[:script] + explicit + launch_argv[script:]
 
 
 # ------------------------------------------------------------------------------------------------ the parent
@@ -263,6 +292,13 @@ def _run_round(
         env.update(checkpoint_env)
         for line in lines:
             print(f"{OWN_PREFIX} {line}", flush=True)
+    ports = None
+    if hosts.job is None:
+        try:
+            ports, launch_argv = with_claimed_ports(args, launch_argv)
+        except HeterPSError as exc:
+            print(f"{OWN_PREFIX} {exc}", file=sys.stderr)
+            return FAILED_EXIT, args.log_dir or "log", None
     board_dir = None
     if hosts.job is None and not env.get(LAUNCH_ID_ENV):
         # One host: the launch's board is a directory of the cache (rendezvous.py), named by this id rather than by
@@ -334,6 +370,8 @@ def _run_round(
         if echo is not None:
             echo.join(timeout=2)
         left = _stop_session(child.pid)
+        if ports is not None:
+            ports.release()
         if board_dir is not None:
             shutil.rmtree(board_dir, ignore_errors=True)
     if left:
