@@ -62,8 +62,9 @@ def section_endpoints(section: Any) -> SectionEndpoints:
 class FirstSendHold:
     """Run by the ``py_func`` op in every forward thread of the section; only the first call of a pass waits."""
 
-    def __init__(self, endpoints: SectionEndpoints, pid: int, timeout_s: float):
-        self.endpoints = endpoints
+    def __init__(self, own: str, next_stage: tuple[str, ...], pid: int, timeout_s: float):
+        self.own = own
+        self.next_stage = next_stage
         self.pid = pid
         self.timeout_s = timeout_s
         self.passes_held = 0
@@ -75,10 +76,7 @@ class FirstSendHold:
         self._released.clear()
 
     def ready(self) -> bool:
-        own = self.endpoints.own
-        return (own is None or listens_here(own, self.pid)) and all(
-            reachable(e, timeout=POLL_S) for e in self.endpoints.next_stage
-        )
+        return listens_here(self.own, self.pid) and all(reachable(e, timeout=POLL_S) for e in self.next_stage)
 
     def __call__(self) -> None:
         if self._released.is_set():
@@ -90,8 +88,8 @@ class FirstSendHold:
                     logger.info(
                         "first send held %.1f s, until %s listened and %s answered (runtime/first_send.py)",
                         waited,
-                        self.endpoints.own,
-                        ", ".join(self.endpoints.next_stage) or "no next stage",
+                        self.own,
+                        ", ".join(self.next_stage),
                     )
                 self.passes_held += 1
                 self._released.set()
@@ -125,7 +123,7 @@ def install(section: Any, ctx: ProcessContext, timeout_s: float) -> None:
         return
     if endpoints.own is None:
         raise PaddleBehaviourChanged("heterps: a section with a forward send has no heter_listen_and_serv op")
-    hold = FirstSendHold(endpoints, os.getpid(), timeout_s)
+    hold = FirstSendHold(endpoints.own, endpoints.next_stage, os.getpid(), timeout_s)
 
     def hold_first_send() -> None:
         hold()
