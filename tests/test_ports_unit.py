@@ -120,3 +120,16 @@ def test_a_launch_that_names_its_endpoints_is_left_as_it_is():
 
     argv = ["--servers", "127.0.0.1:6170", "--workers", "127.0.0.1:6171", "train.py"]
     assert with_claimed_ports(paddle_arguments(argv), argv) == (None, argv)
+
+
+def test_a_restart_rounds_log_dir_replaces_the_launchers_and_leaves_the_scripts():
+    """A round's ``--log_dir`` goes before the training script even when an option's value stands apart
+    (``--log_dir L``, ``--server_num 1``), and the script's own ``--log_dir`` is not the launcher's."""
+    from heterps_paddle.tools.launch import paddle_arguments, with_log_dir
+
+    argv = ["--server_num", "1", "--worker_num", "2", "--log_dir", "L", "train.py", "--log_dir", "mine", "x"]
+    out = with_log_dir(paddle_arguments(argv), argv, "L/round1")
+    args = paddle_arguments(out)
+    assert args.log_dir == "L/round1" and (args.server_num, args.worker_num) == (1, 2)
+    assert args.training_script == "train.py" and args.training_script_args == ["--log_dir", "mine", "x"]
+    assert out.count("L") == 0

@@ -166,14 +166,24 @@ def with_claimed_ports(args: Any, launch_argv: list[str]) -> tuple[PortBlock | N
     if units:
         explicit += ["--heter_workers", ";".join(endpoints(n) for n in units)]
     explicit += ["--http_port", str(next(ports))]  # gloo's HTTP store, on server 0's address
-    # before the training script: Paddle's parser reads its own options up to it, the script's after it
-    script = len(launch_argv) - len(args.training_script_args) - 1
-    if launch_argv[script] != args.training_script:
+    try:
+        script = script_index(args, launch_argv)
+    except PaddleBehaviourChanged:
         block.release()
+        raise
+    return block, launch_argv[:script] + explicit + launch_argv[script:]
+
+
+def script_index(args: Any, launch_argv: list[str]) -> int:
+    """Where the training script stands in ``launch_argv``, as Paddle's parser read it: the launcher's options come
+    before it, the script's own after it.  Counted from the end, so that an option's separate value (``--opt v``)
+    is never taken for the script."""
+    script = len(launch_argv) - len(args.training_script_args) - 1
+    if script < 0 or launch_argv[script] != args.training_script:
         raise PaddleBehaviourChanged(
             f"heterps launch: cannot find the training script {args.training_script!r} in {launch_argv}"
         )
-    return block, launch_argv[:script] + explicit + launch_argv[script:]
+    return script
 
 
 # ------------------------------------------------------------------------------------------------ the parent
@@ -309,7 +319,7 @@ def _run_round(
     if round_number:
         # a round's logs beside the first's, so that neither overwrites the other
         log_dir = os.path.join(log_dir, f"round{round_number}")
-        launch_argv = _with_log_dir(launch_argv, log_dir)
+        launch_argv = with_log_dir(args, launch_argv, log_dir)
     os.makedirs(log_dir, exist_ok=True)
     started = time.time()
     restart_file = os.path.join(log_dir, "restart.json")
@@ -417,11 +427,15 @@ def _given_log_dir(argv: list[str]) -> str:
     return "log"
 
 
-def _with_log_dir(launch_argv: list[str], log_dir: str) -> list[str]:
+def with_log_dir(args: Any, launch_argv: list[str], log_dir: str) -> list[str]:
+    """``launch_argv`` with the launcher's ``--log_dir`` replaced by ``log_dir``; the script's own arguments (which
+    may have a ``--log_dir`` of their own) are left as they are."""
+    script = script_index(args, launch_argv)
+    launcher, rest = launch_argv[:script], launch_argv[script:]
     out, i = [], 0
-    while i < len(launch_argv):
-        arg = launch_argv[i]
-        if arg == "--log_dir" and i + 1 < len(launch_argv):
+    while i < len(launcher):
+        arg = launcher[i]
+        if arg == "--log_dir" and i + 1 < len(launcher):
             i += 2
             continue
         if arg.startswith("--log_dir="):
@@ -429,9 +443,7 @@ def _with_log_dir(launch_argv: list[str], log_dir: str) -> list[str]:
             continue
         out.append(arg)
         i += 1
-    # before the training script: Paddle's parser reads its options up to the script
-    script = next(k for k, a in enumerate(out) if not a.startswith("--"))
-    return out[:script] + ["--log_dir", log_dir] + out[script:]
+    return [*out, "--log_dir", log_dir, *rest]
 
 
 def _next_round_maker(hosts: HostsLaunch, log_dir: str) -> Callable[[RoundRequest], NextRound]:
