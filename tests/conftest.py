@@ -75,3 +75,18 @@ def model_file(tmp_path):
 def plan_exact(capsys, model_file, *argv):
     """`heterps plan` of the tiny model on cpu_t4.yaml with the exact scheduler: (exit status, stdout, stderr)."""
     return run_cli(capsys, "plan", "--model", model_file, "--cluster", CLUSTER, "--scheduler", "exact", *argv)
+
+
+def split_cluster(cpu_units: int, gpu_units: int, throughput: float | None = None) -> str:
+    """A what-if cluster file (YAML) on which the best plan for the example ctr_dnn splits it: the embedding on the
+    CPU type, the fc layers on the GPU type.  Every time is estimated from these figures (no local type, so nothing
+    measured on this machine enters the plan): the fc layers are slow on the CPU type and fast on the GPU type, whose
+    memory cannot hold the embedding table.  So the split is the best plan whatever the load."""
+    target = "" if throughput is None else f"throughput: {throughput:g}\n"
+    return (
+        f"format: 1\n{target}resource_types:\n"
+        f"  - {{name: cpu_small, kind: cpu, price_per_hour: 1.0, max_units: {cpu_units}, flops: 1.0e+8, mem_bw: 1.0e+10,\n"
+        "     memory: 1.0e+10, net_bw: 1.0e+9}\n"
+        f"  - {{name: gpu_fast, kind: gpu, price_per_hour: 2.0, max_units: {gpu_units}, flops: 1.0e+13, mem_bw: 1.0e+11,\n"
+        "     memory: 1.0e+8, net_bw: 1.0e+9}\n"
+    )

@@ -6,7 +6,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import heterps_cli
+from conftest import heterps_cli, split_cluster
 
 from heterps_paddle.tools.jobs import JobSpec, run_job
 
@@ -14,15 +14,7 @@ from heterps_paddle.tools.jobs import JobSpec, run_job
 # (no local type); the fc layers are slow on the CPU type and fast on the GPU type, whose memory cannot hold the
 # embedding table (1M rows x 9 with Adam's state), so at this target only embedding on cpu_small + fc on gpu_fast
 # meets it.
-SPLIT_CLUSTER = """\
-format: 1
-throughput: 20000
-resource_types:
-  - {name: cpu_small, kind: cpu, price_per_hour: 1.0, max_units: 4, flops: 1.0e+8, mem_bw: 1.0e+10,
-     memory: 1.0e+10, net_bw: 1.0e+9}
-  - {name: gpu_fast, kind: gpu, price_per_hour: 2.0, max_units: 4, flops: 1.0e+13, mem_bw: 1.0e+11,
-     memory: 1.0e+8, net_bw: 1.0e+9}
-"""
+SPLIT_CLUSTER = split_cluster(cpu_units=4, gpu_units=4, throughput=20000)
 SMALL = {
     "generate_rows": 40_000,
     "epochs": 2,

@@ -24,6 +24,7 @@ import re
 import time
 
 import pytest
+from conftest import split_cluster
 
 from heterps_paddle.data.generator import generate
 from heterps_paddle.runtime.checkpoint_files import verify
@@ -40,21 +41,12 @@ STAGES = [
     {"resource": "cpu_small", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
     {"resource": "gpu_fast", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
 ]
-# The cluster the job plans on, as tests/test_auto_plan.py's: every time is estimated from these figures (no local
-# type, so nothing measured on this machine enters the plan), the fc layers slow on the CPU type and fast on the
-# GPU type, whose memory cannot hold the embedding table.  So the split (embedding on the two CPU hosts, the fc layers
-# on the third) is the best plan whatever the load; this machine's types measured (`heterps local-cluster`) made
-# it depend on how long the last fc layer, with the loss and AUC ops, took under load: at a load average near 40 its
-# stage on one unit came out slower than one stage on two, the planner kept one stage, and there was nothing to
-# move back to.
-CLUSTER = """\
-format: 1
-resource_types:
-  - {name: cpu_small, kind: cpu, price_per_hour: 1.0, max_units: 2, flops: 1.0e+8, mem_bw: 1.0e+10,
-     memory: 1.0e+10, net_bw: 1.0e+9}
-  - {name: gpu_fast, kind: gpu, price_per_hour: 2.0, max_units: 1, flops: 1.0e+13, mem_bw: 1.0e+11,
-     memory: 1.0e+8, net_bw: 1.0e+9}
-"""
+# The cluster the job plans on (conftest.split_cluster, as tests/test_auto_plan.py's): the split (embedding on the
+# two CPU hosts, the fc layers on the third) is the best plan whatever the load.  This machine's types measured
+# (`heterps local-cluster`) made it depend on how long the last fc layer, with the loss and AUC ops, took under
+# load: at a load average near 40 its stage on one unit came out slower than one stage on two, the planner kept one
+# stage, and there was nothing to move back to.
+CLUSTER = split_cluster(cpu_units=2, gpu_units=1)
 WAIT_S = 300
 
 
