@@ -133,3 +133,10 @@ def test_a_restart_rounds_log_dir_replaces_the_launchers_and_leaves_the_scripts(
     assert args.log_dir == "L/round1" and (args.server_num, args.worker_num) == (1, 2)
     assert args.training_script == "train.py" and args.training_script_args == ["--log_dir", "mine", "x"]
     assert out.count("L") == 0
+
+
+def test_a_standing_by_hosts_log_dir_is_the_launchers_not_the_scripts():
+    from heterps_paddle.tools.launch import _given_log_dir
+
+    assert _given_log_dir(["--server_num", "1", "--worker_num", "1", "train.py", "--log_dir", "mine"]) == "log"
+    assert _given_log_dir(["--quiet", "--log_dir=L", "--server_num=1", "--worker_num=1", "train.py"]) == "L"

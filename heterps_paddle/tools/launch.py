@@ -419,12 +419,10 @@ def _stand_by(hosts: HostsLaunch, console: Console) -> tuple[int, str, dict[str,
 
 
 def _given_log_dir(argv: list[str]) -> str:
-    for i, arg in enumerate(argv):
-        if arg == "--log_dir" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--log_dir="):
-            return arg.split("=", 1)[1]
-    return "log"
+    """The launcher's ``--log_dir`` as Paddle's parser reads it, not a ``--log_dir`` among the script's arguments."""
+    _, launch_argv = split_own_options(argv)
+    args = paddle_arguments(launch_argv) if launch_argv else None
+    return (args.log_dir if args is not None else None) or "log"
 
 
 def with_log_dir(args: Any, launch_argv: list[str], log_dir: str) -> list[str]:
