@@ -360,3 +360,52 @@ def test_the_watchdog_names_who_holds_its_own_endpoint():
         dog.expect_own_listen()
         assert dog.check_once() is None  # this process listens: nothing to say
     block.release()
+
+
+def test_a_heterogeneous_section_queues_its_dense_pushes_before_its_backward_message():
+    # Fix 6 (runtime/heter_builder.py): Paddle appends the dense sends after the backward send_and_recv, so the first
+    # stage could end its pass and a save pull before the last micro-batch's push was queued.
+    import paddle
+
+    from heterps_paddle.runtime.heter_builder import _push_before_backward_message
+
+    paddle.enable_static()
+    program = paddle.static.Program()
+    block = program.global_block()
+    grad = block.create_var(name="fc_0.w_0@GRAD", shape=[4, 2], dtype="float32")
+    boundary = block.create_var(name="boundary@GRAD", shape=[8, 4], dtype="float32")
+    dummy = block.create_var(name="send_dummy", shape=[1], dtype="float32")
+    block.append_op(type="scale", inputs={"X": [boundary]}, outputs={"Out": [boundary]}, attrs={"scale": 1.0})
+    block.append_op(
+        type="send_and_recv",
+        inputs={"X": [boundary]},
+        outputs={"Out": []},
+        attrs={
+            "mode": "backward",
+            "send_var_name": ["boundary@GRAD"],
+            "recv_var_name": [],
+            "message_name": "backward_joint_1_2@Heter",
+            "next_endpoints": [],
+            "previous_endpoints": ["127.0.0.1:1"],
+            "trainer_id": 0,
+        },
+    )
+    block.append_op(
+        type="send",
+        inputs={"X": [grad]},
+        outputs={"Out": [dummy]},
+        attrs={"is_sparse": 0, "table_id": 3, "send_varnames": ["Dense@GRAD_3"], "op_device": "gpu"},
+    )
+    block.append_op(type="send", inputs={"X": []}, outputs={"Out": [dummy]}, attrs={"is_sparse": 0, "table_id": 0})
+    assert _push_before_backward_message(program) == 1
+    kinds = [(op.type, op.input_arg_names) for op in block.ops]
+    assert kinds == [
+        ("scale", ["boundary@GRAD"]),
+        ("send", ["fc_0.w_0@GRAD"]),
+        ("send_and_recv", ["boundary@GRAD"]),
+        ("send", []),  # the step counter's send stays where Paddle put it
+    ]
+    moved = block.ops[1]
+    assert moved.attr("table_id") == 3 and moved.attr("send_varnames") == ["Dense@GRAD_3"]
+    assert moved.attr("op_device") == "gpu" and moved.output("Out") == ["send_dummy"]
+    assert _push_before_backward_message(program) == 0  # already in order

@@ -1,4 +1,4 @@
-"""Paddle 2.6.2's heterogeneous PS program builder, made to work (no installed file is changed).
+"""Paddle 2.6.2's heterogeneous PS program builder, made to work and to save exactly (no installed file is changed).
 
 Paddle builds a heter job's programs in ``ps/utils/ps_program_builder.py: HeterAsyncPsProgramBuilder``
 with passes from ``passes/ps_trainer_pass.py``.  As shipped it does not run, and once made to run it does
@@ -21,6 +21,9 @@ replaces it (runtime/patches.py points Paddle's builder factory at it) and diffe
    section (runtime.DenseRefresher, started around train_from_dataset).  Alternative
    (HETERPS_DENSE_REFRESH=communicator): dense ``send`` ops are re-marked ``is_sparse = 1`` so they go
    through ``Communicator::Send`` and its recv thread pulls.          -> ``_route_dense_sends``
+6. A heterogeneous section's dense ``send`` ops come after its backward ``send_and_recv``, so the first stage can
+   end its pass, and a save pull the servers' tables, before the last micro-batch's dense push is even queued.
+                                                                       -> ``_push_before_backward_message``
 
 Every fix checks the shape of what it fixes and raises ``PaddleBehaviourChanged`` when Paddle does not
 look as expected, so a different Paddle fails loudly at ``minimize`` instead of training silently wrong.
@@ -48,7 +51,7 @@ from paddle.distributed.ps.utils.public import (
     union_forward_gradient_op,
 )
 
-from heterps_paddle import settings
+from heterps_paddle import graph_seam, settings
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import first_send
 from heterps_paddle.runtime.seam import PaddleBehaviourChanged, context
@@ -197,12 +200,55 @@ def _route_dense_sends(program: Any) -> int:
     n = 0
     for block in program.blocks:
         for op in block.ops:
-            if (
-                op.type == "send" and op.has_attr("is_sparse") and op.attr("is_sparse") == 0 and op.input_arg_names
-            ):  # the step counter's send has no inputs; leave it
+            if _is_dense_push(op):
                 op._set_attr("is_sparse", 1)
                 n += 1
     return n
+
+
+def _is_dense_push(op: Any) -> bool:
+    """A section's dense ``send`` (the step counter's send has no inputs: not a push of gradients)."""
+    return bool(op.type == "send" and op.has_attr("is_sparse") and op.attr("is_sparse") == 0 and op.input_arg_names)
+
+
+def _push_before_backward_message(program: Any) -> int:
+    """Fix 6: a heterogeneous section queues its dense pushes before it sends the previous stage its backward message.
+
+    Paddle appends the dense ``send`` ops after the backward ``send_and_recv``, so the previous stage could end its
+    pass (its last backward message received), flush every client and pull the servers' tables before this section
+    had queued its last micro-batch's dense push: a save then missed it (docs/sections.md).  Moved ahead, by the
+    time the first stage holds its last backward message every later stage's pushes are in their clients' queues,
+    which the flushes before a save empty (runtime/push_queues.py).  Nothing between them depends on the other:
+    the sends read parameter gradients, the message carries the boundary's.  Returns how many sends moved."""
+    moved = 0
+    for block in program.blocks:
+        ops = list(block.ops)
+        messages = [i for i, op in enumerate(ops) if op.type == "send_and_recv" and op.attr("mode") == "backward"]
+        if not messages:
+            continue
+        if len(messages) > 1:
+            raise PaddleBehaviourChanged(
+                f"heterps: block {block.idx} of a heterogeneous section sends {len(messages)} backward messages "
+                "(send_and_recv, mode backward); Paddle 2.6.2's split gives each section one"
+            )
+        at = messages[0]
+        late = [op for op in ops[at + 1 :] if _is_dense_push(op)]
+        for op in late:
+            graph_seam.insert_op(
+                block,
+                at,
+                type=op.type,
+                inputs={name: [block._var_recursive(v) for v in op.input(name)] for name in op.input_names},
+                outputs={name: [block._var_recursive(v) for v in op.output(name)] for name in op.output_names},
+                attrs=op.all_attrs(),
+            )
+            at += 1
+            graph_seam.remove_op(block, list(block.ops).index(op))
+            moved += 1
+        after = list(block.ops)[at + 1 :]
+        if block.ops[at].type != "send_and_recv" or any(_is_dense_push(op) for op in after):
+            raise PaddleBehaviourChanged(f"heterps: the dense sends of block {block.idx} could not be moved")
+    return moved
 
 
 def _retag_for_place(program: Any, device_type: str) -> None:
@@ -267,12 +313,19 @@ class FixedHeterProgramBuilder(HeterAsyncPsProgramBuilder):  # type: ignore[misc
         _restore_push_slots(section, a.get(PUSH_SLOTS_KEY, {}))
         if settings.get("HETERPS_DENSE_REFRESH") == "communicator":
             _route_dense_sends(section)
+        moved = 0
         if self.is_heter_worker:
+            moved = _push_before_backward_message(section)
             _retag_for_place(section, a["role_maker"]._heter_device_type())
         first_send.install(section, context(), float(cast(float, settings.get("HETERPS_STARTUP_TIMEOUT"))))
         self.cloned_main = section
         a["cloned_main"] = section
-        logger.info("section of stage %s: %s", a["role_maker"]._get_stage_id(), section_summary(section))
+        logger.info(
+            "section of stage %s: %s; dense sends moved ahead of the backward message: %d",
+            a["role_maker"]._get_stage_id(),
+            section_summary(section),
+            moved,
+        )
 
         # Fix 3: the pipeline options go on the section program and the startup program that will run.
         new_pass("set_heter_pipeline_opt_pass", a).apply([self.cloned_main], [self.cloned_startup], ctx)
