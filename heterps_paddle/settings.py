@@ -136,6 +136,13 @@ _ALL = (
         lambda t: int(t),
     ),
     Setting(
+        "HETERPS_FLUSH_TIMEOUT",
+        "30",
+        "seconds a save or checkpoint keeps flushing a process's PS client while its push queues still hold pushes "
+        "(then it warns and goes on: runtime/push_queues.py)",
+        _positive_float,
+    ),
+    Setting(
         "HETERPS_PASS_SYNC_TIMEOUT",
         "3600",
         "seconds a GPU-stage unit waits for the others at a pass barrier",

@@ -183,6 +183,24 @@ def test_saved_split_model_predicts_like_the_servers(jobs, name):
     assert diff <= 1e-5
 
 
+@pytest.mark.parametrize("name", ["two", "three"])
+def test_the_flushes_before_saves_read_paddles_queue_sizes(jobs, name):
+    # runtime/push_queues.py repeats a flush until the queue sizes Paddle logs for it are 0; a Paddle (or a glog
+    # setting) that logged none would leave every save unchecked, which it says once per process.
+    logs = jobs[name].logs()
+    unchecked = [log for log, text in logs.items() if "logged no queue sizes" in text]
+    assert not unchecked, f"{name}: flushes not checked in {unchecked}"
+    heter = {log: text for log, text in logs.items() if log.startswith("heterlog")}
+    assert heter and all("BrpcPsClient::PrintQueueSize" in text for text in heter.values()), sorted(heter)
+    # fix 6: each heterogeneous section queues its dense pushes before it sends its backward message
+    moved = [
+        int(n)
+        for text in heter.values()
+        for n in re.findall(r"dense sends moved ahead of the backward message: (\d+)", text)
+    ]
+    assert len(moved) == len(heter) and all(n > 0 for n in moved), moved
+
+
 def test_split_checkpoint_loads_in_a_plain_job(jobs):
     # fleet.save_persistables of a split job, in the one-stage layout: fleet.init_server + fleet.load_model
     diff = serve(jobs, "two", checkpoint=True)

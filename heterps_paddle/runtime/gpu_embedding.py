@@ -47,7 +47,7 @@ from heterps_paddle.log import logger
 from heterps_paddle.planning.model import Plan, PlanningInputError
 from heterps_paddle.program.partition import program_layers
 from heterps_paddle.program.profiler import LayerGroup
-from heterps_paddle.runtime import seam
+from heterps_paddle.runtime import push_queues, seam
 from heterps_paddle.table.sparse_table import SparseTable, gpu_call, load_ops
 
 SYNC_KEY = 2**63 - 1  # reserved id: the pass barrier's counter row
@@ -476,7 +476,7 @@ class PassSync:
         step = np.zeros((1, t.dim), np.float32)
         step[0, 0] = SYNC_UNIT
         self.push_to_servers(t, key, step)
-        self.worker.client_flush()
+        push_queues.flush_until_empty(self.worker, f"unit {self.unit}: {what}")
         target = self.units * self.barriers
         deadline = time.monotonic() + self.timeout
         wait = 0.005
@@ -521,7 +521,9 @@ class PassSync:
             moved = np.any(delta != 0, axis=1)
             self.push_to_servers(t, ids[moved], delta[moved])
             rec.update(trained=trained, pushed=int(moved.sum()))
-        self.worker.client_flush()
+        # Every table's pushes sent before the barrier: a flush can return with a sparse push still queued
+        # (runtime/push_queues.py), and the rows read back after the barrier would then miss it.
+        push_queues.flush_until_empty(self.worker, f"unit {self.unit}: pass {self.passes + 1} end")
         self.barrier(f"pass {self.passes + 1} end")
         for t in self.tables:
             rec = self.last[t.param]

@@ -21,7 +21,7 @@ from paddle.base import core
 
 from heterps_paddle import graph_seam
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import seam, stage_metrics
+from heterps_paddle.runtime import push_queues, seam, stage_metrics
 from heterps_paddle.runtime.dense_refresh import pull_dense_into
 
 
@@ -191,7 +191,7 @@ def whole_model_from_servers(
     push to the servers (this process's, the heterogeneous trainers') has been answered: with one batch per epoch
     the last batch's dense push was still queued when a pull ran.  Returns (made, pulled) names."""
     made = materialise(held, executor, program, scope)
-    seam.flush_requests(runtime)
+    push_queues.flush_pushes(runtime, "before pulling the whole model")
     stage_metrics.flush_heterogeneous_trainers()
     return made, pull_dense_into(scope, runtime)
 

@@ -38,7 +38,7 @@ from heterps_paddle import settings
 from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
 from heterps_paddle.rendezvous import launch_id
-from heterps_paddle.runtime import seam
+from heterps_paddle.runtime import push_queues, seam
 from heterps_paddle.runtime.checkpoint_files import (
     MANIFEST,
     CheckpointError,
@@ -279,9 +279,14 @@ class PassCheckpoints:
             return
         from paddle.distributed import fleet  # lazy (module doc)
 
+        from heterps_paddle.runtime import stage_metrics  # lazy: it imports Paddle
+
         runtime = seam.fleet_runtime()
         trainers, index = seam.worker_count_and_index(seam.role_maker())
-        seam.flush_requests(runtime)  # this trainer's pushes of the pass answered before the servers save
+        # This trainer's pushes of the pass, and the heterogeneous trainers', answered before the servers save.
+        push_queues.flush_pushes(runtime, f"checkpoint after pass {passes}")
+        if seam.context().split:
+            stage_metrics.flush_heterogeneous_trainers()
         barrier = Barrier(self.root)
         barrier.mark(passes, f"arrived.{index}")
         if index == 0:

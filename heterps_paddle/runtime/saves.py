@@ -31,7 +31,7 @@ from paddle.base import core
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import checkpoint, seam, stage_metrics
+from heterps_paddle.runtime import checkpoint, push_queues, seam, stage_metrics
 from heterps_paddle.runtime.heldout import HeldOut, whole_forward_program, whole_model_from_servers
 
 # Fleet's save entry points (TheOnePSRuntime methods) and what each writes.
@@ -100,7 +100,7 @@ def before_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> Non
     if not seam.context().split or seam.context().role != "trainer":
         return
     if name in SERVER_SIDE_SAVES:
-        seam.flush_requests(runtime)
+        push_queues.flush_pushes(runtime, f"before fleet {name.lstrip('_')}")
         stage_metrics.flush_heterogeneous_trainers()
         return
     origin = seam.origin_program(runtime)

@@ -226,11 +226,6 @@ def send_contexts(runtime: Any) -> dict[str, Any]:
     return contexts
 
 
-def flush_requests(runtime: Any) -> None:
-    """Wait until this process's pending requests to the servers (sparse pushes) have been answered."""
-    worker_client(runtime).client_flush()
-
-
 def role_maker() -> Any:
     from paddle.distributed import fleet  # lazy: seam must stay importable without Paddle
 

@@ -36,9 +36,9 @@ from typing import Any, cast
 import numpy as np
 import paddle
 
-from heterps_paddle import graph_seam, rendezvous
+from heterps_paddle import graph_seam, rendezvous, settings
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import seam
+from heterps_paddle.runtime import push_queues, seam
 
 LOSS_MIRROR = "heterps_last_stage_loss"
 POLL_S = 0.5
@@ -131,7 +131,7 @@ class Service:
 
     def answer(self, request: bytes) -> dict[str, Any]:
         if request.strip() == b"flush":
-            seam.flush_requests(self.runtime)
+            push_queues.flush_pushes(self.runtime, "heterogeneous trainer flush (asked by a CPU trainer)")
             return {"flushed": True}
         return self.snapshot()
 
@@ -223,8 +223,10 @@ class Client:
 
     def flush(self) -> None:
         """Wait until every heterogeneous trainer's pushes to the servers have been answered."""
+        # Its flushes may go on for HETERPS_FLUSH_TIMEOUT (runtime/push_queues.py) before it answers.
+        timeout = float(cast(float, settings.get("HETERPS_FLUSH_TIMEOUT"))) + 60.0
         for endpoint in self.every_heter:
-            _fetch(endpoint, b"flush")
+            _fetch(endpoint, b"flush", timeout)
 
     def share(self, delta: Any) -> Any:
         """This trainer's share of a count: the shares of all trainers add up to ``delta`` exactly."""
