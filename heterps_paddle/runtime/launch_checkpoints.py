@@ -279,14 +279,12 @@ class PassCheckpoints:
             return
         from paddle.distributed import fleet  # lazy (module doc)
 
-        from heterps_paddle.runtime import stage_metrics  # lazy: it imports Paddle
-
         runtime = seam.fleet_runtime()
         trainers, index = seam.worker_count_and_index(seam.role_maker())
-        # This trainer's pushes of the pass, and the heterogeneous trainers', answered before the servers save.
+        # This trainer's pushes of the pass answered before the barrier.  A split job's heterogeneous trainers are
+        # flushed by fleet.save_persistables below (runtime/saves.py), once every CPU trainer has ended its pass:
+        # flushed here, they could still be serving another trainer's micro-batches.
         push_queues.flush_pushes(runtime, f"checkpoint after pass {passes}")
-        if seam.context().split:
-            stage_metrics.flush_heterogeneous_trainers()
         barrier = Barrier(self.root)
         barrier.mark(passes, f"arrived.{index}")
         if index == 0:
