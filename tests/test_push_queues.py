@@ -85,3 +85,29 @@ def test_a_stderr_that_is_not_a_file_is_caught_for_the_flush_and_given_back():
     err = done.stderr.decode()
     assert err.startswith("before\n") and err.rstrip().endswith("after"), err
     assert err.count("BrpcPsClient::flush begin") == 2 and "table 6 size: 1" in err and "table 6 size: 0" in err
+
+
+class SilentClient:
+    def __init__(self):
+        self.flushes = 0
+
+    def client_flush(self):
+        self.flushes += 1
+
+
+def test_a_process_without_a_stderr_still_flushes_once():
+    # fd 2 closed (a daemon): nothing to read the sizes from, so the one flush is made and not repeated
+    code = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_push_queues import SilentClient
+        from heterps_paddle.runtime import push_queues
+        os.close(2)
+        client = SilentClient()
+        print(push_queues.flush_until_empty(client, "closed", timeout_s=60), client.flushes)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["1", "1"]

@@ -48,19 +48,31 @@ def queue_sizes(log: bytes, thread_id: int) -> dict[int, int]:
     return {int(table): int(size) for tid, table, size in QUEUE_SIZE_LINE.findall(log) if int(tid) == thread_id}
 
 
+def _flush_python_stderr() -> None:
+    """Python's own buffered stderr lines out to fd 2 first (there is none when Python was started without one)."""
+    if sys.stderr is not None:
+        sys.stderr.flush()
+
+
 @contextlib.contextmanager
 def stderr_written() -> Iterator[Callable[[], bytes]]:
     """What this process writes to its stderr (fd 2) inside the block, every thread's, readable at its end.
 
     A regular file (the launcher's log, pytest's capture) is read back from where it ended, and nothing is moved.
     Anything else (a terminal, a pipe) is swapped for a temporary file for the block and what it caught is written
-    to the real stderr afterwards, so no line is lost, only delayed by the block."""
-    sys.stderr.flush()
-    if stat.S_ISREG(os.fstat(2).st_mode):
+    to the real stderr afterwards, so no line is lost, only delayed by the block.  A process without a stderr
+    (fd 2 closed) reads nothing: its flushes cannot be checked, which :func:`flush_until_empty` says."""
+    _flush_python_stderr()
+    try:
+        mode = os.fstat(2).st_mode
+    except OSError:
+        yield lambda: b""
+        return
+    if stat.S_ISREG(mode):
         start = os.fstat(2).st_size
 
         def appended() -> bytes:
-            sys.stderr.flush()
+            _flush_python_stderr()
             with open("/proc/self/fd/2", "rb") as log:
                 log.seek(start)
                 return log.read()
@@ -74,7 +86,7 @@ def stderr_written() -> Iterator[Callable[[], bytes]]:
         try:
             yield lambda: caught
         finally:
-            sys.stderr.flush()
+            _flush_python_stderr()
             os.dup2(saved, 2)
             os.close(saved)
             sink.seek(0)
