@@ -50,6 +50,13 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
 def checkpoint_every(text: str) -> tuple[float, str]:
     """``N`` (passes of train_from_dataset, a positive integer) or ``Nm`` (minutes) -> (N, "passes" | "minutes")."""
     text = text.strip()
@@ -107,6 +114,14 @@ _ALL = (
         "seconds a launch across hosts (heterps launch --hosts) waits without a word from a host, or from its "
         "coordinator, before it counts that host as lost",
         _positive_float,
+    ),
+    Setting(
+        "HETERPS_CONNECT_RETRIES",
+        "2",
+        "times a launch starts its job again when Paddle's HeterClient aborted a process on brpc's fixed 200 ms "
+        "connect timeout, the first thing to go wrong (tools/paddle_aborts.py); give every host of a launch across "
+        "hosts the same value; 0: never",
+        _count,
     ),
     Setting("HETERPS_WATCHDOG", "1", "0: no peer watchdog in the processes of a split job", _flag),
     Setting(

@@ -82,6 +82,16 @@ def process_logs(run):
     }
 
 
+def run_every_host_to_its_end(run):
+    """Start every host's launch, wait for all, and check each ended 0: every host's console."""
+    for address in (A, B, C):
+        run.start(address)
+    codes = run.wait()
+    consoles = {a: h.console() for a, h in run.hosts.items()}
+    assert codes == {A: 0, B: 0, C: 0}, "\n".join(f"--- {a}\n{c[-3000:]}" for a, c in consoles.items())
+    return consoles
+
+
 @pytest.fixture
 def cleanup():
     runs = []
@@ -96,11 +106,7 @@ pytestmark = pytest.mark.launched
 def test_three_hosts_learn_like_one_host(setup, cleanup):
     run = new_run(setup, "three")
     cleanup(run)
-    for address in (A, B, C):
-        run.start(address)
-    codes = run.wait()
-    consoles = {a: h.console() for a, h in run.hosts.items()}
-    assert codes == {A: 0, B: 0, C: 0}, "\n".join(f"--- {a}\n{c[-3000:]}" for a, c in consoles.items())
+    consoles = run_every_host_to_its_end(run)
     assert run.leftovers() == []
 
     # One plan: every process of every host logged the digest trainer 0 published.
@@ -214,6 +220,40 @@ def test_a_process_dead_on_a_host_without_cpu_trainers_fails_every_host(setup, c
     while run.leftovers() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert run.leftovers() == []
+
+
+def test_paddles_connect_timeout_abort_starts_every_host_again(setup, cleanup):
+    """The heterogeneous trainer on the third host ends as Paddle's HeterClient ends a process whose brpc connect
+    took longer than its fixed 200 ms (tests/faults/sitecustomize.py, once per job).  Without --restarts, the
+    coordinator starts the job again on the same hosts with the same plan (HETERPS_CONNECT_RETRIES), and it
+    finishes."""
+    marker = setup["tmp"] / "connect_abort_marker"
+    faults = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults")
+    run = new_run(
+        setup,
+        "connect-abort",
+        env={
+            "PYTHONPATH": os.pathsep.join(p for p in (faults, os.environ.get("PYTHONPATH")) if p),
+            "HETERPS_TEST_CONNECT_ABORT": "HETER_TRAINER",
+            "HETERPS_TEST_CONNECT_ABORT_MARKER": str(marker),
+        },
+    )
+    run.script_argv += ["--epochs", "1"]
+    cleanup(run)
+    consoles = run_every_host_to_its_end(run)
+    assert marker.exists(), "the fault never fired"
+    assert run.leftovers() == []
+    assert re.search(r"FAILED: stage 2 heterogeneous trainer 0 .*Paddle's HeterClient gave up connecting", consoles[C])
+    assert "retry 1 after Paddle's connect-timeout abort (1 left; round 1)" in consoles[A], consoles[A][-3000:]
+    with open(os.path.join(run.hosts[A].log_dir, "restarts.json")) as f:
+        (event,) = json.load(f)["restarts"]
+    assert event["kind"] == "retry" and event["lost"] == [], event
+    assert event["old_plan"] == event["new_plan"], event
+    assert "[E110]" in run.hosts[C].logs()["heterlog.0"]  # the first round's logs stay where they were
+    with open(os.path.join(run.hosts[C].log_dir, "round1", "heterlog.0"), errors="replace") as f:
+        assert "[E110]" not in f.read()
+    with open(os.path.join(setup["tmp"] / "connect-abort" / "out", "worker-0.json")) as f:
+        assert isinstance(json.load(f)["test_auc"], float)
 
 
 def test_a_host_that_never_comes_up_ends_the_launch(setup, cleanup):

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.launched  # real parameter-server jobs
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "paddlerec_style_trainer.py")
 SURFACE_S = 60
+FAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults")  # sitecustomize.py: injected aborts
 PLAN = {
     "format": 1,
     "feasible": True,
@@ -54,7 +55,7 @@ def job_processes(marker):
     return found
 
 
-def start(setup, name, plan=None, epochs=200):
+def start(setup, name, plan=None, epochs=200, env=None):
     out = str(setup / f"out_{name}")
     log_dir = str(setup / f"log_{name}")
     cmd = [
@@ -76,7 +77,9 @@ def start(setup, name, plan=None, epochs=200):
         "--plan",
         plan or str(setup / "plan.json"),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
+    )
     return proc, out, log_dir
 
 
@@ -167,3 +170,61 @@ def test_killing_heterps_launch_itself_stops_the_job(setup, sig):
     finally:
         for leftover in job_processes(out):
             leftover.kill()
+
+
+def connect_abort_env(setup, name, retries):
+    """The heterogeneous trainer of the job's first attempt ends as Paddle's HeterClient ends a process whose brpc
+    connect took longer than its fixed 200 ms (tests/faults/sitecustomize.py)."""
+    return {
+        "PYTHONPATH": os.pathsep.join(p for p in (FAULTS, os.environ.get("PYTHONPATH")) if p),
+        "HETERPS_TEST_CONNECT_ABORT": "HETER_TRAINER",
+        "HETERPS_TEST_CONNECT_ABORT_MARKER": str(setup / f"connect_abort_{name}"),
+        "HETERPS_CONNECT_RETRIES": str(retries),
+    }
+
+
+def test_paddles_connect_timeout_abort_starts_the_job_again(setup):
+    proc, out, log_dir = start(setup, "connect-abort", epochs=2, env=connect_abort_env(setup, "connect-abort", 2))
+    try:
+        output, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-4000:]
+    assert os.path.exists(setup / "connect_abort_connect-abort"), "the fault never fired"
+    assert re.search(r"heterps launch: aborted: stage 2 heterogeneous trainer 0 .*killed by SIGABRT", output), output
+    assert "Paddle's HeterClient gave up connecting to" in output
+    assert "heterps launch: starting the job again (retry 1 of 2, HETERPS_CONNECT_RETRIES)" in output, output
+    assert "heterps launch: FAILED" not in output, output[-4000:]
+    # The aborted attempt's logs are kept aside; the log directory holds the attempt that finished, as usual.
+    kept = os.path.join(log_dir, "aborted-1")
+    assert "[E110]Fail to connect" in open(os.path.join(kept, "heterlog.0"), errors="replace").read()
+    assert sorted(os.listdir(kept)) == sorted(
+        n for n in os.listdir(log_dir) if re.fullmatch(r"(server|worker|heter)log\.\d+|launcher\.log", n)
+    )
+    assert "[E110]" not in open(os.path.join(log_dir, "heterlog.0"), errors="replace").read()
+    assert "Epoch 1 done" in open(os.path.join(log_dir, "workerlog.0"), errors="replace").read()
+    # What the script of the finished attempt wrote.
+    with open(os.path.join(out, "worker-0.json")) as f:
+        assert isinstance(json.load(f)["test_auc"], float)
+    time.sleep(1)
+    assert job_processes(out) == []
+
+
+def test_with_no_retries_the_connect_timeout_abort_fails_the_job_naming_it(setup):
+    proc, out, log_dir = start(setup, "connect-abort-0", epochs=2, env=connect_abort_env(setup, "connect-abort-0", 0))
+    try:
+        output, _ = proc.communicate(timeout=SURFACE_S + 300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, output[-4000:]
+    assert re.search(
+        r"heterps launch: FAILED: stage 2 heterogeneous trainer 0 .*killed by SIGABRT.*Paddle's HeterClient gave up "
+        r"connecting to \S+ after brpc's fixed 200 ms connect timeout",
+        output,
+    ), output[-4000:]
+    assert "starting the job again" not in output
+    assert not os.path.exists(os.path.join(log_dir, "aborted-1"))
+    time.sleep(1)
+    assert job_processes(out) == []

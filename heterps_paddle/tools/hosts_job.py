@@ -25,6 +25,10 @@ them.  So ``heterps launch --hosts`` runs the launch as one job:
   which round the job is in (``round``), stands by, and is counted back: at the next complete checkpoint the
   coordinator re-plans with it and, when that plan is better (planning/replan.py: ``better``), every host moves to
   it, resuming from that checkpoint.  A move is not a restart: it does not use up ``--restarts``.
+- **A retry.**  When the first failure is Paddle's connect-timeout abort (tools/paddle_aborts.py: a busy machine,
+  not a lost peer), the coordinator starts a round with the same plan on the same hosts, even with ``--restarts 0``
+  (``HETERPS_CONNECT_RETRIES`` times; it does not use up ``--restarts``).  So a host whose process failed waits for
+  the coordinator's word (``HostsJob.may_start_again``); any other failure is answered with an abort at once.
 
 The protocol is JSON lines over TCP: ``join`` / ``beat`` / ``failed`` / ``done`` from a member, ``start`` /
 ``beat`` / ``abort`` / ``end`` / ``restart`` from the coordinator; ``log`` opens a stream of console lines;
@@ -70,6 +74,14 @@ class HostsJob:
     digest: str  # of the plan and its placement (every host must have the same)
     members: Mapping[str, bool]  # every host that runs a process of the plan -> whether it runs CPU trainers
     restarts: int = 0  # --restarts N: a failure then waits for the coordinator's word (restart or end)
+    # HETERPS_CONNECT_RETRIES: starts of the job again after Paddle's connect-timeout abort (tools/paddle_aborts.py)
+    connect_retries: int = 0
+
+    @property
+    def may_start_again(self) -> bool:
+        """Whether a failure can end in a new round rather than the launch's end: a host that failed then waits
+        for the coordinator's word (closing its connection would count it as lost)."""
+        return self.restarts > 0 or self.connect_retries > 0
 
     @property
     def is_coordinator(self) -> bool:
@@ -154,6 +166,10 @@ class Coordinator:
         self.job = job
         self.say = say
         self.restarts_left = restarts
+        # Paddle's connect-timeout abort (tools/paddle_aborts.py) starts the job again on the same hosts, without
+        # using up --restarts; retry_settling: the failure being settled began with one.
+        self.retries_left = job.connect_retries
+        self.retry_settling = False
         self.next_round = next_round
         self.restarts_path = restarts_path
         self.checkpoint_dir = checkpoint_dir
@@ -333,7 +349,9 @@ class Coordinator:
                     if peer_round != self.round:
                         break  # a host of an earlier round: it starts again, or was dropped
                     if op == "failed":
-                        self._trouble_or_abort(f"host {host}: {message.get('reason')}")
+                        self._trouble_or_abort(
+                            f"host {host}: {message.get('reason')}", retryable=bool(message.get("retryable"))
+                        )
                     elif op == "done":
                         self.done.add(host)
                         trainer_hosts = {h for h, trains in self.job.members.items() if trains}
@@ -352,18 +370,29 @@ class Coordinator:
                     "was killed, or the machine or its network is gone)"
                 )
 
-    def _trouble_or_abort(self, reason: str) -> None:
-        """With the lock held: a failure ends the launch, or, with restarts left once the launch had started,
-        starts the settling that ends in a restart."""
+    def _trouble_or_abort(self, reason: str, retryable: bool = False) -> None:
+        """With the lock held: a failure ends the launch, or, once the launch had started, starts the settling that
+        ends in a new round: a restart (with restarts left), or a retry when the first failure is Paddle's
+        connect-timeout abort (``retryable``) and retries are left.  What fails while a failure settles is
+        counted with it (a process's end fails its peers within seconds)."""
         if self.aborted or self.ended:
             return
-        if self.restarts_left <= 0 or not self.started or self.next_round is None:
+        if not self.started or self.next_round is None:
             self._abort(reason)
             return
-        self.trouble.append(reason)
         if self.settle_at is None:
+            self.retry_settling = retryable and self.retries_left > 0
+            if self.restarts_left <= 0 and not self.retry_settling:
+                self._abort(reason)
+                return
             self.settle_at = time.monotonic() + SETTLE_S
-            self.say(f"heterps launch: {reason}; the job will start again ({self.restarts_left} restart(s) left)")
+            left = (
+                f"{self.retries_left} retry(-ies) of this abort left, HETERPS_CONNECT_RETRIES"
+                if self.retry_settling
+                else f"{self.restarts_left} restart(s) left"
+            )
+            self.say(f"heterps launch: {reason}; the job will start again ({left})")
+        self.trouble.append(reason)
 
     def _host_back(self, host: str) -> None:
         """With the lock held: a lost host stands by again (module doc)."""
@@ -389,6 +418,11 @@ class Coordinator:
         if self.job.coordinator in lost_now:
             self._abort(f"{reason} (the coordinator's own host cannot be replaced: the job ends)")
             return
+        # A retry keeps the job's hosts: a host lost as well makes it a restart (or, with none left, the end).
+        retry = self.retry_settling and not lost_now
+        if not retry and self.restarts_left <= 0:
+            self._abort(f"{reason}; and lost host(s) {', '.join(sorted(lost_now))}: no restarts left (--restarts)")
+            return
         lost = self.lost | frozenset(lost_now)
         for host in lost_now:
             self.back.pop(host, None)
@@ -399,6 +433,12 @@ class Coordinator:
             return
         except Exception as exc:  # a bug in re-planning must still end the job, loudly, on every host
             self._abort(f"{reason}; re-planning failed ({type(exc).__name__}: {exc})")
+            return
+        if retry:
+            self.retries_left -= 1
+            used = 1 + sum(1 for event in self.history if event["kind"] == "retry")
+            title = f"retry {used} after Paddle's connect-timeout abort ({self.retries_left} left; round {{round}})"
+            self._next_round(nxt, lost, [], reason, "retry", title)
             return
         self.restarts_left -= 1
         used = 1 + sum(1 for event in self.history if event["kind"] == "restart")
@@ -465,6 +505,7 @@ class Coordinator:
         self.started = False
         self.trouble = []
         self.settle_at = None
+        self.retry_settling = False
         self.launch_id = uuid.uuid4().hex[:16]
         self.store = BoardStore()
         self.startup_deadline = time.monotonic() + startup_timeout()
@@ -682,8 +723,9 @@ class Member:
         while not self._closed.wait(BEAT_S):
             self._send({"op": "beat"})
 
-    def report_failure(self, reason: str) -> None:
-        self._send({"op": "failed", "reason": reason})
+    def report_failure(self, reason: str, retryable: bool = False) -> None:
+        """``retryable``: the failure is Paddle's connect-timeout abort (tools/paddle_aborts.py)."""
+        self._send({"op": "failed", "reason": reason, "retryable": retryable})
 
     def report_done(self) -> None:
         self._send({"op": "done"})

@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 import psutil
 
@@ -64,6 +64,7 @@ from heterps_paddle.tools.hosts_job import (
     startup_timeout,
 )
 from heterps_paddle.tools.launch_hosts import HostsLaunch, Round, job_for_round, take_hosts_options
+from heterps_paddle.tools.paddle_aborts import ConnectTimeoutAbort, connect_timeout_abort
 from heterps_paddle.tools.ports import PortBlock, claim_port_block
 
 CHILD_FLAG = "--heterps-supervised-child"
@@ -77,6 +78,13 @@ _END_RANK = {-signal.SIGKILL: 0, -signal.SIGTERM: 0, -signal.SIGINT: 0, -signal.
 _ROLE_RANK = {"server": 0, "heter_worker": 1, "worker": 2}
 STOP_GRACE_S = 5.0
 FAILED_EXIT = 1
+# One host: the process that runs Paddle's launcher ends so when the job failed on an abort a fresh start gets past
+# (tools/paddle_aborts.py) and heterps launch said it had retries left (RETRIES_LEFT_ENV); heterps launch starts it again.
+RETRY_EXIT = 76
+RETRIES_LEFT_ENV = "HETERPS_CONNECT_RETRIES_LEFT"
+# What Paddle's launcher (and heterps launch) write into a one-host job's --log_dir: an attempt that is started again
+# has these moved aside (aborted-N/), so that the log directory holds the attempt that ran last, as after any launch.
+ATTEMPT_LOGS = re.compile(r"(server|worker|heter)log\.\d+|" + re.escape("launcher.log"))
 # Progress and failures (Paddle's "C++ Traceback" / "FatalError: Termination signal" of processes its launcher stops
 # at the end of a good job are neither).
 ECHO = re.compile(
@@ -201,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     first = hosts
     started = time.time()
     round_number = 0
+    # One host: Paddle's connect-timeout abort starts the job again (across hosts the coordinator decides that).
+    retries = int(cast(int, settings.get("HETERPS_CONNECT_RETRIES"))) if hosts.job is None else 0
+    retries_left, attempt = retries, 1
+    # --timeout bounds the whole launch of a one-host job, its attempts together
+    first_timeout = split_own_options(hosts.argv)[0].timeout if hosts.job is None else None
+    deadline = None if first_timeout is None else time.monotonic() + first_timeout
     if hosts.job is not None and not hosts.job.is_coordinator and hosts.restarts > 0:
         hosts, round_number = _join_the_round(argv, hosts, console)
         if hosts.exit_code is not None:
@@ -209,11 +223,21 @@ def main(argv: list[str] | None = None) -> int:
         if hosts.spare:
             outcome: Coordinator | tuple[int, str, dict[str, Any] | None] = _stand_by(hosts, console)
         else:
-            outcome = _run_round(hosts, console, coordinator, round_number)
+            outcome = _run_round(hosts, console, coordinator, round_number, retries_left, deadline)
         if isinstance(outcome, Coordinator):  # round 0 on the coordinator's host made it; run the round now
             coordinator = outcome
             continue
         code, log_dir, restart = outcome
+        if code == RETRY_EXIT and hosts.job is None and retries_left > 0:
+            retries_left -= 1
+            kept = keep_attempt_logs(log_dir, attempt)
+            console.error(
+                f"heterps launch: starting the job again (retry {retries - retries_left} of {retries}, "
+                f"HETERPS_CONNECT_RETRIES): attempt {attempt} was aborted by Paddle on a connect timeout; its logs "
+                f"are in {kept}"
+            )
+            attempt += 1
+            continue
         if restart is None:
             break
         # The job starts again (tools/hosts_job.py): this host runs its part of the restart's plan.
@@ -228,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     if coordinator is not None:
         coordinator.close()
     seconds = time.time() - started
+    if code == RETRY_EXIT:
+        code = FAILED_EXIT  # a retry the launch did not have (the child is told how many are left: never here)
     if code == 0:
         console.line(f"heterps launch: job finished in {seconds:.1f} s (logs in {log_dir})")
         console.close()
@@ -235,6 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     console.error(f"heterps launch: job FAILED (exit status {code}) after {seconds:.1f} s (logs in {log_dir})")
     console.close()
     return code if code > 0 else FAILED_EXIT
+
+
+def keep_attempt_logs(log_dir: str, attempt: int) -> str:
+    """Move one attempt's logs (ATTEMPT_LOGS) from ``log_dir`` into a new ``log_dir/aborted-N``; its path.  Only the
+    files the launch writes are moved: a log directory may hold the user's own files too."""
+    number = attempt
+    while os.path.exists(os.path.join(log_dir, f"aborted-{number}")):
+        number += 1
+    kept = os.path.join(log_dir, f"aborted-{number}")
+    os.makedirs(kept)
+    for name in sorted(os.listdir(log_dir)):
+        if ATTEMPT_LOGS.fullmatch(name) and os.path.isfile(os.path.join(log_dir, name)):
+            os.replace(os.path.join(log_dir, name), os.path.join(kept, name))
+    return kept
 
 
 def _join_the_round(argv: list[str], hosts: HostsLaunch, console: Console) -> tuple[HostsLaunch, int]:
@@ -267,10 +307,15 @@ def _hosts_of_round(
 
 
 def _run_round(
-    hosts: HostsLaunch, console: Console, coordinator: Coordinator | None, round_number: int
+    hosts: HostsLaunch,
+    console: Console,
+    coordinator: Coordinator | None,
+    round_number: int,
+    retries_left: int = 0,
+    deadline: float | None = None,
 ) -> Coordinator | tuple[int, str, dict[str, Any] | None]:
-    """One run of Paddle's launcher (a launch across hosts with restarts may run several): its exit status, its
-    log directory, and the restart's message when the job starts again."""
+    """One run of Paddle's launcher (a launch across hosts with restarts may run several, and a one-host launch
+    one per attempt): its exit status, its log directory, and the restart's message when the job starts again."""
     argv = hosts.argv
     os.environ.update(hosts.env)
     own, launch_argv = split_own_options(argv)
@@ -290,7 +335,11 @@ def _run_round(
     if args.worker_num is not None:
         env[LAUNCH_ENV] = json.dumps(launch_description(args))
     if own.timeout is not None:
-        env["HETERPS_LAUNCH_TIMEOUT"] = str(own.timeout)
+        # a later attempt has what the earlier ones left of it (``deadline``)
+        timeout_left = own.timeout if deadline is None else max(1.0, deadline - time.monotonic())
+        env["HETERPS_LAUNCH_TIMEOUT"] = str(timeout_left)
+    if hosts.job is None:
+        env[RETRIES_LEFT_ENV] = str(retries_left)
     if own.checkpoint:
         try:
             checkpoint_env, lines = launch_checkpoints.prepare_launch(
@@ -393,7 +442,7 @@ def _run_round(
         with open(restart_file, encoding="utf-8") as f:
             restart = json.load(f)
         console.line(
-            f"heterps launch: this host starts again with the job (restart {restart['round']}) after "
+            f"heterps launch: this host starts again with the job (round {restart['round']}) after "
             f"{time.time() - started:.1f} s"
         )
     return code, log_dir, restart
@@ -632,6 +681,7 @@ def _echo_once(log_dir: str, offsets: dict[str, int], last_batch: dict[str, floa
 class Failure:
     message: str
     log: str | None = None  # the failed process's log
+    connect_timeout: ConnectTimeoutAbort | None = None  # that process was Paddle's connect-timeout abort
 
 
 class Supervisor:
@@ -639,8 +689,9 @@ class Supervisor:
 
     ROLE_NAMES = {"worker": "CPU trainer", "server": "parameter server", "heter_worker": "heterogeneous trainer"}
 
-    def __init__(self, timeout: float | None, member: Member | None = None):
+    def __init__(self, timeout: float | None, member: Member | None = None, retries_left: int = 0):
         self.launcher: Any = None
+        self.retries_left = retries_left  # one host: whether heterps launch starts the job again (RETRY_EXIT)
         self.member = member  # this host's part of a launch across hosts (tools/hosts_job.py), or None
         self.failure: Failure | None = None
         self.first_seen: dict[tuple[str, int], float] = {}
@@ -800,11 +851,16 @@ class Supervisor:
         return None
 
     def fail(self, failure: Failure, report: bool = True) -> None:
+        # The first process that ended badly: an abort a fresh start gets past (tools/paddle_aborts.py)?
+        failure.connect_timeout = connect_timeout_abort(failure.log)
+        if failure.connect_timeout is not None:
+            failure.message += f" ({failure.connect_timeout.describe()})"
         self.failure = failure
         if self.member is not None and report:
-            self.member.report_failure(failure.message)
+            self.member.report_failure(failure.message, retryable=failure.connect_timeout is not None)
+        retrying = failure.connect_timeout is not None and self.retries_left > 0
         try:
-            _say(f"{OWN_PREFIX} FAILED: {failure.message}")
+            _say(f"{OWN_PREFIX} {'aborted' if retrying else 'FAILED'}: {failure.message}")
             if failure.log:
                 _say(_tail(failure.log))
         finally:
@@ -874,7 +930,8 @@ def _child(launch_argv: list[str]) -> int:
     # the coordinator's own host reported as never joined within a test's 8 s).
     from paddle.distributed.fleet import launch as paddle_launch
 
-    supervisor = Supervisor(float(timeout) if timeout else None, member)
+    retries_left = int(os.environ.get(RETRIES_LEFT_ENV) or 0) if member is None else 0
+    supervisor = Supervisor(float(timeout) if timeout else None, member, retries_left)
     sys.argv = ["paddle.distributed.launch", *launch_argv]
     try:
         # Paddle's launcher tells the supervisor the processes it starts; its class is restored when it returns.
@@ -891,7 +948,7 @@ def _child(launch_argv: list[str]) -> int:
             supervisor.fail(failure)
         supervisor.stop_all()
     if member is not None:
-        if member.restart is None and supervisor.failure is not None and member.job.restarts > 0:
+        if member.restart is None and supervisor.failure is not None and member.job.may_start_again:
             # The coordinator may start the job again rather than end it: wait for its word.
             while not member.settled():
                 time.sleep(POLL_S)
@@ -900,6 +957,8 @@ def _child(launch_argv: list[str]) -> int:
             member.close()
             write_atomic(str(os.environ.get(RESTART_FILE_ENV)), json.dumps(member.restart) + "\n")
             return RESTART_EXIT
+    if supervisor.failure is not None and supervisor.failure.connect_timeout is not None and retries_left > 0:
+        return RETRY_EXIT
     return FAILED_EXIT if supervisor.failure is not None else 0
 
 

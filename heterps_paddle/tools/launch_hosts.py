@@ -20,8 +20,9 @@ import os
 import socket
 import sys
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, cast
 
+from heterps_paddle import settings
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
 from heterps_paddle.planning.hosts import Expansion, expand_files
 from heterps_paddle.tools.hosts_job import HostsJob
@@ -93,6 +94,7 @@ def job_of(expansion: Expansion, address: str, restarts: int = 0) -> HostsJob:
         digest=expansion.digest(),
         members={p.host.address: any(q.role == "trainer" for q in p.processes) for p in expansion.parts if p.processes},
         restarts=restarts,
+        connect_retries=int(cast(int, settings.get("HETERPS_CONNECT_RETRIES"))),
     )
 
 

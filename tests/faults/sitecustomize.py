@@ -1,13 +1,24 @@
-"""A fault for tests/test_host_restarts.py, injected into every Python process of a launched job by putting this
+"""Faults for the launched tests, injected into every Python process of a launched job by putting this
 directory first on PYTHONPATH (Python imports ``sitecustomize`` at start-up): CPU trainer 0 holds one checkpoint
 between the servers' save and its manifest, so that a host can be killed while that checkpoint is being written.
 
 ``HETERPS_TEST_HOLD_CHECKPOINT_PASS=N``: hold the checkpoint after pass N, once per job (``HETERPS_TEST_HOLD_MARKER``
 is written with the checkpoint's temporary directory when the hold starts; a later round finds it and does not
-hold), for ``HETERPS_TEST_HOLD_S`` seconds (default 300: longer than the test waits).  Unset: nothing is changed.
+hold), for ``HETERPS_TEST_HOLD_S`` seconds (default 300: longer than the test waits).
+
+``HETERPS_TEST_CONNECT_ABORT=ROLE`` (a ``TRAINING_ROLE``, e.g. ``HETER_TRAINER``): the first process of that role in
+a job (``HETERPS_TEST_CONNECT_ABORT_MARKER`` is written when it fires; later attempts find it) ends as Paddle's
+HeterClient ends a process whose brpc connect took longer than 200 ms (tools/paddle_aborts.py; docs/paddle-notes.md):
+its message on stderr, then SIGABRT.  It fires once this process's own endpoint listens (its pipeline serves, so the
+first backward message is due), or after 60 s.  Nothing on a busy machine makes Paddle's own abort come on cue.
+
+Unset: nothing is changed.
 """
 
 import os
+import socket
+import sys
+import threading
 import time
 
 _PASS = os.environ.get("HETERPS_TEST_HOLD_CHECKPOINT_PASS")
@@ -27,3 +38,38 @@ if _PASS:
         return _complete(self, passes, staging, trainers)
 
     launch_checkpoints.PassCheckpoints.complete = _held_complete
+
+
+_ABORT_ROLE = os.environ.get("HETERPS_TEST_CONNECT_ABORT")
+
+
+def _listens(address, port):
+    try:
+        with socket.create_connection((address, int(port)), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _connect_timeout_abort(marker):
+    address, port = os.environ.get("POD_IP", "127.0.0.1"), os.environ.get("PADDLE_PORT", "0")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _listens(address, port):
+        time.sleep(0.2)
+    time.sleep(0.5)
+    peer = (os.environ.get("PADDLE_PREVIOUS_HETER_TRAINER_IP_PORT_LIST") or "127.0.0.1:1").split(",")[0]
+    with open(marker, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    sys.stderr.write(
+        "terminate called after throwing an instance of 'phi::enforce::EnforceNotMet'\n"
+        "  what():  (Unimplemented) HeterClient::SendAndRecv meets brpc error, error message is [E110]Fail to "
+        f"connect Socket{{id=7 addr={peer}}} (0x0): Connection timed out [R1][E112]Not connected to {peer} yet\n"
+    )
+    sys.stderr.flush()
+    os.abort()
+
+
+if _ABORT_ROLE and os.environ.get("TRAINING_ROLE") == _ABORT_ROLE:
+    _marker = os.environ["HETERPS_TEST_CONNECT_ABORT_MARKER"]
+    if not os.path.exists(_marker):
+        threading.Thread(target=_connect_timeout_abort, args=(_marker,), daemon=True).start()
