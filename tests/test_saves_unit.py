@@ -101,6 +101,20 @@ def test_the_last_stages_counts_are_shared_out_exactly(trainers):
     assert all(np.all(s >= 0) for s in shares)
 
 
+def test_trainers_whose_passes_do_not_line_up_still_add_up_to_the_last_stages_counts():
+    # The last stage's cumulative counts over time; trainer 1 has no batch and its passes are instants, trainer 0's
+    # batches land at other times (stage_metrics.PassMetrics: each adds its share of the growth since its last read).
+    counts = [np.array(c, dtype="int64") for c in ([0, 0, 0], [1, 0, 3], [1, 1, 3], [2, 1, 8], [3, 3, 9])]
+    reads = {0: [0, 1, 3, 4], 1: [0, 2, 4]}  # the moments each trainer reads (its passes' ends), indices of counts
+    totals = []
+    for index, moments in reads.items():
+        client = stage_metrics.Client([], 2, index)
+        growth = [client.share_of_growth(counts[a], counts[b]) for a, b in zip(moments, moments[1:])]
+        assert all(np.all(g >= 0) for g in growth)
+        totals.append(sum(growth))
+    assert np.array_equal(totals[0] + totals[1], counts[-1])  # both read the final counts: nothing lost or doubled
+
+
 def test_static_savers_refuse_parameter_server_tables(tmp_path):
     import paddle
     from paddle.base import core

@@ -8,10 +8,13 @@ were dropped, and the AUC state variables a script reads from its scope after a 
 - each last-stage heterogeneous trainer serves its current metrics on a TCP port of its own (:class:`Service`):
   every auc op's state variables (persistable: they live in its root scope), and the loss, which an ``assign``
   appended to its section copies into a persistable mirror variable each batch;
-- a stage 1 CPU trainer reads them when its ``train_from_dataset`` starts and ends (:class:`Client`) and adds its
-  share of the difference to its own state variables, so a script's scope reads as after the same pass of the
-  one-stage job (its resets between passes included).  With ``w`` CPU trainers the last stage's counts are
-  shared out so that the ``w`` shares add up to them exactly: a global AUC (summed over trainers, as
+- a stage 1 CPU trainer reads them when its ``train_from_dataset`` ends (and when its first starts: :class:`Client`)
+  and adds its share of what the counts grew by since its last read to its own state variables, so a script's
+  scope reads as after the same pass of the one-stage job (its resets between passes included).  With ``w`` CPU
+  trainers each count is shared out so that the ``w`` shares add up to it exactly (trainer ``i`` owns
+  ``(count + i) // w`` of it), and a trainer adds what its share of the cumulative counts grew by: the trainers'
+  passes need not start or end together (one may have no batch at all), and nothing is lost between a trainer's
+  passes, so once every trainer has read the final counts a global AUC (summed over trainers, as
   ``get_global_auc`` does) is exact; one trainer's own AUC is the last stage's over all trainers' batches;
 - while the pass runs, the fetched loss and AUC are printed every ``print_period`` batches in Paddle's format
   (``time: [...], batch: [N], <fetch_info>[1]:[value]``), and a ``fetch_handler`` gets them every period, from
@@ -179,6 +182,8 @@ class Client:
     trainers: int  # CPU trainers sharing the last stage's counts
     index: int  # this trainer's index among them
     every_heter: list[str] = field(default_factory=list)  # every heterogeneous trainer's (flush)
+    # the last stage's counts as this trainer last accounted for them (its previous pass's end; None: no pass yet)
+    accounted: dict[str, Any] | None = None
 
     @staticmethod
     def find() -> Client | None:
@@ -228,9 +233,15 @@ class Client:
         for endpoint in self.every_heter:
             _fetch(endpoint, b"flush", timeout)
 
-    def share(self, delta: Any) -> Any:
-        """This trainer's share of a count: the shares of all trainers add up to ``delta`` exactly."""
-        return (delta + self.index) // self.trainers
+    def share(self, count: Any) -> Any:
+        """This trainer's share of a count: the shares of all trainers add up to ``count`` exactly."""
+        return (count + self.index) // self.trainers
+
+    def share_of_growth(self, before: Any, after: Any) -> Any:
+        """What this trainer's share grew by while the count went from ``before`` to ``after``: summed over the
+        trainers it is ``after - before`` for any one window, and a trainer's growths over consecutive windows add
+        up to its share of the whole (so windows of different trainers need not agree)."""
+        return self.share(after) - self.share(before)
 
 
 def add_to_scope(scope: Any, name: str, values: Any) -> None:
@@ -268,7 +279,11 @@ class PassMetrics:
     def start(self) -> PassMetrics:
         held = seam.context().heldout
         self.ops = auc_ops(held.forward) if held is not None else []
-        self.before, _ = self.client.snapshot()
+        now, _ = self.client.snapshot()
+        # from where this trainer's previous pass left off: what other trainers' batches added in between is owed
+        # too (one trainer's pass can start and end while another's batch is still on its way)
+        accounted = self.client.accounted or {}
+        self.before = {name: accounted.get(name, value) for name, value in now.items()}
         for name in self.before:
             value = _read(self.scope, name)
             self.local[name] = np.zeros_like(self.before[name]) if value is None else value.reshape(-1).astype("int64")
@@ -280,7 +295,9 @@ class PassMetrics:
     def _values(self) -> tuple[dict[str, float], int]:
         """Each fetchable metric's current value for this trainer, and the samples it has seen this pass."""
         stats, loss = self.client.snapshot()
-        mine = {n: self.local[n] + self.client.share(stats[n] - self.before[n]) for n in stats if n in self.before}
+        mine = {
+            n: self.local[n] + self.client.share_of_growth(self.before[n], stats[n]) for n in stats if n in self.before
+        }
         values: dict[str, float] = {}
         samples = 0
         held = seam.context().heldout
@@ -335,7 +352,8 @@ class PassMetrics:
             return
         for name, value in after.items():
             if name in self.before:
-                add_to_scope(self.scope, name, self.client.share(value - self.before[name]))
+                add_to_scope(self.scope, name, self.client.share_of_growth(self.before[name], value))
+        self.client.accounted = after
         held = seam.context().heldout
         if held is not None:
             held.live.update(after)  # the scope's states are the model's now (fleet.evaluation reads them)
