@@ -8,8 +8,9 @@ were dropped, and the AUC state variables a script reads from its scope after a 
 - each last-stage heterogeneous trainer serves its current metrics on a TCP port of its own (:class:`Service`):
   every auc op's state variables (persistable: they live in its root scope), and the loss, which an ``assign``
   appended to its section copies into a persistable mirror variable each batch;
-- a stage 1 CPU trainer reads them when its ``train_from_dataset`` ends (and when its first starts: :class:`Client`)
-  and adds its share of what the counts grew by since its last read to its own state variables, so a script's
+- a stage 1 CPU trainer reads them when its ``train_from_dataset`` ends (:class:`Client`) and adds its share of
+  what the counts grew by since its last read (since zero, the job's start, for its first pass) to its own state
+  variables, so a script's
   scope reads as after the same pass of the one-stage job (its resets between passes included).  With ``w`` CPU
   trainers each count is shared out so that the ``w`` shares add up to it exactly (trainer ``i`` owns
   ``(count + i) // w`` of it), and a trainer adds what its share of the cumulative counts grew by: the trainers'
@@ -182,7 +183,7 @@ class Client:
     trainers: int  # CPU trainers sharing the last stage's counts
     index: int  # this trainer's index among them
     every_heter: list[str] = field(default_factory=list)  # every heterogeneous trainer's (flush)
-    # the last stage's counts as this trainer last accounted for them (its previous pass's end; None: no pass yet)
+    # the last stage's counts as this trainer last accounted for them (its previous pass's end; None: zero)
     accounted: dict[str, Any] | None = None
 
     @staticmethod
@@ -280,10 +281,11 @@ class PassMetrics:
         held = seam.context().heldout
         self.ops = auc_ops(held.forward) if held is not None else []
         now, _ = self.client.snapshot()
-        # from where this trainer's previous pass left off: what other trainers' batches added in between is owed
-        # too (one trainer's pass can start and end while another's batch is still on its way)
+        # From where this trainer's previous pass left off, and for its first pass from zero (the last stage's
+        # states start at zero with the job): what other trainers' batches added before or between this trainer's
+        # passes is its share too (a trainer can start late, or end a pass while another's batch is on its way).
         accounted = self.client.accounted or {}
-        self.before = {name: accounted.get(name, value) for name, value in now.items()}
+        self.before = {name: accounted.get(name, np.zeros_like(value)) for name, value in now.items()}
         for name in self.before:
             value = _read(self.scope, name)
             self.local[name] = np.zeros_like(self.before[name]) if value is None else value.reshape(-1).astype("int64")
