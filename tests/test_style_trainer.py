@@ -58,6 +58,9 @@ def last_auc(text):
 
 PLANS["one"] = [{"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0", "fc_0", "fc_1", "fc_2"], "units": 1}]
 SERVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "serve_saved_model.py")
+# A safety net against a hung job, not a bound on its time: beside three suites (load average about 60) a 2-stage
+# job of this module took 300 s (2026-11-25), the bound it had.
+JOB_TIMEOUT_S = 900
 GLOBAL_AUC_LINE = re.compile(r"Epoch (\d+) global auc: ([0-9.]+)")
 FIRST_LOSS = re.compile(r"batch: \[1\], Epoch 0 Var loss\[1\]:\[([0-9.]+)\]")
 
@@ -72,7 +75,7 @@ def run_style(tmp, name, data_dir, plan=None, extra=(), save=True):
         path.write_text(json.dumps({"format": 1, "feasible": True, "stages": PLANS[plan]}))
         argv += ["--plan", str(path)]
         launch_args = launch_arguments(load_plan(str(path)), 1, gpu_available=False)
-    result = launch(launch_args, argv, str(tmp / f"log_{name}"), timeout=300)
+    result = launch(launch_args, argv, str(tmp / f"log_{name}"), timeout=JOB_TIMEOUT_S)
     assert result.returncode == 0, f"{name}: {result.failures}\n{result.output[-3000:]}"
     return result
 
@@ -168,7 +171,7 @@ def serve(jobs, name, *, checkpoint=False):
     source = ["--checkpoint", str(save / "checkpoint")] if checkpoint else ["--model", str(save / "1")]
     out = jobs["tmp"] / f"served_{name}_{'checkpoint' if checkpoint else 'model'}"
     argv = [SERVE, *source, "--reference", str(save / "reference.npz"), "--out", str(out)]
-    result = launch(["--server_num=1", "--worker_num=1"], argv, str(out) + "_log", timeout=300)
+    result = launch(["--server_num=1", "--worker_num=1"], argv, str(out) + "_log", timeout=JOB_TIMEOUT_S)
     assert result.returncode == 0, f"{result.failures}\n{result.output[-3000:]}"
     served = np.load(out / "predictions.npz")["predict"]
     reference = np.load(save / "reference.npz")["predict"]
