@@ -82,9 +82,9 @@ FAILED_EXIT = 1
 # (tools/paddle_aborts.py) and heterps launch said it had retries left (RETRIES_LEFT_ENV); heterps launch starts it again.
 RETRY_EXIT = 76
 RETRIES_LEFT_ENV = "HETERPS_CONNECT_RETRIES_LEFT"
-# What Paddle's launcher (and heterps launch) write into a one-host job's --log_dir: an attempt that is started again
-# has these moved aside (aborted-N/), so that the log directory holds the attempt that ran last, as after any launch.
-ATTEMPT_LOGS = re.compile(r"(server|worker|heter)log\.\d+|" + re.escape("launcher.log"))
+# The logs Paddle's launcher writes into --log_dir, one per process.  A one-host attempt that is started again has
+# these and LAUNCHER_LOG moved aside (aborted-N/), so that the log directory holds the attempt that ran last.
+PROCESS_LOG = re.compile(r"(worker|server|heter)log\.\d+")
 # Progress and failures (Paddle's "C++ Traceback" / "FatalError: Termination signal" of processes its launcher stops
 # at the end of a good job are neither).
 ECHO = re.compile(
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     round_number = 0
     # One host: Paddle's connect-timeout abort starts the job again (across hosts the coordinator decides that).
     retries = int(cast(int, settings.get("HETERPS_CONNECT_RETRIES"))) if hosts.job is None else 0
-    retries_left, attempt = retries, 1
+    retries_left = retries
     # --timeout bounds the whole launch of a one-host job, its attempts together
     first_timeout = split_own_options(hosts.argv)[0].timeout if hosts.job is None else None
     deadline = None if first_timeout is None else time.monotonic() + first_timeout
@@ -229,14 +229,13 @@ def main(argv: list[str] | None = None) -> int:
             continue
         code, log_dir, restart = outcome
         if code == RETRY_EXIT and hosts.job is None and retries_left > 0:
+            attempt = retries - retries_left + 1  # the one that was aborted
             retries_left -= 1
             kept = keep_attempt_logs(log_dir, attempt)
             console.error(
-                f"heterps launch: starting the job again (retry {retries - retries_left} of {retries}, "
-                f"HETERPS_CONNECT_RETRIES): attempt {attempt} was aborted by Paddle on a connect timeout; its logs "
-                f"are in {kept}"
+                f"heterps launch: starting the job again (retry {attempt} of {retries}, HETERPS_CONNECT_RETRIES): "
+                f"attempt {attempt} was aborted by Paddle on a connect timeout; its logs are in {kept}"
             )
-            attempt += 1
             continue
         if restart is None:
             break
@@ -252,8 +251,6 @@ def main(argv: list[str] | None = None) -> int:
     if coordinator is not None:
         coordinator.close()
     seconds = time.time() - started
-    if code == RETRY_EXIT:
-        code = FAILED_EXIT  # a retry the launch did not have (the child is told how many are left: never here)
     if code == 0:
         console.line(f"heterps launch: job finished in {seconds:.1f} s (logs in {log_dir})")
         console.close()
@@ -264,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def keep_attempt_logs(log_dir: str, attempt: int) -> str:
-    """Move one attempt's logs (ATTEMPT_LOGS) from ``log_dir`` into a new ``log_dir/aborted-N``; its path.  Only the
+    """Move one attempt's logs (PROCESS_LOG and LAUNCHER_LOG) from ``log_dir`` into a new ``log_dir/aborted-N``; its path.  Only the
     files the launch writes are moved: a log directory may hold the user's own files too."""
     number = attempt
     while os.path.exists(os.path.join(log_dir, f"aborted-{number}")):
@@ -272,7 +269,7 @@ def keep_attempt_logs(log_dir: str, attempt: int) -> str:
     kept = os.path.join(log_dir, f"aborted-{number}")
     os.makedirs(kept)
     for name in sorted(os.listdir(log_dir)):
-        if ATTEMPT_LOGS.fullmatch(name) and os.path.isfile(os.path.join(log_dir, name)):
+        if (PROCESS_LOG.fullmatch(name) or name == LAUNCHER_LOG) and os.path.isfile(os.path.join(log_dir, name)):
             os.replace(os.path.join(log_dir, name), os.path.join(kept, name))
     return kept
 
@@ -648,7 +645,7 @@ def _echo_logs(log_dir: str, started: float, stop: threading.Event, console: Con
 
 def _echo_once(log_dir: str, offsets: dict[str, int], last_batch: dict[str, float], console: Console) -> None:
     try:
-        names = sorted(n for n in os.listdir(log_dir) if re.fullmatch(r"(worker|server|heter)log\.\d+", n))
+        names = sorted(n for n in os.listdir(log_dir) if PROCESS_LOG.fullmatch(n))
     except OSError:
         return
     for name in names:
