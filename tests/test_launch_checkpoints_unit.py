@@ -7,13 +7,13 @@ import os
 import pytest
 
 from heterps_paddle import settings
-from heterps_paddle.runtime import launch_checkpoints as lc
+from heterps_paddle.runtime import checkpoint_choice as cc
 from heterps_paddle.runtime.checkpoint_files import MANIFEST, CheckpointError, add_to_manifest, digests
 from heterps_paddle.tools.launch import split_own_options
 
 
 def make(root, passes, manifest=True, launch_passes=None):
-    path = root / lc.checkpoint_name(passes)
+    path = root / cc.checkpoint_name(passes)
     (path / "001").mkdir(parents=True)
     (path / "001" / "part-000").write_text(f"{passes}.0 0 0\n")
     if manifest:
@@ -31,7 +31,7 @@ def test_newest_that_verifies_is_chosen_and_the_others_named(tmp_path):
     make(tmp_path, 4, manifest=False)
     make(tmp_path, 5, launch_passes=7)
     (tmp_path / ".pass-000006.incomplete").mkdir()
-    choice = lc.choose(str(tmp_path))
+    choice = cc.choose(str(tmp_path))
     assert choice.path == str(tmp_path / "pass-000002") and choice.passes_done == 2
     reasons = dict(choice.refused)
     assert [os.path.basename(p) for p, _ in choice.refused] == ["pass-000005", "pass-000004", "pass-000003"]
@@ -44,10 +44,10 @@ def test_newest_that_verifies_is_chosen_and_the_others_named(tmp_path):
 
 def test_none_usable_starts_fresh_loudly(tmp_path):
     make(tmp_path, 1, manifest=False)
-    choice = lc.choose(str(tmp_path))
+    choice = cc.choose(str(tmp_path))
     assert choice.path is None and choice.passes_done == 0
     assert "NO USABLE CHECKPOINT (1 refused): starting FRESH" in choice.lines()[-1]
-    assert "no checkpoint there yet" in lc.choose(str(tmp_path / "new")).lines()[-1]
+    assert "no checkpoint there yet" in cc.choose(str(tmp_path / "new")).lines()[-1]
 
 
 def test_launch_options_and_environment(tmp_path):
@@ -55,12 +55,12 @@ def test_launch_options_and_environment(tmp_path):
     assert own.checkpoint == {"--checkpoint-dir": str(tmp_path), "--checkpoint-every": "10m"}
     assert rest == ["--worker_num=1"]
     make(tmp_path, 3)
-    env, lines = lc.prepare_launch(str(tmp_path), "10m")
+    env, lines = cc.prepare_launch(str(tmp_path), "10m")
     assert env["HETERPS_CHECKPOINT_RESUME"] == str(tmp_path / "pass-000003")
     assert settings.get("HETERPS_CHECKPOINT_EVERY", env) == (10.0, "minutes")
     assert settings.get("HETERPS_CHECKPOINT_EVERY", {}) == (1.0, "passes")
     with pytest.raises(CheckpointError, match="needs --checkpoint-dir"):
-        lc.prepare_launch(None, "2")
+        cc.prepare_launch(None, "2")
     for bad in ("0", "-1", "x", "1.5", "0m"):
         with pytest.raises(CheckpointError, match="--checkpoint-every"):
-            lc.prepare_launch(str(tmp_path), bad)
+            cc.prepare_launch(str(tmp_path), bad)

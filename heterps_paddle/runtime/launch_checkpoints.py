@@ -4,9 +4,10 @@ An unchanged fleet script (one ``train_from_dataset`` per epoch, as PaddleRec's)
 resumes from them, one-stage or split:
 
 - **Choice, at launch.**  ``heterps launch`` picks the newest ``DIR/pass-NNNNNN`` whose manifest verifies
-  (:func:`choose`: every file's SHA-256); each one refused is named with its reason, loudly; none usable means a
-  fresh start, said so.  Every process gets the choice (``HETERPS_CHECKPOINT_RESUME``), so the servers and the
-  trainers act on the same checkpoint.
+  (runtime/checkpoint_choice.py, the launcher's half: every file's SHA-256); each one refused is named with its
+  reason, loudly; none usable means a fresh start, said so.  Every process gets the choice
+  (``HETERPS_CHECKPOINT_RESUME``, read here by :func:`resume_choice`), so the servers and the trainers act on the
+  same checkpoint.
 - **Resume.**  A server's ``init_server`` loads the chosen checkpoint (:func:`server_start_dir`: also when the
   script passes no directory; a script's own, different directory is an error, since its model and the passes the
   checkpoint says are done cannot both be the start); trainer 0 skips its initial dense push as after any restore
@@ -20,18 +21,17 @@ resumes from them, one-stage or split:
   and a directory without a verifying manifest is never resumed from.  The last two complete ones are kept.  The
   other trainers wait until the rename, so a checkpoint is the model after exactly N passes of every trainer.
 
-Imported by ``heterps launch`` before any Paddle is: Paddle and the modules that import it are imported inside the
-functions that run in the job's processes.
+This module is the half that runs in the job's processes.  It imports no Paddle at import time (a test's
+sitecustomize imports it before Paddle is): Paddle and the modules that import it are imported inside the functions
+that use them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import time
-from dataclasses import dataclass
 from typing import Any, Iterator, cast
 
 from heterps_paddle import settings
@@ -39,16 +39,15 @@ from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
 from heterps_paddle.rendezvous import launch_id
 from heterps_paddle.runtime import push_queues, seam
+from heterps_paddle.runtime.checkpoint_choice import NAME, Choice, checkpoint_name, choose, listed, passes_in
 from heterps_paddle.runtime.checkpoint_files import (
     MANIFEST,
     CheckpointError,
     add_to_manifest,
     file_digest,
     read_manifest,
-    verify,
 )
 
-NAME = re.compile(r"pass-(\d{6,})")
 SYNC_DIR = ".sync"
 POLL_S = 0.2
 # Ops that write to the parameter servers: a train_from_dataset pass whose program runs one trains the model (an
@@ -56,91 +55,6 @@ POLL_S = 0.2
 WRITE_OPS = frozenset(
     {"distributed_push_sparse", "push_sparse", "push_sparse_v2", "push_dense", "send", "send_and_recv"}
 )
-
-
-def checkpoint_name(passes: int) -> str:
-    return f"pass-{passes:06d}"
-
-
-def listed(root: str) -> list[tuple[int, str]]:
-    """The checkpoint directories under ``root`` (complete or not), newest (most passes) first."""
-    if not os.path.isdir(root):
-        return []
-    found = []
-    for name in os.listdir(root):
-        match = NAME.fullmatch(name)
-        if match and os.path.isdir(os.path.join(root, name)):
-            found.append((int(match.group(1)), os.path.join(root, name)))
-    return sorted(found, reverse=True)
-
-
-@dataclass(frozen=True)
-class Choice:
-    """The checkpoint a launch resumes from (``path`` None: a fresh start) and those refused, newest first."""
-
-    root: str
-    path: str | None
-    passes_done: int
-    refused: tuple[tuple[str, str], ...] = ()  # (directory, why)
-
-    def lines(self) -> list[str]:
-        out = [f"checkpoint REFUSED: {why}" for _, why in self.refused]
-        if self.path is not None:
-            out.append(
-                f"resuming from checkpoint {self.path} ({self.passes_done} passes done): the servers restore it at "
-                f"init_server, every CPU trainer skips its first {self.passes_done} train_from_dataset passes"
-            )
-        elif self.refused:
-            out.append(
-                f"--checkpoint-dir {self.root}: NO USABLE CHECKPOINT ({len(self.refused)} refused): starting FRESH"
-            )
-        else:
-            out.append(f"--checkpoint-dir {self.root}: no checkpoint there yet: starting fresh")
-        return out
-
-
-def _passes_in(path: str, manifest: dict[str, Any], passes: int) -> int:
-    launch = manifest.get("launch")
-    done = launch.get("passes_done") if isinstance(launch, dict) else None
-    if done != passes:
-        raise CheckpointError(
-            f"checkpoint {path}: its manifest says {done!r} passes done, its name {passes} (not a checkpoint "
-            "heterps launch wrote, or renamed)"
-        )
-    return passes
-
-
-def choose(root: str) -> Choice:
-    """The newest checkpoint under ``root`` whose manifest verifies; the newer ones that do not, with why."""
-    refused: list[tuple[str, str]] = []
-    for passes, path in listed(root):
-        try:
-            return Choice(root, path, _passes_in(path, verify(path), passes), tuple(refused))
-        except CheckpointError as exc:
-            refused.append((path, str(exc)))
-    return Choice(root, None, 0, tuple(refused))
-
-
-def prepare_launch(directory: str | None, every: str | None) -> tuple[dict[str, str], list[str]]:
-    """For ``heterps launch``: the environment every process of the job gets, and the lines to print."""
-    if not directory:
-        raise CheckpointError("--checkpoint-every needs --checkpoint-dir DIR (where the checkpoints go)")
-    every = every or str(settings.SETTINGS["HETERPS_CHECKPOINT_EVERY"].default)
-    try:
-        count, unit = settings.checkpoint_every(every)
-    except ValueError as exc:
-        raise CheckpointError(f"--checkpoint-every {every!r}: {exc}") from None
-    root = os.path.abspath(directory)
-    os.makedirs(root, exist_ok=True)
-    choice = choose(root)
-    lines = choice.lines()
-    lines.append(f"checkpoints to {root} after every {count:g} {'minutes' if unit == 'minutes' else 'passes'}")
-    env = {
-        "HETERPS_CHECKPOINT_DIR": root,
-        "HETERPS_CHECKPOINT_EVERY": every,
-        "HETERPS_CHECKPOINT_RESUME": choice.path or "none",
-    }
-    return env, lines
 
 
 _choice: Choice | None = None
@@ -160,7 +74,7 @@ def resume_choice() -> Choice | None:
             # chosen and verified by heterps launch (the servers verify the files again when they load them)
             match = NAME.fullmatch(os.path.basename(chosen))
             passes = int(match.group(1)) if match else -1
-            _choice = Choice(root, chosen, _passes_in(chosen, read_manifest(chosen), passes))
+            _choice = Choice(root, chosen, passes_in(chosen, read_manifest(chosen), passes))
         else:
             # HETERPS_CHECKPOINT_DIR set by hand, not by heterps launch: the same choice, made here
             _choice = choose(root)

@@ -556,14 +556,14 @@ class Coordinator:
 def newest_checkpoint(root: str | None) -> int:
     """The passes of the newest complete checkpoint the launch wrote under ``root`` (0: none).  Complete: its
     directory has its final name only once its manifest is written (runtime/launch_checkpoints.py)."""
-    from heterps_paddle.runtime.launch_checkpoints import listed  # no Paddle at import (that module's doc)
+    from heterps_paddle.runtime.checkpoint_choice import listed  # no Paddle at import (that module's doc)
 
     return next((passes for passes, _ in listed(root)), 0) if root else 0
 
 
 def checkpoint_report(root: str | None) -> dict[str, Any]:
     """For restarts.json: the checkpoint a new round resumes from, and the training since it (redone)."""
-    from heterps_paddle.runtime.launch_checkpoints import choose
+    from heterps_paddle.runtime.checkpoint_choice import choose
 
     if root is None:
         return {"resumes_from": None, "work_redone": "everything: the launch keeps no checkpoints (--checkpoint-dir)"}

@@ -46,7 +46,7 @@ from heterps_paddle.files import write_atomic
 from heterps_paddle.planning.hosts import Expansion
 from heterps_paddle.planning.launch import LAUNCH_ENV
 from heterps_paddle.rendezvous import LAUNCH_ID_ENV, RENDEZVOUS_ENV, launch_files_dir
-from heterps_paddle.runtime import launch_checkpoints, patches, seam
+from heterps_paddle.runtime import checkpoint_choice, patches, seam
 from heterps_paddle.runtime.checkpoint_files import CheckpointError
 from heterps_paddle.runtime.seam import PaddleBehaviourChanged
 from heterps_paddle.tools.hosts_job import (
@@ -339,7 +339,7 @@ def _run_round(
         env[RETRIES_LEFT_ENV] = str(retries_left)
     if own.checkpoint:
         try:
-            checkpoint_env, lines = launch_checkpoints.prepare_launch(
+            checkpoint_env, lines = checkpoint_choice.prepare_launch(
                 own.checkpoint.get("--checkpoint-dir"), own.checkpoint.get("--checkpoint-every")
             )
         except CheckpointError as exc:
