@@ -22,7 +22,6 @@ table) a checkpoint resumes only into the layout it was saved in, and says so ot
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -34,10 +33,9 @@ import numpy as np
 from paddle.distributed.ps.utils.public import get_the_one_recv_context
 
 from heterps_paddle import rendezvous
-from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import seam
-from heterps_paddle.runtime.checkpoint_files import FORMAT, MANIFEST, CheckpointError, digests, verify
+from heterps_paddle.runtime.checkpoint_files import FORMAT, MANIFEST, CheckpointError, digests, verify, write_manifest
 
 __all__ = ["FORMAT", "MANIFEST", "CheckpointError"]  # (their home is checkpoint_files.py, Paddle-free)
 
@@ -172,7 +170,7 @@ def after_save_persistables(runtime: Any, dirname: str) -> None:
         "dense_tables": [t.to_dict() for t in layout],
         "files": files,
     }
-    write_atomic(os.path.join(dirname, MANIFEST), json.dumps(manifest, indent=1) + "\n")
+    write_manifest(dirname, manifest)
     logger.info(
         "checkpoint %s: dense tables in the %s layout (%d tables), %d files checksummed",
         dirname,

@@ -1,9 +1,10 @@
 """A checkpoint directory's manifest and checksums (docs/checkpoints.md), without Paddle.
 
 ``heterps_checkpoint.json`` is written last into a checkpoint (runtime/checkpoint.py after the servers' save;
-runtime/launch_checkpoints.py adds the launch's fields): the dense layout and a SHA-256 of every file.  This
-module reads and checks it, so that ``heterps launch`` (which must not import Paddle before the job starts) can
-choose the checkpoint a launch resumes from with the same check the servers make.
+runtime/launch_checkpoints.py adds the launch's fields), both through :func:`write_manifest`: the dense layout and
+a SHA-256 of every file.  This module writes, reads and checks it, so that ``heterps launch`` (which must not import
+Paddle before the job starts) can choose the checkpoint a launch resumes from (runtime/checkpoint_choice.py) with
+the same check the servers make.
 """
 
 from __future__ import annotations
@@ -73,12 +74,18 @@ def verify(dirname: str) -> dict[str, Any]:
     return manifest
 
 
+def write_manifest(dirname: str, manifest: dict[str, Any]) -> None:
+    """The one writer of a checkpoint's manifest: ``manifest`` (its ``files`` sorted by path) as ``dirname``'s
+    ``heterps_checkpoint.json``, written whole or not at all (a reader never sees half a manifest)."""
+    manifest = {**manifest, "files": dict(sorted(manifest["files"].items()))}
+    write_atomic(os.path.join(dirname, MANIFEST), json.dumps(manifest, indent=1) + "\n")
+
+
 def add_to_manifest(dirname: str, files: list[str], fields: dict[str, Any]) -> None:
     """Checksum ``files`` (relative to ``dirname``, written after the manifest) into it and add ``fields``; the
     manifest is replaced atomically, so it stays the last thing written."""
     manifest = read_manifest(dirname)
     for rel in files:
         manifest["files"][rel] = file_digest(os.path.join(dirname, rel))
-    manifest["files"] = dict(sorted(manifest["files"].items()))
     manifest.update(fields)
-    write_atomic(os.path.join(dirname, MANIFEST), json.dumps(manifest, indent=1) + "\n")
+    write_manifest(dirname, manifest)
