@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import psutil
 
@@ -51,17 +51,10 @@ class Launched:
         return out
 
 
-def launch(
-    launch_args: list[str],
-    script_argv: list[str],
-    log_dir: str,
-    timeout: float,
-    env: dict[str, str] | None = None,
-    cwd: str | None = None,
-) -> Launched:
-    """``heterps launch --timeout T LAUNCH_ARGS --log_dir LOG SCRIPT...``; never leaves a process behind."""
-    os.makedirs(log_dir, exist_ok=True)
-    cmd = [
+def launch_command(timeout: float, launch_args: Sequence[str], log_dir: str, script_argv: Sequence[str]) -> list[str]:
+    """The one command line of a launched job, this interpreter running ``heterps launch --timeout T LAUNCH_ARGS
+    --log_dir LOG SCRIPT...`` (:func:`launch`'s job, each emulated host of a :class:`HostsRun`)."""
+    return [
         sys.executable,
         "-m",
         "heterps_paddle.tools.launch",
@@ -72,6 +65,19 @@ def launch(
         log_dir,
         *script_argv,
     ]
+
+
+def launch(
+    launch_args: list[str],
+    script_argv: list[str],
+    log_dir: str,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> Launched:
+    """``heterps launch --timeout T LAUNCH_ARGS --log_dir LOG SCRIPT...``; never leaves a process behind."""
+    os.makedirs(log_dir, exist_ok=True)
+    cmd = launch_command(timeout, launch_args, log_dir, script_argv)
     started = time.time()
     out_path = os.path.join(log_dir, "launcher.out")
     with open(out_path, "w") as out:
@@ -284,23 +290,12 @@ class HostsRun:
     def start(self, address: str, plan_path: str | None = None, script_argv: list[str] | None = None) -> HostLaunch:
         log_dir = os.path.join(self.work_dir, f"log_{address}")
         os.makedirs(log_dir, exist_ok=True)
+        hosts_args = ["--hosts", self.hosts_path, "--plan", plan_path or self.plan_path, "--host", address]
         cmd = [
             *self.prefix.get(address, []),
-            sys.executable,
-            "-m",
-            "heterps_paddle.tools.launch",
-            "--timeout",
-            str(self.timeout),
-            "--hosts",
-            self.hosts_path,
-            "--plan",
-            plan_path or self.plan_path,
-            "--host",
-            address,
-            *self.launch_options,
-            "--log_dir",
-            log_dir,
-            *(script_argv or self.script_argv),
+            *launch_command(
+                self.timeout, [*hosts_args, *self.launch_options], log_dir, script_argv or self.script_argv
+            ),
         ]
         # a host started again (it was lost and comes back) keeps its first launch's console
         starts = 1 + sum(1 for name in os.listdir(self.work_dir) if name.startswith(f"console_{address}."))
