@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 
 from heterps_paddle.planning.cost_model import CostModel, Evaluation, StageTables
 from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, best_feasible, no_plan_reason
+from heterps_paddle.planning.schedulers.cover_dp import other_type_min, trace_back
 from heterps_paddle.planning.target_search import highest_target
 
 _LAGRANGE_ITERATIONS = 40
@@ -30,14 +31,6 @@ _TOLERANCE = 1e-9
 # First cutoffs of the MILP, above the Lagrangian bound relative to it (then the incumbent's cost, or none): the
 # bound was within 0.6% of the optimum on the large tight cases, and candidates within 1% of it are hundreds.
 _CUTOFF_MARGINS = (0.005, 0.02, 0.08)
-
-
-def _other_type_min(values: NDArray[np.float64]) -> NDArray[np.float64]:
-    """out[..., t] = min over t' != t of values[..., t'] (inf when there is a single type)."""
-    if values.shape[-1] == 1:
-        return np.full_like(values, np.inf)
-    two = np.partition(values, 1, axis=-1)  # the smallest, then the second smallest (equal to it on a tie)
-    return np.where(values == two[..., :1], two[..., 1:2], two[..., :1])
 
 
 def forward_dp(cost: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
@@ -53,7 +46,7 @@ def forward_dp(cost: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[
         candidates = G[:j] + by_end[j, :j]  # [start, type]
         start[j] = np.argmin(candidates, axis=0)
         F[j] = candidates[start[j], np.arange(T)]
-        G[j] = _other_type_min(F[j])
+        G[j] = other_type_min(F[j])
     return F, start
 
 
@@ -66,28 +59,16 @@ def backward_dp(cost: NDArray[np.float64]) -> NDArray[np.float64]:
     H[n] = 0.0
     for i in range(n - 1, -1, -1):
         B[i] = np.min(cost[:, i, i + 1 :] + H[i + 1 :].T, axis=1)
-        H[i] = _other_type_min(B[i])
+        H[i] = other_type_min(B[i])
     return B
 
 
 def dp_assignment(cost: NDArray[np.float64]) -> tuple[float, list[int] | None]:
-    F, start = forward_dp(cost)
-    n = F.shape[0] - 1
-    t = int(np.argmin(F[n]))
-    value = float(F[n, t])
-    if not np.isfinite(value):
-        return value, None
-    assignment = [0] * n
-    j = n
-    while j > 0:
-        i = int(start[j, t])
-        assignment[i:j] = [t] * (j - i)
-        if i > 0:
-            others = F[i].copy()
-            others[t] = np.inf
-            t = int(np.argmin(others))
-        j = i
-    return value, assignment
+    """The cheapest cover of all layers by stages costing ``cost[type, start, end]`` (inf: a stage that cannot
+    be), its cost and a type per layer; None when nothing covers them. On the stage tables' costs: the cheapest
+    plan when stages of one type are not limited together."""
+    value, assignment = trace_back(*forward_dp(cost))
+    return value, None if assignment is None else assignment.tolist()
 
 
 def _completion_bounds(cost: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -95,9 +76,9 @@ def _completion_bounds(cost: NDArray[np.float64]) -> NDArray[np.float64]:
     F, _ = forward_dp(cost)
     B = backward_dp(cost)
     T, n1, _ = cost.shape
-    before = _other_type_min(F)  # [boundary, type]: cover of [0, i) ending in another type
+    before = other_type_min(F)  # [boundary, type]: cover of [0, i) ending in another type
     before[0] = 0.0
-    after = _other_type_min(B)
+    after = other_type_min(B)
     after[n1 - 1] = 0.0
     return before.T[:, :, None] + cost + after.T[:, None, :]
 

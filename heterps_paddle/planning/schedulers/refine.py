@@ -46,6 +46,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from heterps_paddle.planning.cost_model import CostModel, Evaluation
+from heterps_paddle.planning.schedulers.cover_dp import other_type_min, trace_back
 
 # A move must lower the cost by more than this share to count: plateaus of equal cost would loop otherwise.
 _RELATIVE_GAIN = 1e-12
@@ -413,27 +414,14 @@ class MoveScorer:
         other = np.zeros(self.T)  # the cheapest cover up to this cut ending in another type than t
         for cut in range(width):
             if cut > 0:
-                other = _least_of_others(best[cut])
+                other = other_type_min(best[cut])
             with np.errstate(invalid="ignore"):
                 through = other[:, None] + piece[:, cut, cut + 1 :]  # [t, end cuts]
             better = through < best[cut + 1 :].T
             best[cut + 1 :] = np.where(better.T, through.T, best[cut + 1 :])
             begins[cut + 1 :] = np.where(better.T, cut, begins[cut + 1 :])
-        kind = int(np.argmin(best[width]))
-        value = float(best[width, kind])
-        if not np.isfinite(value):
-            return None
-        cover = np.empty(width, dtype=np.intp)
-        cut = width
-        while cut > 0:
-            begin = int(begins[cut, kind])
-            cover[begin:cut] = kind
-            if begin > 0:
-                before = best[begin].copy()
-                before[kind] = np.inf
-                kind = int(np.argmin(before))
-            cut = begin
-        return cover, value
+        value, cover = trace_back(best, begins)
+        return None if cover is None else (cover, value)
 
     def best_move(self, assignment: NDArray[np.intp]) -> Move | None:
         """The move that leaves the fewest units over the limits, the cheapest among those."""
@@ -659,17 +647,6 @@ def reprice(
         if polished.feasible:
             best = polished
     return best
-
-
-def _least_of_others(values: NDArray[np.float64]) -> NDArray[np.float64]:
-    """[t]: the least of ``values`` over the other entries than t."""
-    order = np.argsort(values)[:2]
-    others = np.full(values.size, values[order[0]])
-    if values.size > 1:
-        others[order[0]] = values[order[1]]
-    else:
-        others[order[0]] = np.inf
-    return others
 
 
 def _recover(
