@@ -1,17 +1,18 @@
 """The ``heterps`` command.
 
-Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``.
-Those modules must not import Paddle at module level: ``heterps plan`` and ``heterps --help`` stay
-fast and work where Paddle is not installed.
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``, named in
+:data:`COMMANDS` and imported by name (tools/command_table.py, which ``heterps bench`` uses too): this module only
+parses the command line and reports errors, and no subcommand imports it back (pyproject.toml's import contracts).  Those modules must not import Paddle at module level: ``heterps plan`` and
+``heterps --help`` stay fast and work where Paddle is not installed.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
+from heterps_paddle.tools.command_table import add_command_table
 from heterps_paddle.tools.launch import main as launch_main
 from heterps_paddle.version import __version__
 
@@ -32,20 +33,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "settings": ("heterps_paddle.tools.settings_command", "list the HETERPS_* environment variables"),
     "bench": ("heterps_paddle.tools.bench", "benchmarks that print numbers (JSON with --json)"),
 }
-
-
-def add_command_table(
-    parser: argparse.ArgumentParser, table: dict[str, tuple[str, str]], dest: str, run_key: str
-) -> None:
-    """One subcommand per entry of ``table`` (name -> (module, help)); the chosen module's ``run`` is stored
-    in ``args.<run_key>``.  Used for ``heterps`` itself and for ``heterps bench``."""
-    sub = parser.add_subparsers(dest=dest, metavar=dest.upper())
-    sub.required = True
-    for name, (module_name, help_text) in table.items():
-        module = importlib.import_module(module_name)
-        command_parser = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(command_parser)
-        command_parser.set_defaults(**{run_key: module.run})
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from heterps_paddle.tools.cli import add_command_table
+from heterps_paddle.tools.command_table import add_command_table
 
 # name -> (module, help); each module exposes add_arguments(parser) and run(args) -> int.
 BENCHMARKS: dict[str, tuple[str, str]] = {
