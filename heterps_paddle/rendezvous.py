@@ -1,6 +1,6 @@
 """What the processes of one launch share: its id, and a board where they leave each other small records.
 
-Records on the board: the plan the launch runs (fleet/job_plan.py), each heterogeneous trainer's side-channel
+Records on the board: the plan the launch runs (fleet/plan_agreement.py), each heterogeneous trainer's side-channel
 endpoint (runtime/stage_metrics.py), the servers' word that they restored a checkpoint (runtime/checkpoint.py).
 
 Two boards, one interface:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Our CUDA table against HierarchicalKV on the same GPU, one run: builds HKV's benchmark routine (through
-# custom_ops/bench/hkv_driver.cu, from a copy of HKV's include/ and benchmark/: Apache-2.0, benchmark only,
+# custom_ops/bench/hkv_driver.cu, from a checkout of HKV's include/ and benchmark/: Apache-2.0, benchmark only,
 # never part of this repository) and our table_bench, runs both for each dim, prints one table of ratios.
 #
 #   bash custom_ops/bench/hkv_compare.sh [--json] [BUILD_DIR]    (default BUILD_DIR: /tmp/heterps-hkv-compare)
-#   HKV_DIR=path to a copy of HKV with include/ and benchmark/ (default: .hkv in the checkout, ignored by git;
-#   e.g. cp -r ../shared/anchors/hkv .hkv)   DIMS="8 32 64 128"   ZIPF=1.05
+#   HKV_DIR=path to a checkout of HierarchicalKV (https://github.com/NVIDIA-Merlin/HierarchicalKV; its include/
+#   headers and benchmark/ are used), default .hkv in this checkout (ignored by git), e.g.
+#   git clone https://github.com/NVIDIA-Merlin/HierarchicalKV .hkv     DIMS="8 32 64 128"   ZIPF=1.05
 #   HKV_BENCH=path / TABLE_BENCH=path: binaries built elsewhere (nvcc for sm_90 builds them on any x86-64 host)
 #
 # Both sides, per dim: the same number of resident rows (HKV: capacity x load factor 0.5, as its benchmark
@@ -27,7 +28,8 @@ ZIPF="${ZIPF:-1.05}"
 HKV_DIR="${HKV_DIR:-.hkv}"
 if [ -z "${HKV_BENCH:-}" ] && [ ! -d "$HKV_DIR/include" ]; then
   echo "hkv_compare: no HierarchicalKV sources at '$HKV_DIR' (expected $HKV_DIR/include and $HKV_DIR/benchmark):" \
-    "set HKV_DIR to a copy of HKV, or HKV_BENCH to a built benchmark" >&2
+    "set HKV_DIR to a checkout of https://github.com/NVIDIA-Merlin/HierarchicalKV (or clone it to .hkv)," \
+    "or HKV_BENCH to a built benchmark" >&2
   exit 2
 fi
 mkdir -p "$BUILD" "$LOG_DIR"
