@@ -1,0 +1,600 @@
+"""A job's life as one pure state machine: what the launch does next, from what it saw.
+
+Every rule of a job's rounds lives here and nowhere else (docs/across-hosts.md, docs/checkpoints.md): who may join,
+when the job starts, settles, restarts, retries, moves, ends or aborts.  :func:`step` takes the job as it is, one
+event and the time, and returns the job as it becomes and the actions to carry out.  It does no I/O, starts no
+thread and reads no clock: the coordinator (launch/coordinator.py, across hosts) and the one-host driver
+(launch/driver.py: one host is the same machine with one member) are shells that turn sockets, exit statuses and
+timers into events and carry the actions out.
+
+The shape follows TorchElastic's agent: one state enum, a frozen record of the round, and one function from what was
+observed to the next action; and its rule that membership changes are not retries (here: a move is not a restart,
+and a retry of Paddle's connect-timeout abort uses up neither).
+
+The rounds, in short:
+
+- **Joining.**  Every host of the round's placement joins with the digest of its plan and placement; a host with
+  another digest ends the launch, naming it; when all have joined the round starts.  A host that never joins within
+  the startup time ends it too.
+- **Settling.**  Once started, a failure (a process failed, a host's launch went away or fell silent) is settled for
+  ``settle_s`` (a host's death fails its peers' processes within seconds) when the job may start again: with
+  restarts left, or when the first failure is Paddle's connect-timeout abort and retries are left.  Otherwise, and
+  before the start, the first failure ends the launch.
+- **A new round.**  After settling, the hosts lost are those gone, silent or never joined: none lost and a retry
+  settling gives a retry (the same plan on the same hosts); else a restart re-plans for what is left, if restarts
+  remain.  The coordinator's own host cannot be replaced.  A lost host that stands by again is back: at the next
+  complete checkpoint the job re-plans with it and moves when that plan is better.
+- **The end.**  When every host that runs CPU trainers has finished, the job ends on every host.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Union
+
+# ------------------------------------------------------------------------------------------------ the records
+
+
+class JobState(enum.Enum):
+    JOINING = "joining"  # the round's hosts are joining; nothing of it runs yet
+    RUNNING = "running"  # every host joined: the round runs
+    SETTLING = "settling"  # a failure was seen; waiting to learn what else it takes with it
+    REPLANNING = "replanning"  # a new round's plan was asked for (Replan out; Planned or PlanFailed back)
+    ENDED = "ended"  # every host's CPU trainers finished
+    ABORTED = "aborted"  # the launch ended on a failure (Job.reason)
+
+    @property
+    def over(self) -> bool:
+        return self in (JobState.ENDED, JobState.ABORTED)
+
+
+class Kind(enum.Enum):
+    """Why a round follows another (``kind`` in restarts.json)."""
+
+    RESTART = "restart"  # hosts were lost or a process failed: re-planned for what is left, uses up --restarts
+    RETRY = "retry"  # Paddle's connect-timeout abort: the same plan on the same hosts, uses up a retry only
+    MOVE = "move"  # a lost host is back: a better plan at a checkpoint, uses up nothing
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What the launch allows: its options and settings, fixed for the job's life."""
+
+    restarts: int = 0  # --restarts N
+    connect_retries: int = 0  # HETERPS_CONNECT_RETRIES
+    settle_s: float = 5.0
+    startup_s: float = 120.0  # HETERPS_STARTUP_TIMEOUT, per round
+    can_replan: bool = True  # a re-planner is there: without one any failure ends the launch
+    checkpoints: bool = False  # --checkpoint-dir: a host back moves the job at the next complete checkpoint
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of the job: its plan and placement, the hosts out, and what was used up to get here."""
+
+    number: int
+    members: Mapping[str, bool]  # every host that runs a process of the plan -> whether it runs CPU trainers
+    coordinator: str  # server 0's host
+    digest: str  # of the plan and placement: every host of the round has the same
+    plan: Mapping[str, Any] | None = None  # as its file holds it (None: the first round's, from the launch's files)
+    lost: frozenset[str] = frozenset()  # the hosts lost when the round was planned
+    resumes_from: str | None = None  # the complete checkpoint the round resumes from, when it was decided
+    retries_used: int = 0
+    restarts_used: int = 0
+
+    @property
+    def trainer_hosts(self) -> frozenset[str]:
+        return frozenset(host for host, trains in self.members.items() if trains)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A new round asked for and not yet planned."""
+
+    kind: Kind
+    lost: frozenset[str]  # every host lost when it was decided
+    lost_now: tuple[str, ...]  # those this change lost
+    reason: str
+    back: tuple[str, ...] = ()  # a move: the hosts back
+
+
+@dataclass(frozen=True)
+class Job:
+    """The job as the machine knows it.  Build the first with :func:`first_job`."""
+
+    rules: Rules
+    round: Round
+    state: JobState = JobState.JOINING
+    startup_deadline: float = 0.0
+    lost: frozenset[str] = frozenset()  # every host lost and not back
+    joined: frozenset[str] = frozenset()  # this round's hosts connected
+    gone: frozenset[str] = frozenset()  # this round's hosts whose connection closed (or that were refused late)
+    silent: frozenset[str] = frozenset()  # this round's hosts that stopped answering
+    done: frozenset[str] = frozenset()  # this round's hosts whose CPU trainers finished
+    spares: frozenset[str] = frozenset()  # hosts standing by (they run nothing of this round)
+    back: Mapping[str, int] = field(default_factory=dict)  # lost hosts back -> newest checkpoint's passes then
+    trouble: tuple[str, ...] = ()  # the failures being settled
+    settle_at: float | None = None
+    retry_settling: bool = False  # the failure being settled began with Paddle's connect-timeout abort
+    pending: Change | None = None
+    reason: str | None = None  # why the launch aborted
+    history: tuple[Mapping[str, Any], ...] = ()  # every change of round, as restarts.json reports it
+
+    @property
+    def restarts_left(self) -> int:
+        return self.rules.restarts - self.round.restarts_used
+
+    @property
+    def retries_left(self) -> int:
+        return self.rules.connect_retries - self.round.retries_used
+
+
+def first_job(rules: Rules, round_: Round, now: float) -> Job:
+    return Job(rules, round_, startup_deadline=now + rules.startup_s)
+
+
+# ------------------------------------------------------------------------------------------------ the events
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A host of the round's placement joined (``digest``: of the plan and placement it was given)."""
+
+    host: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class SpareJoined:
+    """A host stands by: it runs nothing of this round (a spare, or a lost host started again)."""
+
+    host: str
+    newest_checkpoint: int  # the passes of the newest complete checkpoint as it joined (0: none)
+
+
+@dataclass(frozen=True)
+class ProcessFailed:
+    """A process of ``host`` failed; ``retryable``: it was Paddle's connect-timeout abort."""
+
+    host: str
+    round: int
+    reason: str
+    retryable: bool = False
+
+
+@dataclass(frozen=True)
+class HostGone:
+    """``host``'s launch went away: its connection closed."""
+
+    host: str
+    round: int
+
+
+@dataclass(frozen=True)
+class HostSilent:
+    """``host`` said nothing for ``seconds`` (HETERPS_HOST_TIMEOUT)."""
+
+    host: str
+    round: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SpareGone:
+    """A standing-by host's connection closed before it was told anything."""
+
+    host: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """``host``'s CPU trainers finished (a host without any says so when its processes are all up and well)."""
+
+    host: str
+    round: int
+
+
+@dataclass(frozen=True)
+class CheckpointComplete:
+    """The newest complete checkpoint holds ``passes`` passes."""
+
+    passes: int
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed (the shells send one about every second): the startup and settling deadlines."""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The plan of the round asked for (Replan).  ``better``: it beats the running one (planning/replan.py)."""
+
+    plan: Mapping[str, Any]
+    members: Mapping[str, bool]
+    coordinator: str
+    digest: str
+    report: Mapping[str, Any]  # old and new plans, how the new one was chosen (restarts.json)
+    checkpoint: Mapping[str, Any]  # the checkpoint the round resumes from and the work redone (restarts.json)
+    at: str  # the time, as restarts.json writes it
+    better: bool = True
+
+
+@dataclass(frozen=True)
+class PlanFailed:
+    """No plan for the round asked for: ``expected`` when the inputs allow none (an error the user can act on)."""
+
+    detail: str
+    expected: bool = True
+
+
+Event = Union[
+    Joined,
+    SpareJoined,
+    ProcessFailed,
+    HostGone,
+    HostSilent,
+    SpareGone,
+    Done,
+    CheckpointComplete,
+    Tick,
+    Planned,
+    PlanFailed,
+]
+
+# ------------------------------------------------------------------------------------------------ the actions
+
+
+@dataclass(frozen=True)
+class Say:
+    """A line for the coordinator's console."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Answer the connection that just joined as ``host`` with an abort (the job goes on without it)."""
+
+    host: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Answer a standing-by host."""
+
+    host: str
+    message: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Start:
+    """Every host of the round joined: tell them to start (with a new launch id)."""
+
+    hosts: tuple[str, ...]
+    digest: str
+
+
+@dataclass(frozen=True)
+class Beat:
+    """Tell every connected host of the round that the coordinator is there."""
+
+
+@dataclass(frozen=True)
+class Tell:
+    """Tell every connected host of the round ``message``; ``spares`` too (who are then let go)."""
+
+    message: Mapping[str, Any]
+    spares: bool = True
+
+
+@dataclass(frozen=True)
+class Replan:
+    """Plan the next round for the hosts the job has (every host but ``lost``); answer Planned or PlanFailed."""
+
+    lost: frozenset[str]
+    kind: Kind
+
+
+@dataclass(frozen=True)
+class NextRound:
+    """Start ``round``: write the history (restarts.json), tell every host and spare ``message``, a new board."""
+
+    round: Round
+    message: Mapping[str, Any]
+    history: tuple[Mapping[str, Any], ...]
+
+
+Action = Union[Say, Refuse, Reply, Start, Beat, Tell, Replan, NextRound]
+
+PREFIX = "heterps launch: "
+
+# ------------------------------------------------------------------------------------------------ the rules
+
+
+def step(job: Job, event: Event, now: float) -> tuple[Job, list[Action]]:
+    """The job after ``event`` at time ``now``, and what to do about it."""
+    handler: Callable[[Job, Any, float], tuple[Job, list[Action]]] = _HANDLERS[type(event)]
+    return handler(job, event, now)
+
+
+def _joined(job: Job, event: Joined, now: float) -> tuple[Job, list[Action]]:
+    host = event.host
+    if host not in job.round.members:
+        listed = ", ".join(job.round.members)
+        return job, [Refuse(host, f"{host} runs nothing of this launch's plan (its hosts: {listed})")]
+    if host in job.joined:
+        return job, [Refuse(host, f"host {host} joined twice: a second heterps launch with --host {host}")]
+    if job.state is not JobState.JOINING:
+        reason = job.reason or f"host {host} joined a launch that had started"
+        return replace(job, gone=job.gone | {host}), [Refuse(host, reason)]
+    job = replace(job, joined=job.joined | {host}, gone=job.gone - {host})
+    if event.digest != job.round.digest:
+        return _abort(
+            job,
+            f"host {host} was given another plan or hosts file than {job.round.coordinator} (plan and placement "
+            f"digest {event.digest} there, {job.round.digest} here): give every host the same files",
+        )
+    if set(job.round.members) <= job.joined:
+        return replace(job, state=JobState.RUNNING), [Start(tuple(job.round.members), job.round.digest)]
+    return job, []
+
+
+def _spare_joined(job: Job, event: SpareJoined, now: float) -> tuple[Job, list[Action]]:
+    host = event.host
+    if job.state is JobState.ABORTED:
+        return job, [Reply(host, {"op": "abort", "reason": job.reason})]
+    if job.state is JobState.ENDED:
+        return job, [Reply(host, {"op": "end"})]
+    job = replace(job, spares=job.spares | {host})
+    actions: list[Action] = [Reply(host, {"op": "standby", "round": job.round.number})]
+    if host not in job.lost:
+        return job, actions
+    job = replace(job, lost=job.lost - {host})
+    if not job.rules.checkpoints:
+        actions.append(
+            Say(
+                f"{PREFIX}host {host} is back and stands by; without --checkpoint-dir the job stays on its plan (a "
+                "restart's plan may use it)"
+            )
+        )
+        return job, actions
+    actions.append(
+        Say(
+            f"{PREFIX}host {host} is back and stands by; at the next checkpoint the job moves to a plan with it, if "
+            "that plan is better"
+        )
+    )
+    return replace(job, back={**job.back, host: event.newest_checkpoint}), actions
+
+
+def _spare_gone(job: Job, event: SpareGone, now: float) -> tuple[Job, list[Action]]:
+    host = event.host
+    if host not in job.spares:
+        return job, []  # told to go (a restart, the end) before its connection closed
+    back = {h: passes for h, passes in job.back.items() if h != host}
+    job = replace(job, spares=job.spares - {host}, back=back)
+    if job.state.over:
+        return job, []
+    # gone while standing by: a later round must not wait for it
+    return replace(job, lost=job.lost | {host}), [Say(f"{PREFIX}host {host}, standing by, went away: counted as lost")]
+
+
+def _process_failed(job: Job, event: ProcessFailed, now: float) -> tuple[Job, list[Action]]:
+    if event.round != job.round.number:
+        return job, []  # a host of an earlier round: it starts again, or was dropped
+    return _trouble(job, f"host {event.host}: {event.reason}", now, event.retryable)
+
+
+def _host_gone(job: Job, event: HostGone, now: float) -> tuple[Job, list[Action]]:
+    if event.round != job.round.number:
+        return job, []
+    job = replace(job, joined=job.joined - {event.host}, gone=job.gone | {event.host})
+    return _trouble(
+        job,
+        f"host {event.host}'s heterps launch went away (its connection to the coordinator closed: the process was "
+        "killed, or the machine or its network is gone)",
+        now,
+    )
+
+
+def _host_silent(job: Job, event: HostSilent, now: float) -> tuple[Job, list[Action]]:
+    if event.round != job.round.number or event.host in job.gone:
+        return job, []
+    job = replace(job, silent=job.silent | {event.host})
+    if job.state is not JobState.RUNNING:
+        return job, []  # before the start the startup deadline rules; while settling, the settling counts it lost
+    return _trouble(
+        job,
+        f"host {event.host} stopped answering ({event.seconds:.0f} s without a word; HETERPS_HOST_TIMEOUT)",
+        now,
+    )
+
+
+def _done(job: Job, event: Done, now: float) -> tuple[Job, list[Action]]:
+    if event.round != job.round.number:
+        return job, []
+    job = replace(job, done=job.done | {event.host})
+    if job.state.over or not job.round.trainer_hosts <= job.done:
+        return job, []
+    return replace(job, state=JobState.ENDED), [Tell({"op": "end"})]
+
+
+def _checkpoint_complete(job: Job, event: CheckpointComplete, now: float) -> tuple[Job, list[Action]]:
+    if job.state is not JobState.RUNNING or not job.back or not job.rules.checkpoints:
+        return job, []
+    if event.passes <= max(job.back.values()):
+        return job, []  # the move waits for a checkpoint written after the host came back
+    hosts = tuple(sorted(job.back))
+    change = Change(Kind.MOVE, job.lost, (), f"host(s) {', '.join(hosts)} back", back=hosts)
+    return replace(job, back={}, state=JobState.REPLANNING, pending=change), [Replan(job.lost, Kind.MOVE)]
+
+
+def _tick(job: Job, event: Tick, now: float) -> tuple[Job, list[Action]]:
+    if job.state is JobState.SETTLING and job.settle_at is not None and now >= job.settle_at:
+        return _settled(job, now)
+    if job.state is JobState.JOINING and now > job.startup_deadline:
+        missing = [h for h in job.round.members if h not in job.joined]
+        return _abort(
+            job,
+            f"host{'s' * (len(missing) != 1)} {', '.join(missing)} never joined the launch within "
+            f"{job.rules.startup_s:.0f} s (HETERPS_STARTUP_TIMEOUT): start `heterps launch --hosts ...` there too, "
+            "with the same files",
+        )
+    if job.state in (JobState.JOINING, JobState.RUNNING):
+        return job, [Beat()]
+    return job, []
+
+
+def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
+    change = job.pending
+    if job.state is not JobState.REPLANNING or change is None:
+        return job, []
+    if change.kind is Kind.MOVE and not event.better:
+        return replace(job, state=JobState.RUNNING, pending=None), [
+            Say(
+                f"{PREFIX}with host(s) {', '.join(change.back)} back the plan would be "
+                f"{event.report.get('new_summary', '?')}, no better than the one running: the job goes on with it "
+                "(the host(s) stand by)"
+            )
+        ]
+    old = job.round
+    new = Round(
+        number=old.number + 1,
+        members=dict(event.members),
+        coordinator=event.coordinator,
+        digest=event.digest,
+        plan=dict(event.plan),
+        lost=change.lost,
+        resumes_from=event.checkpoint.get("resumes_from"),
+        retries_used=old.retries_used + (change.kind is Kind.RETRY),
+        restarts_used=old.restarts_used + (change.kind is Kind.RESTART),
+    )
+    if change.kind is Kind.RETRY:
+        title = (
+            f"retry {new.retries_used} after Paddle's connect-timeout abort "
+            f"({job.rules.connect_retries - new.retries_used} left; round {new.number})"
+        )
+    elif change.kind is Kind.RESTART:
+        title = f"restart {new.restarts_used} ({job.rules.restarts - new.restarts_used} left; round {new.number})"
+    else:
+        title = f"moving to another plan (round {new.number})"
+    record = {
+        "round": new.number,
+        "kind": change.kind.value,
+        "at": event.at,
+        "why": change.reason,
+        "lost": list(change.lost_now),
+        "lost_so_far": sorted(change.lost),
+        **dict(event.checkpoint),
+        **dict(event.report),
+    }
+    what = f"lost {', '.join(change.lost_now)}" if change.lost_now else change.reason
+    message = {
+        "op": "restart",
+        "round": new.number,
+        "plan": dict(event.plan),
+        "lost": sorted(change.lost),
+        "why": change.reason,
+    }
+    history = (*job.history, record)
+    job = replace(
+        job,
+        round=new,
+        state=JobState.JOINING,
+        startup_deadline=now + job.rules.startup_s,
+        lost=change.lost,
+        joined=frozenset(),
+        gone=frozenset(),
+        silent=frozenset(),
+        done=frozenset(),
+        spares=frozenset(),  # told with every host: they start again too, and stand by anew if the plan skips them
+        trouble=(),
+        settle_at=None,
+        retry_settling=False,
+        pending=None,
+        history=history,
+    )
+    return job, [
+        Say(f"{PREFIX}{title}: {what}; {event.report.get('summary', '')}"),
+        NextRound(new, message, history),
+    ]
+
+
+def _plan_failed(job: Job, event: PlanFailed, now: float) -> tuple[Job, list[Action]]:
+    change = job.pending
+    if job.state is not JobState.REPLANNING or change is None:
+        return job, []
+    if change.kind is Kind.MOVE:  # the job runs on as it was: its plan still works
+        return replace(job, state=JobState.RUNNING, pending=None), [
+            Say(f"{PREFIX}no plan with host(s) {', '.join(change.back)} back ({event.detail}); the job goes on")
+        ]
+    job = replace(job, pending=None)
+    if event.expected:
+        return _abort(job, f"{change.reason}; the job cannot go on with what is left: {event.detail}")
+    return _abort(job, f"{change.reason}; re-planning failed ({event.detail})")
+
+
+def _trouble(job: Job, reason: str, now: float, retryable: bool = False) -> tuple[Job, list[Action]]:
+    """A failure ends the launch, or, once it had started, begins the settling that ends in a new round: a restart
+    (with restarts left), or a retry when the first failure is Paddle's connect-timeout abort and retries are left.
+    What fails while a failure settles is counted with it."""
+    if job.state.over or job.state is JobState.REPLANNING:
+        return job, []
+    if job.state is JobState.JOINING or not job.rules.can_replan:
+        return _abort(job, reason)
+    actions: list[Action] = []
+    if job.state is JobState.RUNNING:
+        retry = retryable and job.retries_left > 0
+        if job.restarts_left <= 0 and not retry:
+            return _abort(job, reason)
+        left = (
+            f"{job.retries_left} retry(-ies) of this abort left, HETERPS_CONNECT_RETRIES"
+            if retry
+            else f"{job.restarts_left} restart(s) left"
+        )
+        job = replace(job, state=JobState.SETTLING, settle_at=now + job.rules.settle_s, retry_settling=retry)
+        actions.append(Say(f"{PREFIX}{reason}; the job will start again ({left})"))
+    return replace(job, trouble=(*job.trouble, reason)), actions
+
+
+def _settled(job: Job, now: float) -> tuple[Job, list[Action]]:
+    """The settled failure's new round: who is lost, and whether the job may go on without them."""
+    members = job.round.members
+    lost_now = tuple(sorted((job.gone | job.silent | {h for h in members if h not in job.joined}) & set(members)))
+    reason = "; ".join(job.trouble)
+    if job.round.coordinator in lost_now:
+        return _abort(job, f"{reason} (the coordinator's own host cannot be replaced: the job ends)")
+    # A retry keeps the job's hosts: a host lost as well makes it a restart (or, with none left, the end).
+    retry = job.retry_settling and not lost_now
+    if not retry and job.restarts_left <= 0:
+        return _abort(job, f"{reason}; and lost host(s) {', '.join(lost_now)}: no restarts left (--restarts)")
+    lost = job.lost | frozenset(lost_now)
+    kind = Kind.RETRY if retry else Kind.RESTART
+    back = {h: passes for h, passes in job.back.items() if h not in lost_now}
+    change = Change(kind, lost, lost_now if kind is Kind.RESTART else (), reason)
+    return replace(job, state=JobState.REPLANNING, pending=change, back=back), [Replan(lost, kind)]
+
+
+def _abort(job: Job, reason: str) -> tuple[Job, list[Action]]:
+    """The first reason ends the launch on every host."""
+    if job.state.over:
+        return job, []
+    return replace(job, state=JobState.ABORTED, reason=reason, pending=None), [Tell({"op": "abort", "reason": reason})]
+
+
+_HANDLERS: dict[type, Any] = {
+    Joined: _joined,
+    SpareJoined: _spare_joined,
+    SpareGone: _spare_gone,
+    ProcessFailed: _process_failed,
+    HostGone: _host_gone,
+    HostSilent: _host_silent,
+    Done: _done,
+    CheckpointComplete: _checkpoint_complete,
+    Tick: _tick,
+    Planned: _planned,
+    PlanFailed: _plan_failed,
+}
