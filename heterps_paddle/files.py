@@ -1,4 +1,11 @@
-"""Small file-system helpers shared by the data cache and the plan sharing: one home each."""
+"""Small file-system helpers: one home each.
+
+The file lock and the atomic write (the data cache, the plan sharing), and the checks of a command's path options:
+``input_file``/``input_dir`` (must exist, of the right kind) and ``output_dir``/``output_file`` (a directory made if
+missing, a file's directory made if missing, each writable).  Those raise ``CommandError`` with one line that names
+the option, the path and what is wrong, so every bad path a user gives a ``heterps`` command is exit status 2 and
+one line, never a traceback from an ``os.makedirs`` or an ``open`` deep in the work.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,8 @@ import contextlib
 import fcntl
 import os
 from typing import Any, Callable, Iterator
+
+from heterps_paddle.errors import CommandError
 
 
 @contextlib.contextmanager
@@ -46,3 +55,86 @@ def save_figure_atomic(figure: Any, path: str, dpi: int = 100) -> None:
     """A matplotlib figure to ``path`` (format from its extension, png without one), by ``replace_atomic``."""
     kind = os.path.splitext(path)[1].lstrip(".").lower() or "png"
     replace_atomic(path, lambda tmp: figure.savefig(tmp, dpi=dpi, format=kind))
+
+
+def input_file(option: str, path: str) -> str:
+    """``path``, given to ``option``, as a readable existing file; else ``CommandError``."""
+    if os.path.isdir(path):
+        raise CommandError(f"{option} {path}: is a directory, not a file")
+    if not os.path.exists(path):
+        raise CommandError(f"{option} {path}: file does not exist{_blocked_by_file(path)}")
+    if not os.path.isfile(path):
+        raise CommandError(f"{option} {path}: not a regular file")
+    if not os.access(path, os.R_OK):
+        raise CommandError(f"{option} {path}: file is not readable")
+    return path
+
+
+def input_dir(option: str, path: str) -> str:
+    """``path``, given to ``option``, as a readable existing directory; else ``CommandError``."""
+    if not os.path.exists(path):
+        raise CommandError(f"{option} {path}: directory does not exist{_blocked_by_file(path)}")
+    if not os.path.isdir(path):
+        raise CommandError(f"{option} {path}: is a file, not a directory")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise CommandError(f"{option} {path}: directory is not readable")
+    return path
+
+
+def output_dir(option: str, path: str) -> str:
+    """``path``, given to ``option``, as a writable directory, made (with its parents) if missing; else
+    ``CommandError``: a file there or above it, or a place where it cannot be made or written."""
+    problem = _make_writable_dir(path)
+    if problem:
+        raise CommandError(f"{option} {path}: {problem}")
+    return path
+
+
+def output_file(option: str, path: str) -> str:
+    """``path``, given to ``option``, as a file that can be written: not a directory, its directory made (with
+    its parents) if missing and writable; else ``CommandError``."""
+    if os.path.isdir(path):
+        raise CommandError(f"{option} {path}: is a directory, not a file")
+    if path.endswith(os.sep):
+        raise CommandError(f"{option} {path}: names a directory (it ends with {os.sep}), not a file")
+    directory = os.path.dirname(path) or os.curdir
+    problem = _make_writable_dir(directory)
+    if problem:
+        raise CommandError(f"{option} {path}: {directory} {problem}")
+    return path
+
+
+def _nearest_existing(path: str) -> str:
+    """``path`` or the nearest of its ancestors that exists (a file or a directory)."""
+    path = os.path.normpath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path) or os.curdir
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _blocked_by_file(path: str) -> str:
+    """Why a path cannot exist, where an ancestor is a file: the tail of a 'does not exist' message."""
+    above = _nearest_existing(path)
+    return "" if os.path.isdir(above) else f" ({above} is a file, not a directory)"
+
+
+def _make_writable_dir(path: str) -> str | None:
+    """Make ``path`` a writable directory; what is wrong with it where it cannot be (a predicate: 'is ...',
+    'cannot be made: ...'), else None."""
+    if os.path.isdir(path):
+        return None if os.access(path, os.W_OK | os.X_OK) else "is not writable"
+    above = _nearest_existing(path)
+    if above == os.path.normpath(path):
+        return "is a file, not a directory"
+    if not os.path.isdir(above):
+        return f"cannot be made: {above} is a file, not a directory"
+    if not os.access(above, os.W_OK | os.X_OK):
+        return f"cannot be made: {above} is not writable"
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        return f"cannot be made: {exc.strerror or exc}"
+    return None
