@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
 from typing import Any, Callable, Iterator
 
 from heterps_paddle.errors import CommandError
@@ -125,16 +126,32 @@ def _make_writable_dir(path: str) -> str | None:
     """Make ``path`` a writable directory; what is wrong with it where it cannot be (a predicate: 'is ...',
     'cannot be made: ...'), else None."""
     if os.path.isdir(path):
-        return None if os.access(path, os.W_OK | os.X_OK) else "is not writable"
+        problem = _cannot_write_in(path)
+        return problem and f"is not writable ({problem})"
     above = _nearest_existing(path)
     if above == os.path.normpath(path):
         return "is a file, not a directory"
     if not os.path.isdir(above):
         return f"cannot be made: {above} is a file, not a directory"
-    if not os.access(above, os.W_OK | os.X_OK):
-        return f"cannot be made: {above} is not writable"
+    problem = _cannot_write_in(above)
+    if problem:
+        return f"cannot be made: {above} is not writable ({problem})"
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
         return f"cannot be made: {exc.strerror or exc}"
+    return None
+
+
+def _cannot_write_in(directory: str) -> str | None:
+    """Why no file can be made in ``directory`` (the system's words), else None.  Found by making one and removing
+    it: ``os.access`` says yes to root where modes say no, and to anyone on a file system that refuses new files
+    (/proc)."""
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".heterps-write-check-", dir=directory)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(handle)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
     return None
