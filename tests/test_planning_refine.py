@@ -1,7 +1,7 @@
-"""rl's refinement (planning/schedulers/refine.py): every move it scores from the stage tables costs what the cost
-model says the moved plan costs, with the same units over the limits; a re-cover is the cheapest cover of its
-window by brute force, and so is a priced re-cover's under any prices; a descent, an oscillation and a priced
-re-cover never end worse than they started."""
+"""rl's refinement (planning/schedulers/refine.py, plan_moves.py, window_covers.py): every move it scores from
+the stage tables costs what the cost model says the moved plan costs, with the same units over the limits; a
+re-cover is the cheapest cover of its window by brute force, and so is a priced re-cover's under any prices; a
+descent, an oscillation and a priced re-cover never end worse than they started."""
 
 import itertools
 
@@ -11,17 +11,16 @@ import pytest
 from heterps_paddle.planning.catalog import generate_workload, random_case, tight_case
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.schedulers.exact import ExactScheduler
+from heterps_paddle.planning.schedulers.plan_moves import Move, MoveScorer
 from heterps_paddle.planning.schedulers.refine import (
-    RECOVER_PIECES,
     RECOVER_SPAN,
-    Move,
-    MoveScorer,
     descend,
     oscillate,
     penalised_descent,
     penalised_value,
     reprice,
 )
+from heterps_paddle.planning.schedulers.window_covers import RECOVER_PIECES, priced_cover, recover
 
 
 def small_models():
@@ -108,7 +107,7 @@ def test_a_recover_is_the_cheapest_cover_of_its_window(seed):
             for last in range(first, min(first + RECOVER_SPAN, stages.start.size)):
                 low, high = int(stages.start[first]), int(stages.end[last])
                 best = cheapest_cover_by_brute_force(model, plan, low, high)
-                moved = scorer.recover(stages, first, last)
+                moved = recover(scorer, stages, first, last)
                 if moved is None:  # nothing cheaper than what is there
                     assert not best < stages.total - 1e-9
                 else:
@@ -230,7 +229,7 @@ def test_a_priced_cover_is_the_cheapest_cover_of_its_window(seed):
                     moved = plan.copy()
                     moved[low:high] = types
                     best = min(best, priced_total(scorer, moved, unit_price))
-                found = scorer.priced_cover(stages, first, last, unit_price)
+                found = priced_cover(scorer, stages, first, last, unit_price)
                 if found is None:
                     assert not np.isfinite(best)
                     continue

@@ -1,5 +1,5 @@
 """What the DPs over stage boundaries share: ``exact``'s over the whole plan (``exact.forward_dp``) and the
-refinement's over a window of a plan's stages (``refine.MoveScorer.priced_cover``).
+refinement's over a window of a plan's stages (``window_covers.priced_cover``).
 
 Both fill ``best[j, t]``, the cheapest cover of the first ``j`` layers whose last stage has type ``t``, and
 ``begins[j, t]``, the boundary where that last stage begins. A stage is a maximal run of one type, so two

@@ -10,11 +10,11 @@ every batch. Restarts with fresh policies explore other modes. The starting pref
 layer and type come from ``stage_share``: the least per-layer share of any stage of that type holding the layer.
 
 The best distinct samples of the training (``Elites``) are then refined by descent over moves scored from the
-stage tables (``refine.py``: segment and split moves, ejections where shared limits bind, re-covers of a few
-stages), best first, until 60% of the time budget; the cheapest is improved by a priced re-cover (window DPs
-under unit prices steered by the shared limits), a strategic oscillation and kicks while the budget lasts; the
-cheapest refined plan wins, and the cheapest sample's own
-cost is reported as ``refined_from_cost``. It never calls ``exact`` or ``brute``. With a seed it gives the same
+stage tables (``refine.py``: segment and split moves, from ``plan_moves.py``; ejections where shared limits
+bind; re-covers of a few stages, from ``window_covers.py``), best first, until 60% of the time budget; the
+cheapest is improved by a priced re-cover (window DPs under unit prices steered by the shared limits), a
+strategic oscillation and kicks while the budget lasts; the cheapest refined plan wins, and the cheapest
+sample's own cost is reported as ``refined_from_cost``. It never calls ``exact`` or ``brute``. With a seed it gives the same
 plan every time where the fixed restarts x iterations end before the budget (small and medium models); where
 the budget ends training (hundreds of layers x dozens of types) the plan can depend on the machine's speed.
 
@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from heterps_paddle.planning.cost_model import CostModel, Evaluation
 from heterps_paddle.planning.schedulers.base import Schedule, Scheduler, no_plan_reason
+from heterps_paddle.planning.schedulers.plan_moves import MoveScorer
 from heterps_paddle.planning.schedulers.policy import (
     RETURN_FEATURES,
     STAY_FEATURES,
@@ -38,7 +39,7 @@ from heterps_paddle.planning.schedulers.policy import (
     Policy,
     RolloutRecord,
 )
-from heterps_paddle.planning.schedulers.refine import MoveScorer, descend, oscillate, reprice
+from heterps_paddle.planning.schedulers.refine import descend, oscillate, reprice
 
 KICK_ROUNDS = 4  # oscillation rounds after each kick (the best plan's own oscillation has refine's default)
 # The elites' descents end at this share of the time budget (the first always runs): on hundreds of layers x dozens
