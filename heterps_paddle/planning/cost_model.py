@@ -54,7 +54,7 @@ class Evaluation:
 
     @property
     def throughput(self) -> float:
-        return min(s.units / s.time_per_sample if s.time_per_sample > 0 else math.inf for s in self.stages)
+        return plan_throughput(self.stages)
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,40 @@ class BatchEvaluation:
     feasible: NDArray[np.bool_]  # [batch] bool
     excess_units: NDArray[np.float64]  # [batch]
     total_units: NDArray[np.float64]  # [batch]
+
+
+# ------------------------------------------------------------------ a plan's figures (one place for them all)
+
+
+def stage_throughput(units: int, time_per_sample: float) -> float:
+    """Samples/s of a stage's ``units`` units, each taking ``time_per_sample`` seconds per sample."""
+    return units / time_per_sample if time_per_sample > 0 else math.inf
+
+
+def plan_throughput(stages: Sequence[StageOption], shared_cores: int | None = None) -> float:
+    """Samples/s a plan achieves: its slowest stage's. ``shared_cores``: every process of every stage runs on one
+    machine with this many cores (``launch_fit``'s ``host_cores``), so a sample takes the sum of its stages' times
+    in CPU and no plan beats ``shared_cores`` over that sum."""
+    throughput = min(stage_throughput(s.units, s.time_per_sample) for s in stages)
+    if shared_cores is not None:
+        total_time = sum(s.time_per_sample for s in stages)
+        if total_time > 0:
+            throughput = min(throughput, shared_cores / total_time)
+    return throughput
+
+
+def plan_cost_per_hour(stages: Sequence[StageOption]) -> float:
+    """What a plan's units cost per hour together."""
+    return float(sum(s.cost_per_hour for s in stages))
+
+
+def cost_per_million_samples(cost_per_hour: float, samples_per_second: float) -> float:
+    """What a million samples cost at ``cost_per_hour`` while the plan processes ``samples_per_second``.
+
+    Which rate is the caller's to say: a plan the cost model provisioned is priced at the required throughput (its
+    units were bought for that rate, and what they reach beyond it is rounding up to whole units), a plan fitted to
+    a launch at the throughput it achieves (the launch fixed its units, and there may be no target)."""
+    return cost_per_hour / (3600.0 * samples_per_second) * 1e6 if samples_per_second > 0 else math.inf
 
 
 class _PlanCommon(TypedDict):
@@ -107,6 +141,7 @@ class CostModel:
         self.overlap = overlap
         self.types = cluster.resource_types
         self.num_layers = len(profile.layers)
+        self.layer_names = tuple(profile.layer_names())
         self.num_types = len(self.types)
         self._cache: dict[tuple[int, int, int], StageOption] = {}
         self._tables: StageTables | None = None
@@ -349,6 +384,12 @@ class CostModel:
         kinds = self.one_stage_kinds if end == self.num_layers else self.first_stage_kinds
         return kinds if kinds is not None else ("cpu", "gpu")
 
+    def stage_on_units(self, start: int, end: int, type_index: int, units: int) -> StageOption | None:
+        """Layers [start, end) on type ``type_index`` run on ``units`` units given, not provisioned (a launch fixes
+        them: ``launch_fit``); None when those units cannot hold the stage's parameters."""
+        time = self.stage_time(start, end, type_index, units)
+        return None if time is None else self._option(start, end, type_index, float(units), time)
+
     def _option(self, start: int, end: int, type_index: int, units: float, time: float) -> StageOption:
         return StageOption(
             start,
@@ -379,7 +420,7 @@ class CostModel:
         for s in stages:
             used[s.type_index] += s.units
         excess = [max(0, u - int(m)) for u, m in zip(used, self.max_units)]
-        cost = float(sum(s.cost_per_hour for s in stages))
+        cost = plan_cost_per_hour(stages)
         reason = None
         impossible = next((s for s in stages if math.isinf(s.time_per_sample)), None)
         if impossible is not None:
@@ -475,28 +516,28 @@ class CostModel:
         mapping = {names[i]: type_names[a] for i, a in enumerate(evaluation.assignment)}
         if not evaluation.feasible:
             return Plan(feasible=False, assignment=mapping, reason=reason or evaluation.reason, **common)
-        stages = tuple(
-            Stage(
-                resource=type_names[s.type_index],
-                kind=self.types[s.type_index].kind,
-                layers=tuple(names[s.start : s.end]),
-                units=s.units,
-                time_per_sample=s.time_per_sample,
-                throughput=s.units / s.time_per_sample if s.time_per_sample > 0 else math.inf,
-            )
-            for s in evaluation.stages
-        )
-        throughput = min(s.throughput for s in stages)
         cost = evaluation.cost_per_hour
         return Plan(
             feasible=True,
             assignment=mapping,
-            stages=stages,
-            throughput=throughput,
+            stages=tuple(self.stage_record(s) for s in evaluation.stages),
+            throughput=evaluation.throughput,
             cost_per_hour=cost,
-            cost_per_million_samples=cost / (3600.0 * self.throughput) * 1e6,
+            cost_per_million_samples=cost_per_million_samples(cost, self.throughput),  # at the required rate
             refined_from_cost=refined_from_cost,
             **common,
+        )
+
+    def stage_record(self, stage: StageOption) -> Stage:
+        """A stage as a plan records it: its type's name and kind, its layers' names, its samples/s."""
+        resource = self.types[stage.type_index]
+        return Stage(
+            resource=resource.name,
+            kind=resource.kind,
+            layers=self.layer_names[stage.start : stage.end],
+            units=stage.units,
+            time_per_sample=stage.time_per_sample,
+            throughput=stage_throughput(stage.units, stage.time_per_sample),
         )
 
     def assignment_of(self, plan: Plan) -> list[int]:

@@ -3,7 +3,8 @@
 The launch fixes the units: every CPU trainer reads a shard of the data and runs stage 1, every heterogeneous
 trainer of stage k serves stage k.  So the choice left is the cut of the program into stages and which of the
 cluster's types each launched group is; prices and speeds come from the cluster file and the profile, through the
-one cost model (``CostModel.stage_time``).  Two shapes fit any launch:
+one cost model (``CostModel.stage_on_units``), and so do a plan's throughput and costs (``plan_throughput``,
+``plan_cost_per_hour``, ``cost_per_million_samples``).  Two shapes fit any launch:
 
 - one stage on the CPU trainers alone (launched heterogeneous trainers are then left unused, and leave);
 - every launched stage used, the program cut into that many contiguous runs of layers.
@@ -32,9 +33,15 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from heterps_paddle.planning.budget import within_budget
-from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.planning.cost_model import (
+    CostModel,
+    StageOption,
+    cost_per_million_samples,
+    plan_cost_per_hour,
+    plan_throughput,
+)
 from heterps_paddle.planning.launch import SPLIT_FIRST_STAGE_KINDS, LaunchShape
-from heterps_paddle.planning.model import Cluster, ModelProfile, Plan, PlanningInputError, ResourceType, Stage
+from heterps_paddle.planning.model import Cluster, ModelProfile, Plan, PlanningInputError, ResourceType
 
 THROUGHPUT_TIE = 0.02
 SCHEDULER_NAME = "launch-fit"
@@ -90,17 +97,18 @@ def group_types(cluster: Cluster, device: str | None, stand_in_gpu: bool) -> lis
     return [i for i, t in enumerate(cluster.resource_types) if t.kind in kinds]
 
 
-class _Times:
-    """Memoised one-unit-count stage times of a cost model."""
+class _LaunchedStages:
+    """Memoised stages of a cost model on the units a launch gives them (``CostModel.stage_on_units``): the cut
+    combinations of one launch ask for the same stage many times."""
 
     def __init__(self, cost_model: CostModel):
         self.cost_model = cost_model
-        self._memo: dict[tuple[int, int, int, int], float | None] = {}
+        self._memo: dict[tuple[int, int, int, int], StageOption | None] = {}
 
-    def __call__(self, start: int, end: int, type_index: int, units: int) -> float | None:
+    def __call__(self, start: int, end: int, type_index: int, units: int) -> StageOption | None:
         key = (start, end, type_index, units)
         if key not in self._memo:
-            self._memo[key] = self.cost_model.stage_time(start, end, type_index, units)
+            self._memo[key] = self.cost_model.stage_on_units(start, end, type_index, units)
         return self._memo[key]
 
 
@@ -129,9 +137,9 @@ def fit_to_launch(
     if launch.cpu_trainers < 1:
         raise PlanningInputError(f"the launch has {launch.cpu_trainers} CPU trainers; stage 1 needs at least one")
     types = cluster.resource_types
-    # stage_time does not depend on the target; the cost model wants one only to provision, which is not done here
+    # stage_on_units does not depend on the target; the cost model wants one only to provision, which is not done here
     cost_model = CostModel(profile, cluster, target or 1.0)
-    times = _Times(cost_model)
+    stages_on_units = _LaunchedStages(cost_model)
     n = cost_model.num_layers
     first_types = [i for i, t in enumerate(types) if t.kind in SPLIT_FIRST_STAGE_KINDS]
     one_stage_types = [i for i, t in enumerate(types) if t.kind == "cpu" or (trainers_on_gpu and t.kind == "gpu")]
@@ -144,7 +152,7 @@ def fit_to_launch(
     options: list[FitOption] = []
 
     def add(stage_types: Sequence[int], cuts: Sequence[int], units: Sequence[int]) -> None:
-        option = _option(profile, types, times, stage_types, cuts, units, target, host_cores, launch, len(options))
+        option = _option(stages_on_units, stage_types, cuts, units, target, host_cores, launch, len(options))
         if option is not None:
             options.append(option)
 
@@ -222,9 +230,7 @@ def _group_note(
 
 
 def _option(
-    profile: ModelProfile,
-    types: tuple[ResourceType, ...],
-    times: _Times,
+    stages_on_units: _LaunchedStages,
     stage_types: Sequence[int],
     cuts: Sequence[int],
     units: Sequence[int],
@@ -233,41 +239,27 @@ def _option(
     launch: LaunchShape,
     order: int,
 ) -> FitOption | None:
-    names = profile.layer_names()
     stages = []
-    total_time = 0.0
     for index, t in enumerate(stage_types):
-        start, end, k = cuts[index], cuts[index + 1], units[index]
-        time = times(start, end, t, k)
-        if time is None:
+        stage = stages_on_units(cuts[index], cuts[index + 1], t, units[index])
+        if stage is None:
             return None  # its parameters do not fit this type's memory and it has no SSD tier
-        total_time += time
-        rtype = types[t]
-        stages.append(
-            Stage(
-                resource=rtype.name,
-                kind=rtype.kind,
-                layers=tuple(names[start:end]),
-                units=k,
-                time_per_sample=time,
-                throughput=k / time if time > 0 else math.inf,
-            )
-        )
-    throughput = min(s.throughput for s in stages)
-    if host_cores is not None and total_time > 0:
-        throughput = min(throughput, host_cores / total_time)
-    cost = sum(s.units * types[t].price_per_hour for s, t in zip(stages, stage_types))
+        stages.append(stage)
+    cost_model = stages_on_units.cost_model
+    records = tuple(cost_model.stage_record(s) for s in stages)
+    throughput = plan_throughput(stages, shared_cores=host_cores)
+    cost = plan_cost_per_hour(stages)
     meets = None if target is None else throughput >= target * (1 - 1e-9)
-    assignment = {layer: s.resource for s in stages for layer in s.layers}
     plan = Plan(
         scheduler=SCHEDULER_NAME,
-        model=profile.name,
+        model=cost_model.profile.name,
         feasible=True,
-        assignment=assignment,
-        stages=tuple(stages),
+        assignment={layer: s.resource for s in records for layer in s.layers},
+        stages=records,
         throughput=throughput,
         cost_per_hour=cost,
-        cost_per_million_samples=cost / (3600.0 * throughput) * 1e6 if throughput > 0 else math.inf,
+        # at the throughput achieved: the launch fixed the units, and there may be no target to price them at
+        cost_per_million_samples=cost_per_million_samples(cost, throughput),
         required_throughput=target,
         launch=launch.to_dict(),
     )
