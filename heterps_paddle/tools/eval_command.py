@@ -16,6 +16,7 @@ import os
 import tempfile
 
 from heterps_paddle.errors import CommandError
+from heterps_paddle.files import input_dir, input_file, output_dir
 from heterps_paddle.tools.jobs import launch
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -35,13 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    model = os.path.abspath(input_dir("--model", args.model))
+    if not os.path.isdir(os.path.join(model, "dnn_plugin")):
+        raise CommandError(f"--model {args.model}: no dnn_plugin/ there (not a fleet.save_inference_model directory)")
+    if args.config is not None:
+        input_file("--config", args.config)
+    log_dir = output_dir("--log-dir", args.log_dir) if args.log_dir else tempfile.mkdtemp(prefix="heterps-eval-")
     # the installed examples (not in a source checkout's package): imported here, not when the CLI is built
     from heterps_paddle.examples import TRAINER_SCRIPT, model_config_path
 
-    model = os.path.abspath(args.model)
-    if not os.path.isdir(os.path.join(model, "dnn_plugin")):
-        raise CommandError(f"--model {args.model}: no dnn_plugin/ there (not a fleet.save_inference_model directory)")
-    log_dir = args.log_dir or tempfile.mkdtemp(prefix="heterps-eval-")
     results = os.path.join(log_dir, "results")
     overrides = [a for item in args.override for a in ("-o", item)]
     argv = [

@@ -7,6 +7,7 @@ import json
 
 from heterps_paddle.data.generator import generate
 from heterps_paddle.errors import CommandError
+from heterps_paddle.files import output_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--rows must be positive, got {args.rows}")
     if not 0 < args.test_fraction < 1:
         raise CommandError(f"--test-fraction must be in (0, 1), got {args.test_fraction}")
+    output_dir("--out", args.out)
     result = generate(args.out, args.rows, args.seed, args.test_fraction)
     print(
         json.dumps(

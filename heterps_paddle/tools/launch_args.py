@@ -24,7 +24,7 @@ import os
 import shlex
 import sys
 
-from heterps_paddle.files import write_atomic
+from heterps_paddle.files import input_file, output_dir, output_file, write_atomic
 from heterps_paddle.planning.hosts import Expansion, expand_files
 from heterps_paddle.planning.launch import heter_device_for, launch_arguments
 from heterps_paddle.planning.model import PlanningInputError, load_plan
@@ -74,6 +74,10 @@ def _paddle_has_cuda() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    input_file("plan", args.plan)
+    for option, path in (("--cluster", args.cluster), ("--hosts", args.hosts)):
+        if path is not None:
+            input_file(option, path)
     if args.server_num is not None and args.server_num < 1:
         raise PlanningInputError(f"--server-num must be >= 1, got {args.server_num}")
     if args.hosts is not None:
@@ -118,18 +122,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_hosts(args: argparse.Namespace) -> int:
-    expansion = expand_files(args.plan, args.hosts, args.cluster, args.server_num, gpu=args.devices != "cpu")
     command = shlex.split(args.train) if args.train else []
     if args.k8s is not None:
-        from heterps_paddle.tools.k8s import manifests, to_yaml  # the YAML writer only when asked
-
         if not args.image:
             raise PlanningInputError("--k8s needs --image (the container image every pod runs)")
         if not command:
             raise PlanningInputError("--k8s needs --train 'TRAIN.py ARGS' (what every pod runs)")
+    expansion = expand_files(args.plan, args.hosts, args.cluster, args.server_num, gpu=args.devices != "cpu")
+    if args.k8s is not None:
+        from heterps_paddle.tools.k8s import manifests, to_yaml  # the YAML writer only when asked
+
         documents = manifests(expansion, command, args.image, args.name, args.namespace)
-        os.makedirs(args.k8s, exist_ok=True)
-        path = os.path.join(args.k8s, f"{args.name}.yaml")
+        output_dir("--k8s", args.k8s)
+        path = output_file("--k8s", os.path.join(args.k8s, f"{args.name}.yaml"))
         write_atomic(path, to_yaml(documents))
         print(
             f"heterps launch-args: wrote {len(documents)} objects to {path} (kubectl apply -f {path})", file=sys.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from heterps_paddle.files import output_dir, output_file
 from heterps_paddle.measure.local_cluster import detect_local_cluster
 from heterps_paddle.planning.model import cluster_to_dict, save_yaml
 
@@ -15,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    output_file("--out", args.out)
+    if args.ssd_dir is not None:
+        output_dir("--ssd-dir", args.ssd_dir)  # measured by writing a file there
     cluster = detect_local_cluster(args.ssd_dir)
     if args.throughput is not None:
         cluster = cluster.with_throughput(args.throughput)

@@ -14,7 +14,7 @@ import math
 import sys
 
 from heterps_paddle.errors import EXIT_INFEASIBLE, EXIT_OK
-from heterps_paddle.files import save_figure_atomic
+from heterps_paddle.files import input_file, output_file, save_figure_atomic
 from heterps_paddle.planning.budget import BUDGET_TOLERANCE
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import (
@@ -98,6 +98,12 @@ def budget_goal(args: argparse.Namespace) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    input_file("--model", args.model)
+    # --cluster: load_cluster's own words for a missing file or a directory (no option name), which
+    # strategy.heterps_configs['cluster'] gives too (tests/test_bad_input.py holds them to be the same)
+    for option, path in (("--out", args.out), ("--plot", args.plot)):
+        if path:
+            output_file(option, path)
     profile = load_model_profile(args.model)
     cluster = load_cluster(args.cluster)
     unknown = unknown_time_keys(profile, cluster)

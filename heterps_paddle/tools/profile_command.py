@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from heterps_paddle.files import write_atomic
+from heterps_paddle.files import output_file, write_atomic
 from heterps_paddle.planning.model import PlanningInputError, model_profile_to_dict, save_yaml
 
 
@@ -64,12 +64,13 @@ def profile_example(
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.batch_size < 1 or args.steps < 1:
+        raise PlanningInputError("--batch-size and --steps must be >= 1")
+    output_file("--out", args.out)  # before the examples (and Paddle) are imported and the model profiled
     from heterps_paddle.examples import MODELS  # lazy: see profile_example
 
     if args.example not in MODELS:
         raise PlanningInputError(f"--example: unknown model {args.example!r} (known: {', '.join(MODELS)})")
-    if args.batch_size < 1 or args.steps < 1:
-        raise PlanningInputError("--batch-size and --steps must be >= 1")
     report = profile_example(
         args.example, batch_size=args.batch_size, seed=args.seed, time_key=args.time_as, steps=args.steps
     )
