@@ -36,6 +36,7 @@ from types import FrameType
 from typing import Any
 
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.files import output_dir
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import Cluster, Links, ModelProfile, plan_from_dict, save_plan
 from heterps_paddle.tools.jobs import HostsRun, JobSpec, log_tails, trainer_argv
@@ -212,13 +213,14 @@ def run_rate(rate: float, plan_path: str, work: str, args: argparse.Namespace) -
 
 
 def run(args: argparse.Namespace) -> int:
-    check_can_shape()
     if args.epochs < 2:
         raise HeterPSError("bench hosts: --epochs must be >= 2 (the first epoch is left out as start-up)")
     if any(not r > 0 for r in args.rates):
         raise HeterPSError(f"bench hosts: --rates must be positive Mbit/s, got {args.rates}")
+    if args.work_dir:
+        output_dir("--work-dir", args.work_dir)
+    check_can_shape()
     work = args.work_dir or tempfile.mkdtemp(prefix="heterps-bench-hosts-")
-    os.makedirs(work, exist_ok=True)
     os.environ.setdefault("HETERPS_CACHE", os.path.join(work, "cache"))
     print("bench hosts: measuring this machine's cluster and the model's profile ...", file=sys.stderr, flush=True)
     profile, cluster, notes = measure_inputs(args)

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from heterps_paddle.files import save_figure_atomic
+from heterps_paddle.files import output_file, save_figure_atomic
 from heterps_paddle.planning.catalog import (
     Workload,
     feasible_target,
@@ -251,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
         raise PlanningInputError("--scale and --tight are two suites: give one")
     if args.rl_seeds < 1:
         raise PlanningInputError(f"--rl-seeds must be at least 1, not {args.rl_seeds}")
+    if args.plot:
+        output_file("--plot", args.plot)  # before the suite runs, not after
     if args.scale:
         workloads = scale_suite(args.seed)
     elif args.tight:

@@ -26,6 +26,7 @@ from typing import Any
 
 import psutil
 
+from heterps_paddle.files import output_dir
 from heterps_paddle.planning.launch import launch_arguments
 from heterps_paddle.planning.model import plan_from_dict, save_plan
 from heterps_paddle.tools.jobs import JobSpec, launch, trainer_argv
@@ -159,8 +160,10 @@ def _run_one(
 
 
 def run(args: argparse.Namespace) -> int:
-    work = args.work_dir or tempfile.mkdtemp(prefix="heterps-bench-sections-")
-    os.makedirs(work, exist_ok=True)
+    if args.work_dir:
+        work = output_dir("--work-dir", args.work_dir)
+    else:
+        work = tempfile.mkdtemp(prefix="heterps-bench-sections-")
     os.environ.setdefault("HETERPS_CACHE", os.path.join(work, "cache"))
     results = {}
     for name, stages in SPLITS.items():

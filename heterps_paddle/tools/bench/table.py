@@ -24,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import numpy.typing as npt
 
+from heterps_paddle.files import output_dir
 from heterps_paddle.table.sparse_table import SparseTable, SparseTableError
 
 TARGETS = {
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         raise SparseTableError("--rows must be >= 1000, --batch and --batches >= 1")
     rng = np.random.default_rng(args.seed)
     own_tmp = args.ssd_dir is None
-    ssd_dir = tempfile.mkdtemp(prefix="heterps-bench-") if own_tmp else args.ssd_dir
+    ssd_dir = tempfile.mkdtemp(prefix="heterps-bench-") if own_tmp else output_dir("--ssd-dir", args.ssd_dir)
     results, refs, ratios = [], [], []
     try:
         for dim in dims:
