@@ -7,7 +7,7 @@ Two boards, one interface:
 
 - **Files** (one host): a directory of this launch under the cache, one JSON file per key, written atomically.
 - **The launch's coordinator** (``heterps launch --hosts``, across hosts): the launch on server 0's host serves the
-  board over TCP (tools/hosts_job.py); every process is told where in ``HETERPS_RENDEZVOUS``.  No shared storage
+  board over TCP (launch/coordinator.py); every process is told where in ``HETERPS_RENDEZVOUS``.  No shared storage
   is needed, and a record one host writes is read on every other.
 
 A launch's id is ``HETERPS_LAUNCH_ID`` when the coordinator gave one (a fresh one per launch: a hosts file fixes

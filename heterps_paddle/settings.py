@@ -119,7 +119,7 @@ _ALL = (
         "HETERPS_CONNECT_RETRIES",
         "2",
         "times a launch starts its job again when Paddle's HeterClient aborted a process on brpc's fixed 200 ms "
-        "connect timeout, the first thing to go wrong (tools/paddle_aborts.py); give every host of a launch across "
+        "connect timeout, the first thing to go wrong (launch/paddle_aborts.py); give every host of a launch across "
         "hosts the same value; 0: never",
         _count,
     ),

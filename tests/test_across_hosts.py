@@ -1,4 +1,4 @@
-"""A plan across hosts, run one ``heterps launch --hosts`` per host (tools/hosts_job.py), on hosts emulated on this
+"""A plan across hosts, run one ``heterps launch --hosts`` per host (launch/coordinator.py), on hosts emulated on this
 machine: each host is a loopback address (127.0.0.2, 127.0.0.3, 127.0.0.4) given to its own launch as ``--host``,
 and each runs in a session of its own, as a machine would.
 

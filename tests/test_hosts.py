@@ -3,11 +3,15 @@ where every process goes, the one set of arguments every host runs, and what is 
 
 import json
 import os
+import re
 
 import pytest
 import yaml
 from conftest import REPO, run_cli
 
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.launch.hosts import host_part
+from heterps_paddle.launch.options import OptionsError, parse
 from heterps_paddle.planning.hosts import (
     SERVER_RULE_DEFAULT,
     SERVER_RULE_FILE,
@@ -19,7 +23,6 @@ from heterps_paddle.planning.hosts import (
 )
 from heterps_paddle.planning.model import PlanningInputError, load_cluster, load_model_profile, plan_from_dict
 from heterps_paddle.planning.planner import make_plans
-from heterps_paddle.tools.launch_hosts import take_hosts_options
 
 CLUSTER = os.path.join(REPO, "examples", "clusters", "dlrm_aws.yaml")
 HOSTS = os.path.join(REPO, "examples", "clusters", "dlrm_aws_hosts.yaml")
@@ -240,37 +243,62 @@ LOOPBACK = {
 
 def test_heterps_launch_finds_its_part_from_its_address(tmp_path, capsys):
     plan, hosts_path = write(tmp_path, "plan.json", ONE_STAGE), write(tmp_path, "hosts.yaml", LOOPBACK)
-    argv = ["--quiet", "--hosts", hosts_path, f"--plan={plan}", "--timeout", "60", "--log_dir", "log", "train.py", "-x"]
-    assert take_hosts_options(["--log_dir", "log", "train.py"]).argv == ["--log_dir", "log", "train.py"]
-    expanded = take_hosts_options(argv, {"POD_IP": "127.0.0.3"})
-    assert expanded.exit_code is None and expanded.env == {"POD_IP": "127.0.0.3"}
-    assert expanded.argv == [
-        "--quiet",
-        "--timeout",
-        "60",
+    train = tmp_path / "train.py"
+    train.write_text("")
+    argv = ["--quiet", "--hosts", hosts_path, f"--plan={plan}", "--timeout", "60", "--log_dir", "log", str(train), "-x"]
+    assert parse(["--log_dir", "log", str(train)]).hosts is None
+    options = parse(argv)
+    expanded = host_part(options, {"POD_IP": "127.0.0.3"})
+    assert not expanded.spare and not expanded.nothing and expanded.env == {"POD_IP": "127.0.0.3"}
+    assert expanded.options.quiet and expanded.options.timeout == 60
+    assert expanded.options.launcher_argv() == [
+        "--log_dir=log",
         "--server_num=1",
         "--servers=127.0.0.2:36100",
         "--worker_num=1",
         "--workers=127.0.0.3:36200",
         "--http_port=36101",
-        "--log_dir",
-        "log",
-        "train.py",
+        str(train),
         "-x",
     ]
     assert "this host is 127.0.0.3 (cpu): CPU trainer 0" in capsys.readouterr().out
-    # --host wins over POD_IP; the same arguments on every host
-    server = take_hosts_options(argv[:1] + ["--host", "127.0.0.2"] + argv[1:], {"POD_IP": "127.0.0.3"})
-    assert server.argv == expanded.argv and server.env == {"POD_IP": "127.0.0.2"}
-    idle = take_hosts_options(argv, {"POD_IP": "127.0.0.4"})
-    assert idle.exit_code == 0 and "127.0.0.4 runs nothing of this plan" in capsys.readouterr().out
-    stranger = take_hosts_options(argv, {"POD_IP": "127.0.0.9"})
-    assert stranger.exit_code == 2
-    assert (
-        "this host's address 127.0.0.9 is not in it (hosts: 127.0.0.2, 127.0.0.3, 127.0.0.4)" in capsys.readouterr().err
-    )
-    assert take_hosts_options(["--hosts", hosts_path, "train.py"]).exit_code == 2
-    assert "needs --plan" in capsys.readouterr().err
+    # --host wins over POD_IP, wherever it stands before the script; the same arguments on every host
+    server = host_part(parse(argv[:3] + ["--host", "127.0.0.2"] + argv[3:]), {"POD_IP": "127.0.0.3"})
+    assert server.options.launcher_argv() == expanded.options.launcher_argv() and server.env == {"POD_IP": "127.0.0.2"}
+    idle = host_part(options, {"POD_IP": "127.0.0.4"})
+    assert idle.nothing and "127.0.0.4 runs nothing of this plan" in capsys.readouterr().out
+    with pytest.raises(HeterPSError, match=r"this host's address 127\.0\.0\.9 is not in it \(hosts: 127\.0\.0\.2, "):
+        host_part(options, {"POD_IP": "127.0.0.9"})
+    with pytest.raises(OptionsError, match="needs --plan"):
+        parse(["--hosts", hosts_path, str(train)])
+
+
+def test_options_in_any_order_as_a_user_writes_them(tmp_path):
+    """``--log_dir`` first (as ``launch-args`` prints it), the hosts options after: the script is still the script."""
+    plan, hosts_path = write(tmp_path, "plan.json", ONE_STAGE), write(tmp_path, "hosts.yaml", LOOPBACK)
+    train = tmp_path / "train.py"
+    train.write_text("")
+    given = ["--log_dir", "log", "--hosts", hosts_path, "--plan", plan, "--devices", "cpu", "--host", "127.0.0.3"]
+    options = parse([*given, str(train), "--hosts", "mine"])
+    assert options.script == str(train) and options.script_args == ("--hosts", "mine")
+    assert options.hosts is not None and options.hosts.hosts == hosts_path and options.hosts.host == "127.0.0.3"
+    assert options.log_dir == "log" and options.hosts.devices == "cpu"
+    # every ordering of the same options reads the same
+    pairs = [given[i : i + 2] for i in range(0, len(given), 2)]
+    assert parse([*sum(reversed(pairs), []), str(train), "--hosts", "mine"]) == options
+    for bad, named in (
+        ([*given, "--log_dir", "x", str(train)], "--log_dir is given twice"),
+        (["--timeout", "1", "--timeout=2", str(train)], "--timeout is given twice"),
+        (["--hosts", hosts_path, "--plan", plan, hosts_path, str(train)], "is not a Python script"),
+        (["--log_dir", "log", "--no-such", "1", str(train)], "--no-such is not an option"),
+        (["--log_dir", "log", str(tmp_path / "missing.py")], "does not exist"),
+        (["--log_dir"], "--log_dir needs a value"),
+        (["--quiet"], "no training script given"),
+        (["--restarts", "-1", "--hosts", hosts_path, "--plan", plan, str(train)], "--restarts must be >= 0"),
+        (["--devices", "gpu", "--hosts", hosts_path, "--plan", plan, str(train)], "--devices must be plan or cpu"),
+    ):
+        with pytest.raises(OptionsError, match=re.escape(named)):
+            parse(bad)
 
 
 def test_launch_args_hosts_command(tmp_path, capsys):

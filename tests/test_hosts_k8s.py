@@ -82,7 +82,8 @@ def paddle_envs(arguments, address, tmp_path, monkeypatch):
     from paddle.distributed.fleet import launch_utils
     from paddle.distributed.fleet.launch_utils import DistributeMode, ParameterServerLauncher
 
-    from heterps_paddle.tools.launch import launch_description, paddle_arguments
+    from heterps_paddle.launch.driver import launch_description
+    from heterps_paddle.runtime.seam import paddle_launch_arguments as paddle_arguments
 
     args = paddle_arguments([*arguments, "--log_dir", str(tmp_path / address), "train.py", "-m", "c.yaml"])
     for key in list(os.environ):

@@ -7,9 +7,9 @@ import os
 import pytest
 
 from heterps_paddle import settings
+from heterps_paddle.launch.options import parse
 from heterps_paddle.runtime import checkpoint_choice as cc
 from heterps_paddle.runtime.checkpoint_files import MANIFEST, CheckpointError, add_to_manifest, digests
-from heterps_paddle.tools.launch import split_own_options
 
 
 def make(root, passes, manifest=True, launch_passes=None):
@@ -51,9 +51,11 @@ def test_none_usable_starts_fresh_loudly(tmp_path):
 
 
 def test_launch_options_and_environment(tmp_path):
-    own, rest = split_own_options(["--checkpoint-dir", str(tmp_path), "--checkpoint-every=10m", "--worker_num=1"])
-    assert own.checkpoint == {"--checkpoint-dir": str(tmp_path), "--checkpoint-every": "10m"}
-    assert rest == ["--worker_num=1"]
+    train = tmp_path / "train.py"
+    train.write_text("")
+    options = parse(["--checkpoint-dir", str(tmp_path), "--worker_num=1", "--checkpoint-every=10m", str(train)])
+    assert (options.checkpoint_dir, options.checkpoint_every) == (str(tmp_path), "10m")
+    assert options.launcher_argv() == ["--worker_num=1", str(train)]
     make(tmp_path, 3)
     env, lines = cc.prepare_launch(str(tmp_path), "10m")
     assert env["HETERPS_CHECKPOINT_RESUME"] == str(tmp_path / "pass-000003")

@@ -242,3 +242,34 @@ def test_the_abort_reason_names_what_happened():
     _, actions = m.step(replace(j, state=S.ABORTED, joined=frozenset()), m.Joined(B, "d"), NOW)
     assert actions == [m.Refuse(B, j.reason)]
 
+
+def test_one_host_is_the_machine_with_one_member_retried_as_often_as_allowed():
+    """The one-host launch (launch/driver.py) drives the same machine: each attempt joins, a connect-timeout abort
+    is retried while retries are left (every round anew), then the job fails like any other failure."""
+    from heterps_paddle.launch.driver import LOCAL_ADDRESS, _drive
+
+    class Lines:
+        def __init__(self):
+            self.said = []
+
+        def error(self, text):
+            self.said.append(text)
+
+    console = Lines()
+    rules = m.Rules(connect_retries=2, settle_s=0.0)
+    j = m.first_job(rules, m.Round(0, {LOCAL_ADDRESS: True}, LOCAL_ADDRESS, ""), NOW)
+    for attempt in range(3):
+        j, _ = _drive(j, m.Joined(LOCAL_ADDRESS, ""), console)
+        assert j.state is S.RUNNING
+        j, _ = _drive(j, m.ProcessFailed(LOCAL_ADDRESS, j.round.number, "abort", retryable=True), console)
+        j, actions = _drive(j, m.Tick(), console)
+        if attempt < 2:
+            assert j.state is S.JOINING and j.round.retries_used == attempt + 1, j
+            assert [type(a).__name__ for a in actions][-1] == "NextRound"
+    assert j.state is S.ABORTED and j.round.retries_used == 2
+    assert any("retry 2 after Paddle's connect-timeout abort (0 left; round 2)" in line for line in console.said)
+    # a clean end ends
+    j = m.first_job(rules, m.Round(0, {LOCAL_ADDRESS: True}, LOCAL_ADDRESS, ""), NOW)
+    j, _ = _drive(j, m.Joined(LOCAL_ADDRESS, ""), console)
+    j, _ = _drive(j, m.Done(LOCAL_ADDRESS, 0), console)
+    assert j.state is S.ENDED

@@ -1,6 +1,6 @@
-"""Telling Paddle's connect-timeout abort from a process's log (tools/paddle_aborts.py)."""
+"""Telling Paddle's connect-timeout abort from a process's log (launch/paddle_aborts.py)."""
 
-from heterps_paddle.tools.paddle_aborts import TAIL_BYTES, connect_timeout_abort
+from heterps_paddle.launch.paddle_aborts import TAIL_BYTES, connect_timeout_abort
 
 # The lines a heterogeneous trainer left in a suite run of 2026-11-24 (tests/test_across_hosts.py, host 127.0.0.4)
 PADDLE_ABORT = """\

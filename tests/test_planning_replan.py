@@ -81,7 +81,7 @@ def test_a_target_still_in_reach_is_kept_and_one_out_of_reach_is_said():
 
 
 def test_a_host_back_moves_the_job_only_to_a_better_plan():
-    """A lost host back (tools/hosts_job.py): the job moves only when the plan with it meets a target the running
+    """A lost host back (launch/coordinator.py): the job moves only when the plan with it meets a target the running
     one misses, meets it for less, or (no target, or neither meets it) runs faster, each by more than the margin."""
     import dataclasses
 

@@ -1,5 +1,5 @@
-"""Ports a one-host launch claims (tools/ports.py): below the ephemeral range, never a port another launch holds
-or a listener has, and given to Paddle's launcher as explicit endpoints (tools/launch.py)."""
+"""Ports a one-host launch claims (launch/ports.py): below the ephemeral range, never a port another launch holds
+or a listener has, and given to Paddle's launcher as explicit endpoints (launch/driver.py)."""
 
 import socket
 import subprocess
@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from heterps_paddle.errors import HeterPSError
-from heterps_paddle.tools import ports
-from heterps_paddle.tools.ports import claim_port_block, ephemeral_low
+from heterps_paddle.launch import ports
+from heterps_paddle.launch.ports import claim_port_block, ephemeral_low
 
 LOCAL = "127.0.0.1"
 
@@ -48,7 +48,7 @@ def test_a_port_claimed_by_another_process_is_skipped_until_released():
     # this machine (a suite beside this one) may hold any fixed port beyond the block.
     other = (
         "import random\n"
-        "from heterps_paddle.tools.ports import claim_port_block\n"
+        "from heterps_paddle.launch.ports import claim_port_block\n"
         f"class D:\n    firsts = [{first}, {first + 1}]\n"
         "    def randrange(self, low, high):\n"
         "        return self.firsts.pop(0) if self.firsts else random.randrange(low, high)\n"
@@ -92,58 +92,60 @@ def test_no_room_is_an_error_naming_the_range(tmp_path):
             claim_port_block(LOCAL, 4)
 
 
-def test_a_launch_by_counts_gets_explicit_endpoints_from_its_claimed_block():
-    from heterps_paddle.tools.launch import paddle_arguments, with_claimed_ports
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("")
+    return str(path)
 
-    argv = [
-        "--server_num=1",
-        "--worker_num=2",
-        "--heter_worker_num=1;2",
-        "--heter_devices=cpu;cpu",
-        "--log_dir",
-        "L",
-        "train.py",
-        "--epochs",
-        "2",
-    ]
-    block, out = with_claimed_ports(paddle_arguments(argv), argv)
+
+def test_a_launch_by_counts_gets_explicit_endpoints_from_its_claimed_block(tmp_path):
+    from heterps_paddle.launch.driver import with_claimed_ports
+    from heterps_paddle.launch.options import parse
+
+    train = script(tmp_path)
+    argv = ["--server_num=1", "--worker_num=2", "--heter_worker_num=1;2", "--heter_devices=cpu;cpu", "--log_dir", "L"]
+    options = parse([*argv, train, "--epochs", "2"])
+    block, out = with_claimed_ports(options.paddle_arguments(), options)
     try:
         assert block is not None and block.count == 1 + 2 + 3 + 1
-        args = paddle_arguments(out)
+        args = out.paddle_arguments()
         p = block.ports
         assert args.servers == f"{LOCAL}:{p[0]}"
         assert args.workers == f"{LOCAL}:{p[1]},{LOCAL}:{p[2]}"
         assert args.heter_workers == f"{LOCAL}:{p[3]};{LOCAL}:{p[4]},{LOCAL}:{p[5]}"
         assert int(args.http_port) == p[6]
-        assert args.training_script == "train.py" and args.training_script_args == ["--epochs", "2"]
+        assert args.training_script == train and args.training_script_args == ["--epochs", "2"]
         assert (args.server_num, args.worker_num, args.heter_worker_num) == (1, 2, "1;2")
     finally:
         if block is not None:
             block.release()
 
 
-def test_a_launch_that_names_its_endpoints_is_left_as_it_is():
-    from heterps_paddle.tools.launch import paddle_arguments, with_claimed_ports
+def test_a_launch_that_names_its_endpoints_is_left_as_it_is(tmp_path):
+    from heterps_paddle.launch.driver import with_claimed_ports
+    from heterps_paddle.launch.options import parse
 
-    argv = ["--servers", "127.0.0.1:6170", "--workers", "127.0.0.1:6171", "train.py"]
-    assert with_claimed_ports(paddle_arguments(argv), argv) == (None, argv)
+    options = parse(["--servers", "127.0.0.1:6170", "--workers", "127.0.0.1:6171", script(tmp_path)])
+    assert with_claimed_ports(options.paddle_arguments(), options) == (None, options)
 
 
-def test_a_restart_rounds_log_dir_replaces_the_launchers_and_leaves_the_scripts():
-    """A round's ``--log_dir`` goes before the training script even when an option's value stands apart
-    (``--log_dir L``, ``--server_num 1``), and the script's own ``--log_dir`` is not the launcher's."""
-    from heterps_paddle.tools.launch import paddle_arguments, with_log_dir
+def test_a_restart_rounds_log_dir_replaces_the_launchers_and_leaves_the_scripts(tmp_path):
+    """A round's ``--log_dir`` replaces the launcher's, even when an option's value stands apart (``--log_dir L``,
+    ``--server_num 1``), and the script's own ``--log_dir`` is not the launcher's."""
+    from heterps_paddle.launch.options import parse
 
-    argv = ["--server_num", "1", "--worker_num", "2", "--log_dir", "L", "train.py", "--log_dir", "mine", "x"]
-    out = with_log_dir(paddle_arguments(argv), argv, "L/round1")
-    args = paddle_arguments(out)
+    train = script(tmp_path)
+    argv = ["--server_num", "1", "--worker_num", "2", "--log_dir", "L", train, "--log_dir", "mine", "x"]
+    out = parse(argv).with_paddle({"--log_dir": "L/round1"})
+    args = out.paddle_arguments()
     assert args.log_dir == "L/round1" and (args.server_num, args.worker_num) == (1, 2)
-    assert args.training_script == "train.py" and args.training_script_args == ["--log_dir", "mine", "x"]
-    assert out.count("L") == 0
+    assert args.training_script == train and args.training_script_args == ["--log_dir", "mine", "x"]
+    assert "--log_dir=L" not in out.launcher_argv()
 
 
-def test_a_standing_by_hosts_log_dir_is_the_launchers_not_the_scripts():
-    from heterps_paddle.tools.launch import _given_log_dir
+def test_a_standing_by_hosts_log_dir_is_the_launchers_not_the_scripts(tmp_path):
+    from heterps_paddle.launch.options import parse
 
-    assert _given_log_dir(["--server_num", "1", "--worker_num", "1", "train.py", "--log_dir", "mine"]) == "log"
-    assert _given_log_dir(["--quiet", "--log_dir=L", "--server_num=1", "--worker_num=1", "train.py"]) == "L"
+    train = script(tmp_path)
+    assert parse(["--server_num", "1", "--worker_num", "1", train, "--log_dir", "mine"]).log_dir == "log"
+    assert parse(["--quiet", "--log_dir=L", "--server_num=1", "--worker_num=1", train]).log_dir == "L"

@@ -218,7 +218,7 @@ class _Proc:
 
 
 def _supervisor(procs):
-    from heterps_paddle.tools.launch import Supervisor
+    from heterps_paddle.launch.supervisor import Supervisor
 
     sup = Supervisor(timeout=None)
     sup.launcher = type("L", (), {"procs": procs, "stage_list": [2]})()
@@ -272,15 +272,18 @@ def test_after_the_launcher_a_host_without_trainers_fails_on_a_bad_end_while_the
     assert failed.message == "CPU trainer 0 (pid 7, log w0) exited with status 1"
 
 
-def test_launch_options_split_from_paddles():
-    from heterps_paddle.tools.launch import launch_description, paddle_arguments, split_own_options
+def test_launch_options_split_from_paddles(tmp_path):
+    from heterps_paddle.launch.driver import launch_description
+    from heterps_paddle.launch.options import parse
 
-    own, rest = split_own_options(["--timeout", "30", "--quiet", "--server_num=1", "--worker_num=2", "t.py", "--quiet"])
-    assert own.timeout == 30 and own.quiet and rest == ["--server_num=1", "--worker_num=2", "t.py", "--quiet"]
-    args = paddle_arguments(
-        ["--server_num=1", "--worker_num=2", "--heter_worker_num=1;2", "--heter_devices=gpu;cpu", "t.py", "-x"]
-    )
-    assert args.training_script == "t.py" and args.training_script_args == ["-x"]
+    train = tmp_path / "t.py"
+    train.write_text("")
+    options = parse(["--timeout", "30", "--server_num=1", "--quiet", "--worker_num=2", str(train), "--quiet"])
+    assert options.timeout == 30 and options.quiet and options.script_args == ("--quiet",)
+    assert options.launcher_argv() == ["--server_num=1", "--worker_num=2", str(train), "--quiet"]
+    argv = ["--server_num=1", "--worker_num=2", "--heter_worker_num=1;2", "--heter_devices=gpu;cpu", str(train), "-x"]
+    args = parse(argv).paddle_arguments()
+    assert args.training_script == str(train) and args.training_script_args == ["-x"]
     assert launch_description(args) == {
         "worker_num": 2,
         "server_num": 1,
@@ -326,8 +329,8 @@ def test_the_watchdog_names_who_holds_its_own_endpoint():
     import subprocess
     import sys
 
+    from heterps_paddle.launch.ports import claim_port_block
     from heterps_paddle.runtime.watchdog import Watchdog
-    from heterps_paddle.tools.ports import claim_port_block
 
     block = claim_port_block("127.0.0.1", 1)
     port = block.first

@@ -201,7 +201,7 @@ class Expansion:
     heter_devices: tuple[str, ...]
     http_port: int
     server_rule: str
-    control_port: int  # heterps launch's coordinator, on server 0's host (tools/hosts_job.py)
+    control_port: int  # heterps launch's coordinator, on server 0's host (launch/coordinator.py)
 
     def arguments(self) -> list[str]:
         """The ``paddle.distributed.launch`` arguments, the same on every host (before the training script)."""
@@ -240,7 +240,7 @@ class Expansion:
         return [p for part in self.parts for p in part.processes]
 
     def launch_description(self) -> dict[str, Any]:
-        """What ``heterps launch`` tells every process in ``HETERPS_LAUNCH`` (tools/launch.py:
+        """What ``heterps launch`` tells every process in ``HETERPS_LAUNCH`` (launch/driver.py:
         launch_description, same keys in the same order)."""
         return {
             "worker_num": len(self.trainers),
@@ -542,7 +542,7 @@ def expand_files(
 ) -> Expansion:
     """``expand`` from the files (``heterps launch-args --hosts`` and ``heterps launch --hosts`` both read them
     here): the cluster is ``cluster_path``, else the one the hosts file names, else none.  After a restart
-    (tools/hosts_job.py): without the ``lost`` hosts, gloo's and the coordinator's ports where they were."""
+    (launch/coordinator.py): without the ``lost`` hosts, gloo's and the coordinator's ports where they were."""
     hosts = without_hosts(load_hosts(hosts_path), lost)
     if http_port is not None or control_port is not None:
         hosts = replace(

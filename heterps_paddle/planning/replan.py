@@ -1,4 +1,4 @@
-"""A new plan for the hosts a job has left (``heterps launch --hosts ... --restarts N``, tools/hosts_job.py).
+"""A new plan for the hosts a job has left (``heterps launch --hosts ... --restarts N``, launch/coordinator.py).
 
 When a host is lost, its units are gone: the cluster the job may use is the hosts file's machines less the lost
 ones, each type capped at the units its remaining hosts have (a type with no host left is gone).  The new plan is

@@ -331,3 +331,55 @@ def end_process(code: int, message: str) -> None:
         # is not configured in this process
         print(message, flush=True)
     os._exit(code)
+
+
+# ---- Paddle's parameter-server launcher (fleet/launch_utils.py: ParameterServerLauncher), as heterps launch's
+# supervisor reads it (launch/supervisor.py)
+
+
+@dataclass(frozen=True)
+class LaunchedProcess:
+    """One process Paddle's PS launcher started: ``proc`` its ``subprocess.Popen``."""
+
+    role: str  # "worker" (a CPU trainer), "server" or "heter_worker"
+    index: int  # within its role
+    proc: Any
+    log: str | None  # its log file (PADDLE's --log_dir/workerlog.N ...)
+    stage: int | None  # a heterogeneous trainer's stage
+
+
+LAUNCHED_ROLES = ("worker", "server", "heter_worker")
+
+
+def launched_processes(launcher: Any) -> list[LaunchedProcess]:
+    """The processes ``launcher`` has started so far (its ``procs`` by role; ``stage_list`` numbers the heterogeneous
+    trainers' stages), CPU trainers first."""
+    procs = getattr(launcher, "procs", None) or {}
+    stages = getattr(launcher, "stage_list", None) or []
+    found = []
+    for role in LAUNCHED_ROLES:
+        for index, tp in enumerate(procs.get(role, [])):
+            stage = getattr(tp, "stage", None)
+            if stage is None and role == "heter_worker" and index < len(stages):
+                stage = stages[index]
+            log = getattr(getattr(tp, "log_fn", None), "name", None)
+            found.append(LaunchedProcess(role, index, tp.proc, log, stage if role == "heter_worker" else None))
+    return found
+
+
+def hold_after_last_worker(launcher: Any, hold: Callable[[], None]) -> bool:
+    """Make ``launcher``'s wait on its last CPU trainer also run ``hold`` after that trainer ends: Paddle's launcher
+    stops its servers and heterogeneous trainers as soon as its trainers have ended.  False when it has none."""
+    workers = (getattr(launcher, "procs", None) or {}).get("worker") or []
+    if not workers:
+        return False
+    proc = workers[-1].proc
+    wait = proc.wait
+
+    def wait_then_hold(timeout: float | None = None) -> Any:
+        code = wait(timeout)
+        hold()
+        return code
+
+    proc.wait = wait_then_hold
+    return True

@@ -5,7 +5,7 @@ heterogeneous trainer is gone blocks forever in a ``send_and_recv``, a heterogen
 gone waits in its pull.  The watchdog runs in every trainer of a split job, probes the TCP endpoints of the
 processes this one cannot work without (the servers, the later stages), and when one never comes up or stops
 answering, it prints a line naming this process and the dead one and ends this process (exit code
-``WATCHDOG_EXIT_CODE``).  `heterps launch` then ends the whole job non-zero (tools/launch.py); under Paddle's own
+``WATCHDOG_EXIT_CODE``).  `heterps launch` then ends the whole job non-zero (launch/supervisor.py); under Paddle's own
 launcher the job at least ends instead of hanging.
 """
 

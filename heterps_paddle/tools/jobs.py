@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import psutil
 
 from heterps_paddle.errors import HeterPSError
-from heterps_paddle.tools.ports import PortBlock, claim_port_block
+from heterps_paddle.launch.ports import PortBlock, claim_port_block
 
 OUTER_GRACE_S = 30.0  # beyond the job's own --timeout: heterps launch's teardown
 
@@ -233,7 +233,7 @@ _CLAIMED_BLOCKS: list[PortBlock] = []
 
 def free_port_block(address: str, count: int) -> int:
     """The first port of ``count`` consecutive ports free on ``address`` (for a hosts file's ``port:``), below the
-    ephemeral range and claimed from every other launch on this machine (tools/ports.py)."""
+    ephemeral range and claimed from every other launch on this machine (launch/ports.py)."""
     block = claim_port_block(address, count)
     _CLAIMED_BLOCKS.append(block)
     return block.first

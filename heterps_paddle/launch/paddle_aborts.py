@@ -9,7 +9,7 @@ at a load average of 30-60 on two cores, lost a job so.  Nothing outside Paddle'
 when it keeps them, from the start when not.
 
 Only this one abort is retried, and only when it is the first thing that went wrong in the job (the supervisor
-ranks what ended: tools/launch.py), so a process killed from outside, or a host that is gone, still fails the job.
+ranks what ended: launch/supervisor.py), so a process killed from outside, or a host that is gone, still fails the job.
 """
 
 from __future__ import annotations

@@ -1,0 +1,133 @@
+"""This host's part of a launch across hosts: ``heterps launch --hosts HOSTS --plan PLAN [--host ADDR] ... TRAIN.py``,
+the same command on every host.
+
+The hosts options (launch/options.py: HostsOptions) expand (planning/hosts.py: ``expand``) into the
+``paddle.distributed.launch`` arguments every host runs, and ``POD_IP`` is set to the host's address for Paddle's
+launcher, which otherwise takes ``gethostbyname(gethostname())`` (``launch_utils.py:
+ParameterServerLauncher.get_role_endpoints``).  The hosts' launches then run as one job through a coordinator on
+server 0's host (launch/coordinator.py).  A host that runs nothing of the plan says so and ends 0 without starting
+Paddle's launcher (in plain PS mode it would fail an assertion), or, with ``--restarts``, stands by for a round
+whose plan uses it.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Mapping, cast
+
+from heterps_paddle import settings
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.launch.job import HostsJob
+from heterps_paddle.launch.options import HostsOptions, LaunchOptions
+from heterps_paddle.planning.hosts import Expansion, expand_files
+
+
+@dataclass(frozen=True)
+class RoundFiles:
+    """What a new round changes in the expansion: the plan, the hosts lost so far, and the coordinator's and
+    gloo's ports, which stay where the first round put them (the coordinator keeps serving between rounds)."""
+
+    plan_path: str
+    lost: frozenset[str] = frozenset()
+    http_port: int | None = None
+    control_port: int | None = None
+    known_types: frozenset[str] = frozenset()  # the first round's plan's (planning/hosts.py: expand)
+
+    @staticmethod
+    def after(first: Expansion, plan_path: str, lost: frozenset[str]) -> RoundFiles:
+        """A later round of the job whose first round ``first`` placed."""
+        types = frozenset(stage.resource for stage in first.plan.stages)
+        return RoundFiles(plan_path, lost, first.http_port, first.control_port, types)
+
+
+@dataclass(frozen=True)
+class HostPart:
+    """This host's part of a round: what to run (``options``, with the expanded launcher arguments), or to stand
+    by (``spare``), or nothing at all (``nothing``)."""
+
+    options: LaunchOptions
+    address: str
+    job: HostsJob
+    expansion: Expansion
+    files: RoundFiles
+    env: Mapping[str, str] = field(default_factory=dict)  # to set for Paddle's launcher (POD_IP)
+    spare: bool = False  # runs nothing of this round's plan, but stands by for a later round's
+    nothing: bool = False  # runs nothing and ends (no --restarts)
+
+
+def expand_round(given: HostsOptions, files: RoundFiles) -> Expansion:
+    return expand_files(
+        files.plan_path,
+        given.hosts,
+        given.cluster,
+        given.server_num,
+        gpu=given.devices != "cpu",
+        lost=files.lost,
+        http_port=files.http_port,
+        control_port=files.control_port,
+        known_types=files.known_types,
+    )
+
+
+def job_of(expansion: Expansion, address: str, restarts: int = 0) -> HostsJob:
+    return HostsJob(
+        endpoint=expansion.control_endpoint,
+        host=address,
+        coordinator=expansion.servers[0].address,
+        digest=expansion.digest(),
+        members={p.host.address: any(q.role == "trainer" for q in p.processes) for p in expansion.parts if p.processes},
+        restarts=restarts,
+        connect_retries=int(cast(int, settings.get("HETERPS_CONNECT_RETRIES"))),
+    )
+
+
+def job_for_round(given: HostsOptions, files: RoundFiles, address: str) -> HostsJob:
+    """``address``'s part of a new round (the coordinator's host, which must stay server 0's)."""
+    job = job_of(expand_round(given, files), address)
+    if job.coordinator != address:
+        raise HeterPSError(
+            f"the new plan would move server 0, and the coordinator with it, off {address} (to {job.coordinator})"
+        )
+    return job
+
+
+def host_part(options: LaunchOptions, environ: Mapping[str, str], files: RoundFiles | None = None) -> HostPart:
+    """This host's part of the round ``files`` describes (default: the first, from ``--plan``); HeterPSError when
+    the files or this host's address do not fit."""
+    given = options.hosts
+    assert given is not None
+    files = files or RoundFiles(given.plan)
+    expansion = expand_round(given, files)
+    address = given.host or environ.get("POD_IP") or _own_address()
+    if address in files.lost:
+        raise HeterPSError(f"this host ({address}) was dropped from the job: the launch counted it as lost")
+    part = expansion.part(address)
+    print(f"heterps launch: this host is {part.describe()}", flush=True)
+    job = job_of(expansion, address, given.restarts)
+    if not part.processes:
+        if given.restarts > 0:
+            # A spare: a later round's plan may use it; heterps launch waits for the coordinator.
+            print(f"heterps launch: {address} runs nothing of this plan; it stands by for a restart", flush=True)
+            return HostPart(options, address, job, expansion, files, spare=True)
+        print(f"heterps launch: {address} runs nothing of this plan; nothing started", flush=True)
+        return HostPart(options, address, job, expansion, files, nothing=True)
+    expanded = options.with_paddle(_pairs(expansion.arguments()))
+    return HostPart(expanded, address, job, expansion, files, env={"POD_IP": address})
+
+
+def _pairs(arguments: list[str]) -> list[tuple[str, str]]:
+    """``--name=value`` arguments as (name, value) pairs."""
+    pairs = []
+    for argument in arguments:
+        name, _, value = argument.partition("=")
+        pairs.append((name, value))
+    return pairs
+
+
+def _own_address() -> str:
+    """What Paddle's launcher takes for this host's IP without POD_IP."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError as exc:
+        raise HeterPSError(f"cannot tell this host's address ({exc}): give --host ADDR or set POD_IP") from None

@@ -1,0 +1,111 @@
+"""What a host's launch across hosts knows of the job (the records the coordinator and its members share), and the
+control port's plain requests: connecting, and asking which round the job is in.
+
+The protocol is JSON lines over TCP: ``join`` / ``beat`` / ``failed`` / ``done`` from a member, ``start`` / ``beat``
+/ ``standby`` / ``abort`` / ``end`` / ``restart`` from the coordinator; ``log`` opens a stream of console lines;
+``round``, ``put`` / ``get`` / ``entries`` are one-shot requests (the job's round; the board, rendezvous.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, cast
+
+from heterps_paddle import settings
+from heterps_paddle.errors import HeterPSError
+
+JOB_ENV = "HETERPS_HOSTS_JOB"  # the launch's HostsJob, from heterps launch to the process that runs Paddle's launcher
+BEAT_S = 2.0
+JOIN_RETRY_S = 0.5
+
+
+class JobAborted(HeterPSError, RuntimeError):
+    """The launch across hosts ended (or could not start); the message says why and where."""
+
+
+@dataclass(frozen=True)
+class HostsJob:
+    """One host's part of a round of the job across hosts."""
+
+    endpoint: str  # the coordinator's host:port
+    host: str  # this host's address
+    coordinator: str  # server 0's host, where the coordinator runs
+    digest: str  # of the plan and its placement (every host must have the same)
+    members: Mapping[str, bool]  # every host that runs a process of the plan -> whether it runs CPU trainers
+    restarts: int = 0  # --restarts N: a failure then waits for the coordinator's word (restart or end)
+    # HETERPS_CONNECT_RETRIES: starts of the job again after Paddle's connect-timeout abort (launch/paddle_aborts.py)
+    connect_retries: int = 0
+
+    @property
+    def may_start_again(self) -> bool:
+        """Whether a failure can end in a new round rather than the launch's end: a host that failed then waits
+        for the coordinator's word (closing its connection would count it as lost)."""
+        return self.restarts > 0 or self.connect_retries > 0
+
+    @property
+    def is_coordinator(self) -> bool:
+        return self.host == self.coordinator
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self) | {"members": dict(self.members)})
+
+    @staticmethod
+    def from_env(env: Mapping[str, str] | None = None) -> HostsJob | None:
+        text = (os.environ if env is None else env).get(JOB_ENV)
+        return None if not text else HostsJob(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class RoundRequest:
+    """What the coordinator asks of re-planning (launch/rounds.py) for the job's next round."""
+
+    lost: frozenset[str]  # every host the job has lost and not got back
+    lost_before: frozenset[str]  # those when the round that ends was planned (the plan changes only if they differ)
+    published: Mapping[str, Any]  # the plan record trainer 0 published this round (fleet/plan_agreement.py), or {}
+    plan_now: Mapping[str, Any] | None  # the plan this round runs, as its file holds it (None: the first round's)
+    number: int  # the next round's
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """The next round's plan (launch/rounds.py makes it): what every host runs next."""
+
+    plan: Mapping[str, Any]  # the plan, as its file holds it
+    job: HostsJob  # the coordinator's host's part of it (members, digest)
+    report: Mapping[str, Any]  # for restarts.json: the old and new plans, how the new one was chosen
+    better: bool = True  # whether the new plan beats the old one (planning/replan.py: better); a move needs it
+
+
+def host_timeout() -> float:
+    return float(cast(float, settings.get("HETERPS_HOST_TIMEOUT")))
+
+
+def startup_timeout() -> float:
+    return float(cast(float, settings.get("HETERPS_STARTUP_TIMEOUT")))
+
+
+def connect_until(endpoint: str, deadline: float) -> socket.socket:
+    """A TCP connection to ``endpoint``, retried every JOIN_RETRY_S until ``deadline`` (then the last OSError)."""
+    host, port = endpoint.rsplit(":", 1)
+    while True:
+        try:
+            return socket.create_connection((host, int(port)), timeout=5.0)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(JOIN_RETRY_S)
+
+
+def ask_round(endpoint: str, deadline: float) -> dict[str, Any]:
+    """The job's round as its coordinator says (a host's launch started again asks before it joins)."""
+    with connect_until(endpoint, deadline) as conn:
+        conn.settimeout(max(5.0, deadline - time.monotonic()))
+        conn.sendall(json.dumps({"op": "round"}).encode() + b"\n")
+        raw = conn.makefile("rb").readline()
+    if not raw:
+        raise OSError(f"the coordinator at {endpoint} closed the connection without an answer")
+    return dict(json.loads(raw))

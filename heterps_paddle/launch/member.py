@@ -1,0 +1,195 @@
+"""A host's side of a launch across hosts, in the process that runs Paddle's launcher (launch/child.py): it joins
+the coordinator (launch/coordinator.py), beats, and hears the job's word (start, abort, end, restart); and the
+console lines a host sends to the coordinator's."""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import time
+from typing import Any, Mapping
+
+from heterps_paddle.launch.job import BEAT_S, HostsJob, JobAborted, connect_until, host_timeout, startup_timeout
+
+LOG_QUEUE_LINES = 10000
+
+
+class Member:
+    """A host's side of the launch, in the process that runs Paddle's launcher (launch/child.py)."""
+
+    def __init__(self, job: HostsJob):
+        self.job = job
+        self.conn: socket.socket | None = None
+        self.lock = threading.Lock()
+        self.ended = threading.Event()
+        self.aborted = threading.Event()
+        self.abort_reason = ""
+        self.launch_id = ""
+        self.restart: dict[str, Any] | None = None  # the coordinator's restart message, when the job starts again
+        self._closed = threading.Event()
+
+    def join(self) -> str:
+        """Join and wait until every host has: the launch's id.  JobAborted when the launch cannot start."""
+        timeout = startup_timeout()
+        # The coordinator gives up at its own deadline and says why; this one only covers a coordinator that never
+        # came up.
+        deadline = time.monotonic() + timeout + 10.0
+        self.conn = self._connect(deadline)
+        self._send({"op": "join", "host": self.job.host, "digest": self.job.digest})
+        reader = self.conn.makefile("rb")
+        self.conn.settimeout(max(1.0, deadline - time.monotonic()))
+        try:
+            while True:
+                raw = reader.readline()
+                if not raw:
+                    raise JobAborted(f"the launch's coordinator on {self.job.coordinator} closed the connection")
+                message = json.loads(raw)
+                if message.get("op") == "abort":
+                    raise JobAborted(str(message.get("reason")))
+                if message.get("op") == "start":
+                    self.launch_id = str(message["launch_id"])
+                    break
+        except TimeoutError:
+            raise JobAborted(
+                f"the launch did not start within {timeout:.0f} s (HETERPS_STARTUP_TIMEOUT): not every host joined"
+            ) from None
+        self.conn.settimeout(host_timeout())
+        threading.Thread(target=self._read, args=(reader,), name="heterps-member-read", daemon=True).start()
+        threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
+        return self.launch_id
+
+    def _connect(self, deadline: float) -> socket.socket:
+        """A connection to the coordinator, retried until ``deadline`` (it may not be up yet)."""
+        try:
+            return connect_until(self.job.endpoint, deadline)
+        except OSError as exc:
+            raise JobAborted(
+                f"the launch's coordinator at {self.job.endpoint} (host {self.job.coordinator}) did not come up within "
+                f"{startup_timeout():.0f} s (HETERPS_STARTUP_TIMEOUT; last error: {exc}): start `heterps launch "
+                f"--hosts ...` on {self.job.coordinator} too"
+            ) from None
+
+    def standby(self) -> dict[str, Any]:
+        """A spare host (it runs nothing of this round's plan, and the launch may restart): wait for the
+        coordinator's word, a restart (whose plan may use this host), the end or the failure, and return it."""
+        self.conn = self._connect(time.monotonic() + startup_timeout() + 10.0)
+        self._send({"op": "join", "host": self.job.host, "digest": self.job.digest, "spare": True})
+        self.conn.settimeout(None)
+        threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
+        reader = self.conn.makefile("rb")
+        try:
+            for raw in iter(reader.readline, b""):
+                message = json.loads(raw)
+                if message.get("op") in ("restart", "end", "abort"):
+                    return dict(message)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.close()
+        return {"op": "abort", "reason": f"lost the launch's coordinator on host {self.job.coordinator}"}
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        with self.lock:
+            if self.conn is None or self._closed.is_set():
+                return
+            try:
+                self.conn.sendall(json.dumps(message).encode() + b"\n")
+            except OSError:
+                pass  # the reader sees the connection go
+
+    def _read(self, reader: Any) -> None:
+        try:
+            for raw in iter(reader.readline, b""):
+                message = json.loads(raw)
+                op = message.get("op")
+                if op == "abort":
+                    self._abort(str(message.get("reason")))
+                elif op == "end":
+                    self.ended.set()
+                elif op == "restart":
+                    self.restart = message
+                    self._abort(f"the job starts again (restart {message.get('round')}): {message.get('why')}")
+                    return
+        except TimeoutError:
+            self._abort(
+                f"the launch's coordinator on {self.job.coordinator} stopped answering ({host_timeout():.0f} s; "
+                "HETERPS_HOST_TIMEOUT)"
+            )
+            return
+        except (OSError, ValueError):
+            pass
+        if not self.ended.is_set() and not self._closed.is_set():
+            self._abort(
+                f"lost the launch's coordinator on host {self.job.coordinator} (its heterps launch went away, or the "
+                "machine or its network is gone)"
+            )
+
+    def _abort(self, reason: str) -> None:
+        if not self.aborted.is_set():
+            self.abort_reason = reason
+            self.aborted.set()
+
+    def _beat(self) -> None:
+        while not self._closed.wait(BEAT_S):
+            self._send({"op": "beat"})
+
+    def report_failure(self, reason: str, retryable: bool = False) -> None:
+        """``retryable``: the failure is Paddle's connect-timeout abort (launch/paddle_aborts.py)."""
+        self._send({"op": "failed", "reason": reason, "retryable": retryable})
+
+    def report_done(self) -> None:
+        self._send({"op": "done"})
+
+    def settled(self) -> bool:
+        return self.ended.is_set() or self.aborted.is_set()
+
+    def close(self) -> None:
+        self._closed.set()
+        with self.lock:
+            if self.conn is not None:
+                try:
+                    self.conn.close()
+                except OSError:
+                    pass
+
+
+class LogForwarder:
+    """A host's console lines, also sent to the coordinator's host (best effort: a line that cannot be sent is
+    still on this host's console and in its logs)."""
+
+    def __init__(self, job: HostsJob):
+        self.job = job
+        self.lines: queue.Queue[str | None] = queue.Queue(LOG_QUEUE_LINES)
+        self.thread = threading.Thread(target=self._run, name="heterps-log-forward", daemon=True)
+        self.thread.start()
+
+    def send(self, line: str) -> None:
+        try:
+            self.lines.put_nowait(line)
+        except queue.Full:
+            pass
+
+    def close(self, wait_s: float = 5.0) -> None:
+        try:
+            self.lines.put_nowait(None)
+        except queue.Full:
+            pass
+        self.thread.join(timeout=wait_s)
+
+    def _run(self) -> None:
+        try:
+            conn = connect_until(self.job.endpoint, time.monotonic() + startup_timeout() + 10.0)
+        except OSError:
+            return
+        with conn:
+            try:
+                conn.sendall(json.dumps({"op": "log", "host": self.job.host}).encode() + b"\n")
+                while True:
+                    line = self.lines.get()
+                    if line is None:
+                        return
+                    conn.sendall(line.rstrip("\n").encode() + b"\n")
+            except OSError:
+                return

@@ -1,0 +1,100 @@
+"""A new round's plan and files: what the coordinator asks for when the machine says Replan (launch/machine.py), and
+what a host writes for the round it joins.
+
+Re-planning is planning/replan.py's (the same scheduler and target on the hosts left); this module only finds the
+running plan, asks for the next one when the hosts changed, writes it with the one plan writer
+(planning/model.py: ``save_plan``) and says what changed for restarts.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Mapping
+
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.launch.hosts import HostPart, RoundFiles, host_part, job_for_round
+from heterps_paddle.launch.job import RoundPlan, RoundRequest
+from heterps_paddle.launch.options import LaunchOptions
+from heterps_paddle.planning.hosts import Expansion
+from heterps_paddle.planning.model import Plan, plan_from_dict, save_plan
+
+
+def plan_maker(part: HostPart, log_dir: str) -> Callable[[RoundRequest], RoundPlan]:
+    """The coordinator's re-planning: the plan for the hosts the job has, written beside the coordinator's logs."""
+    from heterps_paddle.planning.replan import PlanningInputs, better, replan
+
+    first = part.expansion
+    given = part.options.hosts
+    assert given is not None
+
+    def next_round(request: RoundRequest) -> RoundPlan:
+        published = request.published
+        inputs = published.get("inputs")
+        if published.get("plan"):
+            old = plan_from_dict(published["plan"], "the job's published plan")
+        elif request.plan_now is not None:
+            old = plan_from_dict(request.plan_now, "the round's plan")
+        else:
+            old = first.plan
+        better_plan = True
+        if request.lost != request.lost_before:
+            if inputs is None:
+                raise HeterPSError(
+                    "the job published no planning inputs to re-plan with (the automatic path, "
+                    "heterps_configs['cluster'], publishes them)"
+                )
+            planning = PlanningInputs.from_dict(inputs)
+            replanned = replan(planning, first.hosts, request.lost)
+            new, how = replanned.plan, replanned.note
+            better_plan = better(new, old, planning.target_throughput)
+        else:
+            new, how = old, "the same plan (no host was lost)"
+        path = os.path.join(log_dir, f"plan.round{request.number}.coordinator.json")
+        save_plan(new, path)
+        again = job_for_round(given, RoundFiles.after(first, path, request.lost), part.address)
+        report = {
+            "old_plan": plan_summary(old),
+            "new_plan": plan_summary(new),
+            "how": how,
+            "summary": f"{describe_plan(old)} -> {describe_plan(new)} ({how})",
+            "new_summary": describe_plan(new),
+        }
+        with open(path, encoding="utf-8") as f:
+            document = json.load(f)
+        plan_from_dict(document)  # what every host reads back
+        return RoundPlan(document, again, report, better_plan)
+
+    return next_round
+
+
+def part_of_round(
+    options: LaunchOptions,
+    first: Expansion,
+    log_dir: str,
+    number: int,
+    plan: Mapping[str, Any],
+    lost: frozenset[str],
+    environ: Mapping[str, str],
+) -> HostPart:
+    """This host's part of round ``number`` of the job whose first round ``first`` placed: ``plan`` (the
+    coordinator's document) written beside this host's logs, without the ``lost`` hosts."""
+    plan_path = os.path.join(log_dir, f"plan.round{number}.json")
+    save_plan(plan_from_dict(plan, f"round {number}'s plan from the coordinator"), plan_path)
+    return host_part(options, environ, RoundFiles.after(first, plan_path, lost))
+
+
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    """A plan as restarts.json reports it."""
+    return {
+        "stages": [
+            f"{s.units} x {s.resource} ({len(s.layers)} layer{'s' * (len(s.layers) != 1)})" for s in plan.stages
+        ],
+        "cost_per_hour": round(plan.cost_per_hour, 4),
+        "predicted_samples_per_s": round(plan.throughput, 1),
+    }
+
+
+def describe_plan(plan: Plan) -> str:
+    stages = " | ".join(f"{s.units} x {s.resource}" for s in plan.stages)
+    return f"{stages} ({plan.cost_per_hour:.3g}/h, {plan.throughput:,.0f} samples/s predicted)"
