@@ -42,6 +42,23 @@ def test_newest_that_verifies_is_chosen_and_the_others_named(tmp_path):
     assert lines[0].startswith("checkpoint REFUSED: checkpoint ") and "resuming from checkpoint" in lines[-1]
 
 
+def test_a_stray_file_refuses_the_checkpoint_by_name_and_the_previous_one_is_used(tmp_path):
+    """An exact uncompressed copy of a part beside it, as someone inspecting a checkpoint might leave (``gzip -dk``):
+    the servers would read it, so the checkpoint is refused naming it, as a corrupted one is."""
+    make(tmp_path, 1)
+    newest = make(tmp_path, 2)
+    (newest / "001" / "part-000.copy").write_text("2.0 0 0\n")
+    (newest / ".hidden").write_text("x")
+    choice = cc.choose(str(tmp_path))
+    assert choice.path == str(tmp_path / "pass-000001"), choice
+    why = dict(choice.refused)[str(newest)]
+    assert ".hidden is not in its manifest (a stray file: the servers would read it), and 1 more" in why, why
+    (newest / ".hidden").unlink()
+    assert "001/part-000.copy is not in its manifest" in dict(cc.choose(str(tmp_path)).refused)[str(newest)]
+    (newest / "001" / "part-000.copy").unlink()
+    assert cc.choose(str(tmp_path)).path == str(newest)
+
+
 def test_none_usable_starts_fresh_loudly(tmp_path):
     make(tmp_path, 1, manifest=False)
     choice = cc.choose(str(tmp_path))

@@ -46,6 +46,11 @@ def digests(root: str) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
+def _every_file(root: str) -> list[str]:
+    """Every file under ``root``, hidden ones included, by relative path."""
+    return [os.path.relpath(os.path.join(base, name), root) for base, _, files in os.walk(root) for name in files]
+
+
 def read_manifest(dirname: str) -> dict[str, Any]:
     """The manifest of ``dirname``; an error when it is missing (the save never finished) or unreadable."""
     path = os.path.join(dirname, MANIFEST)
@@ -62,9 +67,17 @@ def read_manifest(dirname: str) -> dict[str, Any]:
 
 
 def verify(dirname: str) -> dict[str, Any]:
-    """The manifest of ``dirname`` once every file it lists is there with its checksum; else an error naming the
-    first file that is not."""
+    """The manifest of ``dirname`` once every file it lists is there with its checksum and no other file is (Paddle's
+    servers read every file of a table's directory: a stray one, such as an uncompressed copy of a part left by
+    someone inspecting the checkpoint, would be restored over the listed ones); else an error naming the first file
+    that is not as listed."""
     manifest = read_manifest(dirname)
+    stray = sorted(set(_every_file(dirname)) - set(manifest["files"]) - {MANIFEST})
+    if stray:
+        raise CheckpointError(
+            f"checkpoint {dirname}: {stray[0]} is not in its manifest (a stray file: the servers would read it)"
+            + (f", and {len(stray) - 1} more" if len(stray) > 1 else "")
+        )
     actual = digests(dirname)
     for rel, digest in manifest["files"].items():
         if rel not in actual:
