@@ -10,11 +10,13 @@ and a training script that is not a Python file are errors naming what was wrong
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
+from heterps_paddle.text_numbers import ascii_float, ascii_int
 
 USAGE = (
     "usage: heterps launch [--timeout S] [--quiet] [--checkpoint-dir DIR [--checkpoint-every N|Nm]] "
@@ -226,7 +228,7 @@ def _hosts_options(values: Mapping[str, str]) -> HostsOptions | None:
 
 def _count(name: str, text: str) -> int:
     try:
-        value = int(text)
+        value = ascii_int(text)  # not int(): it reads "٣" and "1_000" (heterps_paddle/text_numbers.py)
     except ValueError:
         raise OptionsError(f"heterps launch: {name}: {text!r} is not a number") from None
     if value < 0:
@@ -236,9 +238,9 @@ def _count(name: str, text: str) -> int:
 
 def _seconds(text: str) -> float:
     try:
-        value = float(text)
+        value = ascii_float(text)
     except ValueError:
         raise OptionsError(f"heterps launch: --timeout: {text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise OptionsError(f"heterps launch: --timeout must be positive, got {text!r}")
+    if not 0 < value < math.inf:
+        raise OptionsError(f"heterps launch: --timeout must be a positive number of seconds, got {text!r}")
     return value
