@@ -162,6 +162,7 @@ setup(
             "clang-format==23.1.5",
             "import-linter==2.16",
             "kubernetes-validate==1.37.0",
+            "hypothesis>=6.100,<7",  # the control port's protocol fuzz test (tests/test_control_fuzz.py)
         ],
         "plot": ["matplotlib"],
     },

@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Protocol
 
-from heterps_paddle import settings
+from heterps_paddle import control, settings
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
 
@@ -128,17 +128,25 @@ def exchange_line(endpoint: str, line: bytes, timeout: float) -> bytes:
 
 
 def request(endpoint: str, message: Mapping[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
-    """One request to the coordinator, one JSON line back."""
+    """One request to the coordinator, over a connection that proved the job's key (heterps_paddle/control.py),
+    one JSON line back."""
     try:
-        data = exchange_line(endpoint, json.dumps(message).encode(), timeout)
-    except OSError as exc:
+        key = control.key_from_env()
+    except HeterPSError as exc:
+        raise RendezvousError(str(exc)) from None
+    if key is None:
+        raise RendezvousError(f"no job key to prove to the launch's coordinator at {endpoint} ({control.KEY_FILE_ENV})")
+    try:
+        conn, reader = control.connect_proven(endpoint, key, timeout)
+        with conn, reader:
+            conn.sendall(json.dumps(message).encode() + b"\n")
+            reply = control.read_message(reader)
+    except (OSError, HeterPSError) as exc:
         raise RendezvousError(f"the launch's coordinator at {endpoint} did not answer ({exc})") from None
-    try:
-        reply = json.loads(data)
-    except ValueError:
-        raise RendezvousError(f"the launch's coordinator at {endpoint} sent no answer") from None
-    if not isinstance(reply, dict) or "error" in reply:
-        raise RendezvousError(f"the launch's coordinator at {endpoint}: {reply.get('error', reply)}")
+    if reply is None:
+        raise RendezvousError(f"the launch's coordinator at {endpoint} sent no answer")
+    if "error" in reply:
+        raise RendezvousError(f"the launch's coordinator at {endpoint}: {reply['error']}")
     return reply
 
 
@@ -150,7 +158,9 @@ class RemoteBoard:
         self.where = f"the launch's coordinator at {endpoint}"
 
     def put(self, key: str, value: Any) -> None:
-        request(self.endpoint, {"op": "put", "key": _check_key(key), "value": value})
+        # the host this process runs on (heterps launch sets POD_IP): the coordinator checks who writes the plan
+        host = os.environ.get("POD_IP", "")
+        request(self.endpoint, {"op": "put", "key": _check_key(key), "value": value, "host": host})
 
     def get(self, key: str) -> Any | None:
         return request(self.endpoint, {"op": "get", "key": _check_key(key)}).get("value")
@@ -191,13 +201,21 @@ class BoardStore:
 
     def __init__(self) -> None:
         self._values: dict[str, Any] = {}
+        self._sizes: dict[str, int] = {}
         self._lock = threading.Lock()
+
+    def size(self) -> int:
+        """The records' size together, as JSON."""
+        with self._lock:
+            return sum(self._sizes.values())
 
     def answer(self, message: Mapping[str, Any]) -> dict[str, Any]:
         op = message.get("op")
         with self._lock:
             if op == "put":
-                self._values[_check_key(str(message["key"]))] = message.get("value")
+                key = _check_key(str(message["key"]))
+                self._values[key] = message.get("value")
+                self._sizes[key] = len(json.dumps(self._values[key]))
                 return {"ok": True}
             if op == "get":
                 return {"value": self._values.get(str(message["key"]))}

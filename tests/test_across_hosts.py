@@ -6,7 +6,9 @@ The plan: 2 stages, stage 1 on 2 CPU units (a parameter server and a CPU trainer
 stage 2 (the fc layers, loss and AUC) on one heterogeneous trainer on the third.  What is checked:
 
 - it trains as the same plan on one host does (held-out AUC within 0.01), and every process of every host logs the
-  same plan digest, the one stage 1's trainer 0 published through the launch's coordinator;
+  same plan digest, the one stage 1's trainer 0 published through the launch's coordinator, while a process that is
+  not part of the job knocks on the control port without the job's key (a foreign join, a fake spare, a forged plan,
+  garbage, a huge line, a half line, escape sequences) and changes nothing;
 - the other hosts' progress reaches the console of the coordinator's host;
 - a host that dies (its launch and every process on it SIGKILLed) fails every other host's launch, naming it, within
   60 s, and nothing of the job is left on any host; the same when the coordinator's host dies;
@@ -17,11 +19,14 @@ stage 2 (the fc layers, loss and AUC) on one heterogeneous trainer on the third.
 import json
 import os
 import re
+import socket
+import threading
 import time
 
 import pytest
 
 from heterps_paddle.data.generator import generate
+from heterps_paddle.planning.hosts import expand_files
 from heterps_paddle.planning.launch import launch_arguments
 from heterps_paddle.planning.model import load_plan
 from heterps_paddle.tools.jobs import HostsRun, free_port_block, launch
@@ -103,11 +108,52 @@ def cleanup():
 pytestmark = pytest.mark.launched
 
 
+def attack(endpoint, stop, said):
+    """A process that is not part of the job, on the same machine, at the control port while the job runs: a join with
+    another digest, a spare named after a running host, a forged plan, garbage, a huge line, a half line, a log
+    line, all without the key (each connection gets the challenge and is closed).  ``said``: what came back."""
+    host, port = endpoint.rsplit(":", 1)
+    lines = [
+        {"op": "join", "host": A, "digest": "0" * 16},
+        {"op": "join", "host": C, "digest": "0" * 16, "spare": True},
+        {"op": "put", "key": "plan", "value": {"forged": True}, "host": "6.6.6.6"},
+        {"op": "log", "host": B},
+        {"op": "done"},
+    ]
+    payloads = [json.dumps(line).encode() + b"\n" for line in lines]
+    payloads += [b"garbage\n", b"x" * (2 << 20), b'{"op": "join"', b"\x1b[2J\n"]
+    payloads.append(json.dumps({"op": "log", "host": B}).encode() + b"\nFORGED-LINE \x1b[2J\n")
+    while not stop.is_set():
+        for payload in payloads:
+            try:
+                with socket.create_connection((host, int(port)), timeout=10) as conn:
+                    conn.sendall(payload)
+                    conn.shutdown(socket.SHUT_WR)
+                    said.append(conn.recv(1 << 16))
+            except OSError:
+                time.sleep(0.2)
+        stop.wait(1.0)
+
+
 def test_three_hosts_learn_like_one_host(setup, cleanup):
     run = new_run(setup, "three")
     cleanup(run)
-    consoles = run_every_host_to_its_end(run)
+    endpoint = expand_files(setup["plan"], run.hosts_path, None, None, gpu=False).control_endpoint
+    stop, said = threading.Event(), []
+    attacker = threading.Thread(target=attack, args=(endpoint, stop, said), daemon=True)
+    attacker.start()
+    try:
+        consoles = run_every_host_to_its_end(run)
+    finally:
+        stop.set()
+        attacker.join(30)
     assert run.leftovers() == []
+    # The stranger was answered with the challenge only, and named on the coordinator's console; nothing it sent
+    # reached the job (the job ended 0 on every host, every process ran the published plan, checked below).
+    assert said and all(answer == b"" or answer.startswith(b'{"op": "hello"') for answer in said), said[:3]
+    assert any(answer for answer in said), "the coordinator never answered"
+    assert "refused a connection from 127.0.0.1 to the control port" in consoles[A], consoles[A][-3000:]
+    assert "FORGED-LINE" not in consoles[A] and "\x1b[2J" not in consoles[A]
 
     # One plan: every process of every host logged the digest trainer 0 published.
     logs = process_logs(run)

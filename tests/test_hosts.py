@@ -316,8 +316,16 @@ def test_launch_args_hosts_command(tmp_path, capsys):
     assert any(line.startswith("# each host runs its line") and args in line for line in lines)
     assert f"# parameter servers: 127.0.0.2:36100 ({SERVER_RULE_FILE})" in lines
     assert "# 127.0.0.4 (cpu): nothing (no unit of the plan, no server)" in lines
-    code, out, _ = run_cli(capsys, "launch-args", plan, "--hosts", hosts_path, "--json")
+    # the job's key: made once beside the hosts file, only its owner reads it, never printed
+    key = hosts_path + ".key"
+    assert f"the job's key made at {key} (mode 0600" in err
+    assert os.stat(key).st_mode & 0o777 == 0o600
+    secret = open(key).read().strip()
+    assert len(secret) == 64 and secret not in out + err
+    code, out, err = run_cli(capsys, "launch-args", plan, "--hosts", hosts_path, "--json")
+    assert f"the job's key is {key}" in err and open(key).read().strip() == secret  # never replaced
     document = json.loads(out)
+    assert document["key_file"] == key and secret not in out
     assert document["launch_args"] == args.split() and document["server_rule"] == SERVER_RULE_FILE
     assert [h["address"] for h in document["hosts"]] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
     assert document["hosts"][1]["processes"] == [

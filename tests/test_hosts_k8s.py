@@ -154,12 +154,14 @@ def test_launch_args_writes_the_manifests(tmp_path, capsys):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(PLANS["whatif"]))
     out_dir = tmp_path / "k8s"
+    hosts = tmp_path / "hosts.yaml"  # a copy: launch-args makes the job's key beside the hosts file
+    hosts.write_text(open(HOSTS).read().replace("cluster: dlrm_aws.yaml", f"cluster: {CLUSTER}"))
     code, _, err = run_cli(
         capsys,
         "launch-args",
         str(plan),
         "--hosts",
-        HOSTS,
+        str(hosts),
         "--k8s",
         str(out_dir),
         "--image",
@@ -171,7 +173,9 @@ def test_launch_args_writes_the_manifests(tmp_path, capsys):
     documents = list(yaml.safe_load_all((out_dir / "heterps.yaml").read_text()))
     assert [d["kind"] for d in documents] == ["Service"] + ["Job"] * 7
     assert "wrote 8 objects" in err
-    code, _, err = run_cli(capsys, "launch-args", str(plan), "--hosts", HOSTS, "--k8s", str(out_dir), "--train", "t.py")
+    code, _, err = run_cli(
+        capsys, "launch-args", str(plan), "--hosts", str(hosts), "--k8s", str(out_dir), "--train", "t.py"
+    )
     assert code == 2 and "--k8s needs --image" in err
     with pytest.raises(ManifestError, match="--name 'Bad_Name'"):
         manifests(expand(plan_from_dict(PLANS["whatif"]), load_hosts(HOSTS), KINDS), ["t.py"], "img", "Bad_Name")

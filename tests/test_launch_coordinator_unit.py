@@ -1,28 +1,50 @@
 """The coordinator of a launch across hosts (launch/coordinator.py) without a job: the shell around the job's state
-machine, spoken to over its own protocol on a loopback port.  The rules themselves: tests/test_launch_machine.py."""
+machine, spoken to over its own protocol on a loopback port, by genuine members (which prove the job's key) and by
+strangers.  The rules themselves: tests/test_launch_machine.py."""
 
 import json
 import socket
 import time
 from dataclasses import replace
 
-from heterps_paddle.launch.coordinator import Coordinator
+import pytest
+
+from heterps_paddle import control
+from heterps_paddle.launch.coordinator import MAX_UNPROVEN, Coordinator
 from heterps_paddle.launch.job import HostsJob, RoundPlan, ask_round
 from heterps_paddle.tools.jobs import free_port_block
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+KEY = bytes(range(32))
 
 
 def coordinator(lines, next_round=None, restarts=2, retries=0):
     port = free_port_block(A, 1)
-    job = HostsJob(f"{A}:{port}", A, A, "digest", {A: True, B: True}, restarts=restarts, connect_retries=retries)
-    return Coordinator(job, lines.append, restarts=restarts, next_round=next_round, settle_s=0.2).start()
+    job = HostsJob(
+        f"{A}:{port}",
+        A,
+        A,
+        "digest",
+        {A: True, B: True},
+        restarts=restarts,
+        connect_retries=retries,
+        file_hosts=(A, B, C),
+        plan_writer=A,
+    )
+    return Coordinator(job, lines.append, KEY, restarts=restarts, next_round=next_round, settle_s=0.2).start()
 
 
-def connect(endpoint, message):
+def connect(endpoint, message, key=KEY):
+    """A connection that proved ``key`` and sent ``message``."""
+    conn, reader = control.connect_proven(endpoint, key)
+    conn.sendall(json.dumps(message).encode() + b"\n")
+    return conn, reader
+
+
+def raw(endpoint):
+    """A connection that proves nothing (a stranger), and its reader."""
     host_part, port = endpoint.rsplit(":", 1)
     conn = socket.create_connection((host_part, int(port)), timeout=10)
-    conn.sendall(json.dumps(message).encode() + b"\n")
     return conn, conn.makefile("rb")
 
 
@@ -44,13 +66,13 @@ def test_a_lost_host_back_and_a_spare_gone():
     lines = []
     coord = coordinator(lines)
     try:
-        assert ask_round(coord.job.endpoint, time.monotonic() + 5) == {"round": 0, "plan": None, "lost": []}
+        assert ask_round(coord.job.endpoint, KEY, time.monotonic() + 5) == {"round": 0, "plan": None, "lost": []}
         with coord.lock:
             coord.machine = replace(coord.machine, lost=frozenset({C}))  # as after a restart that lost it
         conn, reader = connect(coord.job.endpoint, {"op": "join", "host": C, "digest": "digest", "spare": True})
         assert json.loads(reader.readline())["op"] == "standby"
         wait_for(lambda: C not in coord.machine.lost, "the host back")
-        assert ask_round(coord.job.endpoint, time.monotonic() + 5)["lost"] == []
+        assert ask_round(coord.job.endpoint, KEY, time.monotonic() + 5)["lost"] == []
         assert any(f"host {C} is back and stands by" in line for line in lines), lines
         reader.close()
         conn.close()  # it dies again while standing by: a later round must not count on it
@@ -75,7 +97,7 @@ def test_members_join_start_and_a_retry_tells_every_host_the_new_round(tmp_path)
     try:
         joined = [connect(coord.job.endpoint, {"op": "join", "host": h, "digest": "digest"}) for h in (A, B)]
         for _, reader in joined:
-            assert next_op(reader)["op"] == "start"
+            assert json.loads(reader.readline())["op"] == "start"
         joined[1][0].sendall(json.dumps({"op": "failed", "reason": "aborted", "retryable": True}).encode() + b"\n")
         for _, reader in joined:
             told = next_op(reader)
@@ -89,7 +111,7 @@ def test_members_join_start_and_a_retry_tells_every_host_the_new_round(tmp_path)
             conn.close()
         again = [connect(coord.job.endpoint, {"op": "join", "host": h, "digest": "digest"}) for h in (A, B)]
         for _, reader in again:
-            assert next_op(reader)["op"] == "start"
+            assert json.loads(reader.readline())["op"] == "start"
         for conn, _ in again:
             conn.sendall(json.dumps({"op": "done"}).encode() + b"\n")
         wait_for(lambda: coord.ended, "the end")
@@ -111,6 +133,147 @@ def test_a_member_with_another_digest_ends_the_launch_before_it_starts():
             assert told["op"] == "abort" and f"host {B} was given another plan" in told["reason"], told
         _, stranger = connect(coord.job.endpoint, {"op": "join", "host": C, "digest": "digest"})
         assert "runs nothing of this launch's plan" in json.loads(stranger.readline())["reason"]
+    finally:
+        coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
+# ---- as an attacker would: a process that is not part of the job, on the same machine
+
+
+def test_a_stranger_without_the_key_can_end_block_or_write_nothing():
+    """Garbage, a join without the key, a join with a wrong key, a forged board write, a huge line, a half line:
+    each closed, none acted on; the genuine members then join, start and end."""
+    lines = []
+    coord = coordinator(lines, restarts=0)
+    endpoint = coord.job.endpoint
+    try:
+        conn, reader = raw(endpoint)
+        assert json.loads(reader.readline())["op"] == "hello"  # a challenge first, nothing else
+        conn.sendall(json.dumps({"op": "join", "host": A, "digest": "digest"}).encode() + b"\n")
+        assert reader.readline() == b""  # closed: not a proof
+        with pytest.raises(control.Unproven, match="refused this host's proof"):
+            control.connect_proven(endpoint, bytes(32))  # another key
+        conn, reader = raw(endpoint)
+        reader.readline()
+        conn.sendall(b"x" * (control.MAX_LINE + 10))  # a huge line, no newline
+        assert reader.readline() == b""
+        half, half_reader = raw(endpoint)  # a half line: closed after AUTH_S
+        half_reader.readline()
+        half.sendall(b'{"op": "auth", "nonce": "ab')
+        started = time.monotonic()
+        assert half_reader.readline() == b""
+        assert time.monotonic() - started < control.AUTH_S + 5
+        # nothing of that reached the job: it is still joining, and the genuine hosts start and end it
+        assert coord.machine.state.value == "joining" and not coord.peers
+        members = [connect(endpoint, {"op": "join", "host": h, "digest": "digest"}) for h in (A, B)]
+        for _, reader in members:
+            assert next_op(reader)["op"] == "start"
+        for conn, _ in members:
+            conn.sendall(json.dumps({"op": "done"}).encode() + b"\n")
+        wait_for(lambda: coord.ended, "the end")
+        assert sum("refused a connection" in line for line in lines) >= 3, lines
+    finally:
+        coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
+def test_a_flood_of_unproven_connections_does_not_lock_a_host_out():
+    lines = []
+    coord = coordinator(lines, restarts=0)
+    flood = []
+    try:
+        for _ in range(MAX_UNPROVEN + 100):
+            try:
+                flood.append(raw(coord.job.endpoint))
+            except OSError:
+                pass
+        members = [connect(coord.job.endpoint, {"op": "join", "host": h, "digest": "digest"}) for h in (A, B)]
+        for _, reader in members:
+            assert next_op(reader)["op"] == "start"
+        with coord.connections_lock:
+            unproven = sum(1 for _, proven in coord.connections.values() if not proven)
+        assert unproven <= MAX_UNPROVEN
+    finally:
+        for conn, reader in flood:
+            reader.close()
+            conn.close()
+        coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
+def test_a_members_bad_line_is_that_hosts_failure_not_a_hung_job():
+    lines = []
+    coord = coordinator(lines, restarts=0)
+    try:
+        members = {h: connect(coord.job.endpoint, {"op": "join", "host": h, "digest": "digest"}) for h in (A, B)}
+        for _, reader in members.values():
+            assert next_op(reader)["op"] == "start"
+        members[B][0].sendall(b"[1]\n")  # a JSON value that is not an object
+        told = next_op(members[A][1])
+        assert told["op"] == "abort" and f"host {B}'s heterps launch sent the coordinator a bad line" in told["reason"]
+        assert "not a JSON object" in told["reason"], told
+    finally:
+        coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
+def test_the_board_plan_is_written_once_a_round_by_its_writer_and_records_are_bounded():
+    from heterps_paddle.launch.coordinator import MAX_BOARD, MAX_RECORD
+
+    coord = coordinator([], restarts=0)
+    try:
+
+        def put(key, value, host):
+            conn, reader = connect(coord.job.endpoint, {"op": "put", "key": key, "value": value, "host": host})
+            with conn, reader:
+                return json.loads(reader.readline())
+
+        assert "written by 127.0.0.2 (stage 1's trainer 0), not 6.6.6.6" in put("plan", {"x": 1}, "6.6.6.6")["error"]
+        assert put("plan", {"x": 1}, A) == {"ok": True}
+        assert "written already" in put("plan", {"x": 2}, A)["error"]
+        too_big = coord._board({"op": "put", "key": "big", "value": "x" * MAX_RECORD, "host": B})
+        assert f"board record 'big' from {B}:" in too_big["error"] and "over" in too_big["error"]
+        for i in range(MAX_BOARD // (MAX_RECORD // 2) + 1):
+            answer = coord._board({"op": "put", "key": f"k{i}", "value": "x" * (MAX_RECORD // 2), "host": B})
+        assert "the board is full" in answer["error"]
+        conn, reader = connect(coord.job.endpoint, {"op": "get", "key": "plan"})
+        with conn, reader:
+            assert json.loads(reader.readline()) == {"value": {"x": 1}}
+    finally:
+        coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
+def test_console_lines_come_only_from_proven_members_and_are_escaped():
+    lines = []
+    coord = coordinator(lines)
+    try:
+        conn, reader = connect(coord.job.endpoint, {"op": "log", "host": B})
+        conn.sendall(b"progress \x1b[31mred\x1b[0m \x07bell\n")
+        wait_for(lambda: any("progress" in line for line in lines), "the line")
+        line = next(line for line in lines if "progress" in line)
+        assert "\x1b" not in line and "\x07" not in line and "\\x1b[31mred" in line, line
+        stranger, stranger_reader = raw(coord.job.endpoint)
+        stranger.sendall(json.dumps({"op": "log", "host": B}).encode() + b"\nFORGED\n")
+        assert stranger_reader.readline().startswith(b'{"op": "hello"')
+        assert stranger_reader.readline() == b""
+        time.sleep(0.3)
+        assert not any("FORGED" in line for line in lines), lines
+        reader.close()
+        conn.close()
+    finally:
+        coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
+def test_a_spare_must_be_a_host_of_the_file_with_the_same_files():
+    lines = []
+    coord = coordinator(lines)
+    try:
+        for host, digest, why in (
+            ("127.0.0.9", "digest", "is not a host of this launch's hosts file"),
+            (C, "other", "was given another plan or hosts file"),
+        ):
+            conn, reader = connect(coord.job.endpoint, {"op": "join", "host": host, "digest": digest, "spare": True})
+            with conn, reader:
+                told = json.loads(reader.readline())
+                assert told["op"] == "abort" and why in told["reason"], told
+        assert not coord.spares
     finally:
         coord.close(wait_s=0.1, late_joiners_s=0.0)
 
@@ -137,3 +300,19 @@ def test_a_lost_host_is_replanned_without_it(tmp_path):
         assert any(f"restart 1 (0 left; round 1): lost {B}" in line for line in lines), lines
     finally:
         coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
+def test_the_control_benchmark_runs_and_decides_a_restart(capsys):
+    """``heterps bench control`` at a small scale: it measures (no time is asserted), and each of its two jobs, quiet
+    and knocked, joins every member and decides a restart for the hosts left."""
+    from conftest import run_cli
+
+    code, out, err = run_cli(
+        capsys, "bench", "control", "--members", "6", "--knockers", "20", "--beat-s", "1", "--json"
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    for name in ("quiet", "knocked"):
+        run = result[name]
+        assert run["joined"] == 6 and run["members_told_restart"] == 5 and run["decided"], run
+    assert result["knocked"]["unproven_knocks"] > 0 and result["knocked"]["refused_connections"] > 0

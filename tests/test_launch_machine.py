@@ -13,7 +13,16 @@ NOW = 1000.0
 
 
 def job(state=S.JOINING, restarts=1, retries=1, checkpoints=True, can_replan=True, **fields):
-    rules = m.Rules(restarts, retries, settle_s=5.0, startup_s=60.0, can_replan=can_replan, checkpoints=checkpoints)
+    rules = m.Rules(
+        restarts,
+        retries,
+        settle_s=5.0,
+        startup_s=60.0,
+        can_replan=can_replan,
+        checkpoints=checkpoints,
+        file_hosts=frozenset({A, B, C, D}),
+        files_digest="d",
+    )
     round_ = m.Round(0, {A: True, B: True, C: False}, A, "d")
     base = m.first_job(rules, round_, NOW)
     if state is not S.JOINING:
@@ -142,10 +151,26 @@ TABLE = [
     ("a plan nobody asked for is ignored", job(S.RUNNING), planned(), S.RUNNING, []),
     ("a plan failure nobody asked for is ignored", job(S.RUNNING), m.PlanFailed("x"), S.RUNNING, []),
     # ---- spares
-    ("a spare stands by", job(S.RUNNING), m.SpareJoined(D, 2), S.RUNNING, ["Reply"]),
-    ("a lost host back", job(S.RUNNING, lost=frozenset({D})), m.SpareJoined(D, 2), S.RUNNING, ["Reply", "Say"]),
-    ("a spare after the end is told", job(S.ENDED), m.SpareJoined(D, 2), S.ENDED, ["Reply"]),
-    ("a spare after the abort is told", job(S.ABORTED, reason="x"), m.SpareJoined(D, 2), S.ABORTED, ["Reply"]),
+    ("a spare stands by", job(S.RUNNING), m.SpareJoined(D, "d", 2), S.RUNNING, ["Reply"]),
+    (
+        "a spare not in the hosts file is refused",
+        job(S.RUNNING),
+        m.SpareJoined("10.9.9.9", "d", 2),
+        S.RUNNING,
+        ["Refuse"],
+    ),
+    ("a spare with other files is refused", job(S.RUNNING), m.SpareJoined(D, "x", 2), S.RUNNING, ["Refuse"]),
+    ("a spare named after a running host is refused", job(S.RUNNING), m.SpareJoined(B, "d", 2), S.RUNNING, ["Refuse"]),
+    (
+        "a spare twice is refused",
+        job(S.RUNNING, spares=frozenset({D})),
+        m.SpareJoined(D, "d", 2),
+        S.RUNNING,
+        ["Refuse"],
+    ),
+    ("a lost host back", job(S.RUNNING, lost=frozenset({D})), m.SpareJoined(D, "d", 2), S.RUNNING, ["Reply", "Say"]),
+    ("a spare after the end is told", job(S.ENDED), m.SpareJoined(D, "d", 2), S.ENDED, ["Reply"]),
+    ("a spare after the abort is told", job(S.ABORTED, reason="x"), m.SpareJoined(D, "d", 2), S.ABORTED, ["Reply"]),
     ("a spare gone is lost", job(S.RUNNING, spares=frozenset({D})), m.SpareGone(D), S.RUNNING, ["Say"]),
     ("a spare already let go", job(S.RUNNING), m.SpareGone(D), S.RUNNING, []),
     # ---- over
@@ -194,7 +219,7 @@ def test_a_full_job_restart_then_move_then_end():
     for host in (A, B):
         j, _ = m.step(j, m.Joined(host, "d2"), NOW + 7)
     assert j.state is S.RUNNING
-    j, _ = m.step(j, m.SpareJoined(C, 2), NOW + 8)
+    j, _ = m.step(j, m.SpareJoined(C, "d", 2), NOW + 8)
     assert j.lost == frozenset() and j.back == {C: 2}
     j, _ = m.step(j, m.CheckpointComplete(3), NOW + 9)
     j, actions = m.step(j, planned(members={A: True, B: True, C: False}), NOW + 9)

@@ -1,6 +1,10 @@
-"""``heterps launch``'s command line (launch/options.py) against Paddle's own parser."""
+"""``heterps launch``'s command line (launch/options.py) against Paddle's own parser, and its path options: each bad
+one is a one-line error naming the option (exit 2), before anything starts."""
 
+import subprocess
 import sys
+
+import pytest
 
 from heterps_paddle.launch.options import OWN_FLAGS, OWN_VALUED, PADDLE_VALUED
 
@@ -40,3 +44,51 @@ def test_every_paddle_launcher_option_is_known_and_takes_a_value():
     assert set(found) - {"--host"} <= set(PADDLE_VALUED), set(found) - set(PADDLE_VALUED)
     assert all(found.values()), found
     assert not (set(OWN_VALUED) | set(OWN_FLAGS)) & (set(found) - {"--host"})
+
+
+def launch(*argv, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "heterps_paddle.tools.launch", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("option", ["--log_dir", "--checkpoint-dir"])
+def test_a_bad_directory_is_one_line_naming_the_option(tmp_path, option):
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "afile").write_text("")
+    for bad in ("afile", "afile/under", "/proc/heterps-nope"):
+        done = launch("--server_num=1", "--worker_num=1", option, bad, "train.py", cwd=tmp_path)
+        assert done.returncode == 2, (bad, done.stdout, done.stderr)
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and option in lines[0] and bad in lines[0], (bad, done.stderr)
+        assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_a_launch_across_hosts_without_the_jobs_key_refuses_to_start(tmp_path):
+    """No insecure default: without the key file, or with one others can read, exit 2 saying how to make one."""
+    import json
+    import os
+
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "plan.json").write_text(
+        json.dumps(
+            {"format": 1, "feasible": True, "stages": [{"resource": "cpu", "kind": "cpu", "layers": ["x"], "units": 1}]}
+        )
+    )
+    (tmp_path / "hosts.yaml").write_text(
+        "format: 1\nhosts:\n  - {address: 127.0.0.2, type: cpu, servers: 1, port: 36100}\n"
+    )
+    argv = ["--hosts", "hosts.yaml", "--plan", "plan.json", "--host", "127.0.0.2", "--log_dir", "log", "train.py"]
+    done = launch(*argv, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "hosts.yaml.key does not exist: make it with `heterps launch-args PLAN --hosts HOSTS`" in done.stderr
+    key = tmp_path / "hosts.yaml.key"
+    key.write_text("ab" * 32 + "\n")
+    os.chmod(key, 0o644)
+    done = launch(*argv, cwd=tmp_path)
+    assert done.returncode == 2 and "can be read by others (mode 0644): `chmod 600" in done.stderr, done.stderr
+    assert "ab" * 32 not in done.stdout + done.stderr

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import socketserver
 import threading
 import time
 import uuid
-from typing import Any, Callable, Mapping
+from typing import Any, BinaryIO, Callable, Mapping, cast
 
+from heterps_paddle import control
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
 from heterps_paddle.launch import machine as m
@@ -29,6 +31,16 @@ from heterps_paddle.runtime.checkpoint_choice import choose, listed
 
 SETTLE_S = 5.0  # after a failure, what else is lost: a host's death fails its peers' processes within seconds
 WATCH_S = 1.0
+MAX_UNPROVEN = 512  # connections still to prove the key: a newer one drops the oldest (a flood cannot lock hosts out)
+MAX_CONNECTIONS = 1024  # in all; past it the oldest unproven one is dropped, or the new one when none is unproven
+MAX_RECORD = control.MAX_LINE  # a board record (one line)
+MAX_BOARD = 16 << 20  # the board, all records together
+REFUSALS_SAID = 20  # unproven connections named on the console, then only counted (a flood must not flood it)
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control characters and escape sequences shown escaped, never interpreted."""
+    return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in text)
 
 
 class Peer:
@@ -66,6 +78,7 @@ class Coordinator:
         self,
         job: HostsJob,
         say: Callable[[str], None],
+        key: bytes,
         restarts: int = 0,
         next_round: Callable[[RoundRequest], RoundPlan] | None = None,
         restarts_path: str | None = None,
@@ -84,7 +97,10 @@ class Coordinator:
             startup_s=startup_timeout(),
             can_replan=next_round is not None,
             checkpoints=checkpoint_dir is not None,
+            file_hosts=frozenset(job.file_hosts),
+            files_digest=job.digest,
         )
+        self.key = key
         self.machine = m.first_job(rules, first_round(job), time.monotonic())
         self.planned: RoundPlan | None = None  # the plan a NextRound action starts
         self.store = BoardStore()
@@ -96,6 +112,10 @@ class Coordinator:
         self.host_timeout = host_timeout()
         self.server: socketserver.ThreadingTCPServer | None = None
         self._stop = threading.Event()
+        # every open connection -> when it came and whether it proved the key (the cap drops unproven ones first)
+        self.connections: dict[socket.socket, tuple[float, bool]] = {}
+        self.connections_lock = threading.Lock()
+        self.refused = 0  # connections that did not prove the key
 
     # ---- serving
 
@@ -104,18 +124,28 @@ class Coordinator:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                coordinator.handle(self.rfile, self.wfile)
+                coordinator.serve(self.request, cast(BinaryIO, self.rfile), self.wfile, self.client_address)
+
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+            request_queue_size = 1024  # a flood of connections must not crowd a host's out of the accept queue
+
+            def verify_request(self, request: Any, client_address: Any) -> bool:
+                return coordinator._admit(request)
+
+            def shutdown_request(self, request: Any) -> None:
+                coordinator._forget(request)
+                super().shutdown_request(request)
 
         host, port = self.job.endpoint.rsplit(":", 1)
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
         try:
-            self.server = socketserver.ThreadingTCPServer((host, int(port)), Handler)
+            self.server = Server((host, int(port)), Handler)
         except OSError as exc:
             raise JobAborted(
                 f"cannot serve the launch's coordinator on {self.job.endpoint} ({exc}): is another launch of this "
                 "hosts file running, or is control_port taken on this host?"
             ) from None
-        self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="heterps-coordinator", daemon=True).start()
         threading.Thread(target=self._watch, name="heterps-coordinator-watch", daemon=True).start()
         return self
@@ -149,15 +179,62 @@ class Coordinator:
     def aborted(self) -> str | None:
         return self.machine.reason if self.machine.state is m.JobState.ABORTED else None
 
+    # ---- connections: every one proves the job's key first, and is read with bounds (heterps_paddle/control.py)
+
+    def _admit(self, conn: socket.socket) -> bool:
+        """A new connection, within the caps: the oldest unproven one makes room, never a proven one."""
+        with self.connections_lock:
+            unproven = sorted((at, c) for c, (at, proven) in self.connections.items() if not proven)
+            if len(unproven) >= MAX_UNPROVEN or len(self.connections) >= MAX_CONNECTIONS:
+                if not unproven:
+                    return False
+                _drop(unproven[0][1])
+                self.connections.pop(unproven[0][1], None)
+            self.connections[conn] = (time.monotonic(), False)
+        return True
+
+    def _forget(self, conn: socket.socket) -> None:
+        with self.connections_lock:
+            self.connections.pop(conn, None)
+
+    def serve(self, conn: socket.socket, rfile: BinaryIO, wfile: Any, address: Any) -> None:
+        """One connection: the proof of the key within AUTH_S seconds, then its first request.  Whatever goes wrong
+        in one peer's handling closes that peer's connection and nothing else."""
+        proven = False
+        try:
+            conn.settimeout(control.AUTH_S)
+            control.challenge(self.key, rfile, wfile)
+            proven = True
+            with self.connections_lock:
+                if conn in self.connections:
+                    self.connections[conn] = (self.connections[conn][0], True)
+            first = control.read_message(rfile)
+            if first is None:
+                return
+            self.handle(first, conn, rfile, wfile)
+        except (control.Unproven, OSError, ValueError) as exc:
+            if not proven:
+                self._refused(address, exc)
+            elif isinstance(exc, control.Unproven):
+                self.say(f"heterps launch: closed a connection from {address[0]}: {printable(str(exc))}")
+        except Exception as exc:  # a bug must close this peer, never end the coordinator's thread silently
+            what = printable(f"{type(exc).__name__}: {exc}")
+            self.say(f"heterps launch: the coordinator closed a connection from {address[0]}: {what}")
+
+    def _refused(self, address: Any, exc: BaseException) -> None:
+        with self.connections_lock:
+            self.refused += 1
+            count = self.refused
+        if count <= REFUSALS_SAID:
+            what = printable(str(exc) or type(exc).__name__)
+            self.say(f"heterps launch: refused a connection from {address[0]} to the control port: {what}")
+            if count == REFUSALS_SAID:
+                self.say("heterps launch: (further refused connections are counted, not shown)")
+
     # ---- requests
 
-    def handle(self, rfile: Any, wfile: Any) -> None:
-        try:
-            first = json.loads(rfile.readline() or b"null")
-        except ValueError:
-            return
-        if not isinstance(first, dict):
-            return
+    def handle(self, first: Mapping[str, Any], conn: socket.socket, rfile: BinaryIO, wfile: Any) -> None:
+        """A proven peer's first request."""
         op = first.get("op")
         if op == "round":
             with self.lock:
@@ -166,30 +243,61 @@ class Coordinator:
                     "plan": self.machine.round.plan,
                     "lost": sorted(self.machine.lost),
                 }
-            wfile.write(json.dumps(answer).encode() + b"\n")
-        elif op == "join" and first.get("spare"):
-            self._spare(str(first.get("host")), Peer(str(first.get("host")), wfile, -1), rfile)
+            control.send(wfile, answer)
         elif op == "join":
-            self._member(first, rfile, wfile)
+            host = first.get("host")
+            if not isinstance(host, str) or not isinstance(first.get("digest"), str):
+                raise control.Unproven("a join without a host and a digest")
+            conn.settimeout(self.host_timeout + control.AUTH_S)  # members beat every BEAT_S: silence is a loss
+            if first.get("spare"):
+                self._spare(host, str(first["digest"]), Peer(host, wfile, -1), rfile)
+            else:
+                self._member(host, str(first["digest"]), rfile, wfile)
         elif op == "log":
-            host = str(first.get("host", "?"))
-            for raw in iter(rfile.readline, b""):
-                self.say(f"[{host}] {raw.decode('utf-8', 'replace').rstrip()}")
+            conn.settimeout(None)  # a console stream may be quiet for as long as the job
+            host = printable(str(first.get("host", "?")))
+            while True:
+                raw = control.read_line(rfile)
+                if not raw:
+                    return
+                self.say(f"[{host}] {printable(raw.decode('utf-8', 'replace').rstrip())}")
         else:
-            try:
-                wfile.write(json.dumps(self.store.answer(first)).encode() + b"\n")
-            except (KeyError, HeterPSError) as exc:
-                wfile.write(json.dumps({"error": str(exc)}).encode() + b"\n")
+            control.send(wfile, self._board(first))
 
-    def _spare(self, host: str, peer: Peer, rfile: Any) -> None:
+    def _board(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """A board request: the plan record is written once a round, by stage 1's trainer 0's host; every record
+        and the board as a whole are bounded."""
+        op = message.get("op")
+        if op == "put":
+            key, host = message.get("key"), message.get("host")
+            if key == "plan":
+                with self.lock:
+                    writer, written = self.job.plan_writer, self.store.answer({"op": "get", "key": "plan"})["value"]
+                if host != writer:
+                    return {"error": f"the plan record is written by {writer} (stage 1's trainer 0), not {host}"}
+                if written is not None:
+                    return {"error": f"the plan record of this round was written already (refused from {host})"}
+            size = len(json.dumps(message.get("value")))
+            if size > MAX_RECORD:
+                return {"error": f"board record {key!r} from {host}: {size} bytes, over {MAX_RECORD}"}
+            if self.store.size() + size > MAX_BOARD:
+                return {"error": f"board record {key!r} from {host}: the board is full ({MAX_BOARD} bytes)"}
+        try:
+            return self.store.answer(message)
+        except (KeyError, HeterPSError) as exc:
+            return {"error": str(exc)}
+
+    def _spare(self, host: str, digest: str, peer: Peer, rfile: BinaryIO) -> None:
         """A host that runs nothing of this round's plan: told of a restart (whose plan may use it) and of the end."""
         with self.lock:
-            event = m.SpareJoined(host, newest_checkpoint(self.checkpoint_dir))
+            event = m.SpareJoined(host, digest, newest_checkpoint(self.checkpoint_dir))
             self._feed(event, peer)
+        if peer.gone:
+            return  # refused, or told the job's end
         try:
-            for _ in iter(rfile.readline, b""):
+            while control.read_message(rfile) is not None:  # beats
                 peer.last_seen = time.monotonic()
-        except OSError:
+        except (OSError, control.Unproven):
             pass
         with self.lock:
             peer.gone = True
@@ -197,36 +305,34 @@ class Coordinator:
                 del self.spares[host]
                 self._feed(m.SpareGone(host))
 
-    def _member(self, first: Mapping[str, Any], rfile: Any, wfile: Any) -> None:
-        host = str(first.get("host"))
+    def _member(self, host: str, digest: str, rfile: BinaryIO, wfile: Any) -> None:
         with self.lock:
             peer = Peer(host, wfile, self.machine.round.number)
-            self._feed(m.Joined(host, str(first.get("digest"))), peer)
+            self._feed(m.Joined(host, digest), peer)
         if peer.gone:
             return  # refused
+        why = ""
         try:
-            for raw in iter(rfile.readline, b""):
-                try:
-                    message = json.loads(raw)
-                except ValueError:
-                    continue
-                if not isinstance(message, dict):
-                    continue
+            while True:
+                message = control.read_message(rfile)
+                if message is None:
+                    break
                 peer.last_seen = time.monotonic()
-                op = message.get("op")
+                event = _member_event(host, peer.round, message)
                 with self.lock:
                     if peer.round != self.machine.round.number:
                         break  # a host of an earlier round: it starts again, or was dropped
-                    if op == "failed":
-                        reason, retryable = str(message.get("reason")), bool(message.get("retryable"))
-                        self._feed(m.ProcessFailed(host, peer.round, reason, retryable))
-                    elif op == "done":
-                        self._feed(m.Done(host, peer.round))
+                    if event is not None:
+                        self._feed(event)
+        except control.Unproven as exc:
+            why = f"sent the coordinator a bad line ({exc}): its connection was closed"
+        except TimeoutError:
+            why = f"sent no whole line for {self.host_timeout + control.AUTH_S:.0f} s: its connection was closed"
         except OSError:
             pass
         with self.lock:
             peer.gone = True
-            self._feed(m.HostGone(host, peer.round))
+            self._feed(m.HostGone(host, peer.round, printable(why)))
 
     # ---- the machine
 
@@ -351,6 +457,29 @@ class Coordinator:
                 if self.machine.back and self.checkpoint_dir is not None:
                     self._feed(m.CheckpointComplete(newest_checkpoint(self.checkpoint_dir)))
                 self._feed(m.Tick())
+
+
+def _member_event(host: str, number: int, message: Mapping[str, Any]) -> m.Event | None:
+    """What a member's line says (None: a beat); Unproven for a line a member does not send."""
+    op = message.get("op")
+    if op == "beat":
+        return None
+    if op == "done":
+        return m.Done(host, number)
+    if op == "failed":
+        reason, retryable = message.get("reason"), message.get("retryable", False)
+        if not isinstance(reason, str) or not isinstance(retryable, bool):
+            raise control.Unproven("a 'failed' line without a reason (text) or with a retryable that is not true/false")
+        return m.ProcessFailed(host, number, printable(reason), retryable)
+    raise control.Unproven(f"an op a member does not send ({printable(str(op))[:40]!r})")
+
+
+def _drop(conn: socket.socket) -> None:
+    """End a connection another thread reads: its read returns, and its handler ends."""
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def newest_checkpoint(root: str | None) -> int:

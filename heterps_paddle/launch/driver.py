@@ -23,8 +23,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, cast
 
-from heterps_paddle import settings
+from heterps_paddle import control, settings
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
+from heterps_paddle.files import output_dir
 from heterps_paddle.launch import machine as m
 from heterps_paddle.launch.console import LAUNCHER_LOG, OWN_PREFIX, Console, echo_logs, keep_attempt_logs, relay
 from heterps_paddle.launch.coordinator import Coordinator
@@ -57,6 +58,13 @@ class Ran:
 
 def run(options: LaunchOptions) -> int:
     """The launch (module doc): its exit status."""
+    try:  # a bad path is one line naming the option before anything starts (not a traceback from a makedirs)
+        output_dir("--log_dir", options.log_dir)
+        if options.checkpoint_dir is not None:
+            output_dir("--checkpoint-dir", options.checkpoint_dir)
+    except HeterPSError as exc:
+        print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_INPUT_ERROR
     console = Console()
     started = time.time()
     try:
@@ -140,6 +148,7 @@ def _across_hosts(options: LaunchOptions, console: Console) -> tuple[int, str]:
     """This host's part of the job, round after round, as the coordinator says."""
     try:
         part = host_part(options, os.environ)
+        key = part.job.key()  # no insecure default: a launch across hosts proves the job's key (control.py)
     except HeterPSError as exc:
         print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_INPUT_ERROR, options.log_dir
@@ -149,14 +158,14 @@ def _across_hosts(options: LaunchOptions, console: Console) -> tuple[int, str]:
     coordinator: Coordinator | None = None
     number = 0
     if not part.job.is_coordinator and part.job.restarts > 0:
-        part, number = _join_the_round(options, first, console)
+        part, number = _join_the_round(options, first, key, console)
     try:
         while True:
             if part.spare:
-                ran = _stand_by(part, console)
+                ran = _stand_by(part, first.job.digest, console)
             else:
                 if part.job.is_coordinator and coordinator is None:
-                    coordinator = _coordinate(part, console)
+                    coordinator = _coordinate(part, key, console)
                     if coordinator is None:
                         return FAILED_EXIT, part.options.log_dir
                 ran = _run_round(part.options, console, number, 0, None, part, coordinator)
@@ -186,7 +195,7 @@ def _across_hosts(options: LaunchOptions, console: Console) -> tuple[int, str]:
     return (ran.code if ran.code > 0 else FAILED_EXIT), ran.log_dir
 
 
-def _coordinate(part: HostPart, console: Console) -> Coordinator | None:
+def _coordinate(part: HostPart, key: bytes, console: Console) -> Coordinator | None:
     """Server 0's host serves the launch's coordinator for the job's life (None: it could not, said why)."""
     log_dir = part.options.log_dir
     try:
@@ -194,6 +203,7 @@ def _coordinate(part: HostPart, console: Console) -> Coordinator | None:
         return Coordinator(
             part.job,
             console.remote,
+            key,
             restarts=part.job.restarts,
             next_round=plan_maker(part, log_dir),
             restarts_path=os.path.join(log_dir, "restarts.json"),
@@ -204,14 +214,14 @@ def _coordinate(part: HostPart, console: Console) -> Coordinator | None:
         return None
 
 
-def _join_the_round(options: LaunchOptions, first: HostPart, console: Console) -> tuple[HostPart, int]:
+def _join_the_round(options: LaunchOptions, first: HostPart, key: bytes, console: Console) -> tuple[HostPart, int]:
     """A launch that may restart (``--restarts``) asks the coordinator which round the job is in: a host started
     again after it was lost finds the job in a later round, runs nothing of its plan, and stands by (the coordinator
     counts it back).  A coordinator that does not answer is the join's to report."""
     try:
-        answer = ask_round(first.job.endpoint, time.monotonic() + startup_timeout())
-    except (OSError, ValueError):
-        return first, 0
+        answer = ask_round(first.job.endpoint, key, time.monotonic() + startup_timeout())
+    except (OSError, HeterPSError):
+        return first, 0  # the join says why
     number = int(answer.get("round") or 0)
     if number == 0 or not answer.get("plan"):
         return first, 0
@@ -222,13 +232,13 @@ def _join_the_round(options: LaunchOptions, first: HostPart, console: Console) -
     return part_of_round(options, first.expansion, log_dir, number, answer["plan"], lost, os.environ), number
 
 
-def _stand_by(part: HostPart, console: Console) -> Ran:
+def _stand_by(part: HostPart, files_digest: str, console: Console) -> Ran:
     """A spare host: no process of this round's plan runs here; wait for the coordinator's word."""
     log_dir = part.options.log_dir
     os.makedirs(log_dir, exist_ok=True)
     console.line(f"heterps launch: standing by for a restart (coordinator at {part.job.endpoint})")
     try:
-        message = Member(part.job).standby()
+        message = Member(part.job).standby(files_digest)
     except JobAborted as exc:
         console.error(f"heterps launch: FAILED: {exc}")
         return Ran(RunResult(RunState.FAILED, str(exc)), log_dir, FAILED_EXIT)
@@ -299,6 +309,7 @@ def _run_round(
     env[RESULT_ENV] = result_path
     if part is not None:
         env[JOB_ENV] = part.job.to_json()
+        env[control.KEY_FILE_ENV] = os.path.abspath(part.job.key_file)  # the board's clients prove it too
         if not part.job.is_coordinator and console.forwarder is None:
             console.forwarder = LogForwarder(part.job)
     launch_argv = options.launcher_argv()

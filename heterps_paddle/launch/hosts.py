@@ -16,11 +16,11 @@ import socket
 from dataclasses import dataclass, field
 from typing import Mapping, cast
 
-from heterps_paddle import settings
+from heterps_paddle import control, settings
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.launch.job import HostsJob
 from heterps_paddle.launch.options import HostsOptions, LaunchOptions
-from heterps_paddle.planning.hosts import Expansion, expand_files
+from heterps_paddle.planning.hosts import Expansion, expand_files, load_hosts
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,13 @@ def expand_round(given: HostsOptions, files: RoundFiles) -> Expansion:
     )
 
 
+def job_key_path(hosts_path: str) -> str:
+    """Where the job of the hosts file ``hosts_path`` keeps its key (heterps_paddle/control.py: key_path)."""
+    return control.key_path(hosts_path, load_hosts(hosts_path).key_file)
+
+
 def job_of(expansion: Expansion, address: str, restarts: int = 0) -> HostsJob:
+    hosts = expansion.hosts
     return HostsJob(
         endpoint=expansion.control_endpoint,
         host=address,
@@ -79,6 +85,9 @@ def job_of(expansion: Expansion, address: str, restarts: int = 0) -> HostsJob:
         members={p.host.address: any(q.role == "trainer" for q in p.processes) for p in expansion.parts if p.processes},
         restarts=restarts,
         connect_retries=int(cast(int, settings.get("HETERPS_CONNECT_RETRIES"))),
+        key_file=control.key_path(hosts.source, hosts.key_file),
+        file_hosts=tuple(host.address for host in hosts.hosts),
+        plan_writer=expansion.trainers[0].address,
     )
 
 

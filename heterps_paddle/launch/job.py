@@ -13,9 +13,9 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, cast
+from typing import Any, BinaryIO, Mapping, cast
 
-from heterps_paddle import settings
+from heterps_paddle import control, settings
 from heterps_paddle.errors import HeterPSError
 
 JOB_ENV = "HETERPS_HOSTS_JOB"  # the launch's HostsJob, from heterps launch to the process that runs Paddle's launcher
@@ -39,6 +39,12 @@ class HostsJob:
     restarts: int = 0  # --restarts N: a failure then waits for the coordinator's word (restart or end)
     # HETERPS_CONNECT_RETRIES: starts of the job again after Paddle's connect-timeout abort (launch/paddle_aborts.py)
     connect_retries: int = 0
+    key_file: str = ""  # the job's key (heterps_paddle/control.py): every connection to the coordinator proves it
+    file_hosts: tuple[str, ...] = ()  # every host of the hosts file (a spare or a host back must be one)
+    plan_writer: str = ""  # stage 1's trainer 0's host: the one that writes the board's plan record each round
+
+    def key(self) -> bytes:
+        return control.load_key(self.key_file)
 
     @property
     def may_start_again(self) -> bool:
@@ -56,7 +62,10 @@ class HostsJob:
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> HostsJob | None:
         text = (os.environ if env is None else env).get(JOB_ENV)
-        return None if not text else HostsJob(**json.loads(text))
+        if not text:
+            return None
+        fields = json.loads(text)
+        return HostsJob(**fields | {"file_hosts": tuple(fields.get("file_hosts", ()))})
 
 
 @dataclass(frozen=True)
@@ -88,24 +97,28 @@ def startup_timeout() -> float:
     return float(cast(float, settings.get("HETERPS_STARTUP_TIMEOUT")))
 
 
-def connect_until(endpoint: str, deadline: float) -> socket.socket:
-    """A TCP connection to ``endpoint``, retried every JOIN_RETRY_S until ``deadline`` (then the last OSError)."""
-    host, port = endpoint.rsplit(":", 1)
+def connect_until(endpoint: str, key: bytes, deadline: float) -> tuple[socket.socket, BinaryIO]:
+    """A connection to the coordinator at ``endpoint`` that proved the job's key both ways (heterps_paddle/control.py),
+    and its reader; retried every JOIN_RETRY_S until ``deadline`` (then the last error).  A coordinator that
+    refuses this host's proof, or cannot prove its own, is not retried: another key file is no passing trouble."""
     while True:
         try:
-            return socket.create_connection((host, int(port)), timeout=5.0)
+            return control.connect_proven(endpoint, key, timeout=5.0)
+        except control.Unproven as exc:
+            raise JobAborted(f"the control port at {endpoint}: {exc}") from None
         except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(JOIN_RETRY_S)
 
 
-def ask_round(endpoint: str, deadline: float) -> dict[str, Any]:
+def ask_round(endpoint: str, key: bytes, deadline: float) -> dict[str, Any]:
     """The job's round as its coordinator says (a host's launch started again asks before it joins)."""
-    with connect_until(endpoint, deadline) as conn:
+    conn, reader = connect_until(endpoint, key, deadline)
+    with conn, reader:
         conn.settimeout(max(5.0, deadline - time.monotonic()))
         conn.sendall(json.dumps({"op": "round"}).encode() + b"\n")
-        raw = conn.makefile("rb").readline()
-    if not raw:
+        answer = control.read_message(reader)
+    if answer is None:
         raise OSError(f"the coordinator at {endpoint} closed the connection without an answer")
-    return dict(json.loads(raw))
+    return answer

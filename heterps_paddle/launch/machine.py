@@ -29,285 +29,66 @@ The rounds, in short:
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Union
+from dataclasses import replace
+from typing import Any, Callable
 
-# ------------------------------------------------------------------------------------------------ the records
-
-
-class JobState(enum.Enum):
-    JOINING = "joining"  # the round's hosts are joining; nothing of it runs yet
-    RUNNING = "running"  # every host joined: the round runs
-    SETTLING = "settling"  # a failure was seen; waiting to learn what else it takes with it
-    REPLANNING = "replanning"  # a new round's plan was asked for (Replan out; Planned or PlanFailed back)
-    ENDED = "ended"  # every host's CPU trainers finished
-    ABORTED = "aborted"  # the launch ended on a failure (Job.reason)
-
-    @property
-    def over(self) -> bool:
-        return self in (JobState.ENDED, JobState.ABORTED)
-
-
-class Kind(enum.Enum):
-    """Why a round follows another (``kind`` in restarts.json)."""
-
-    RESTART = "restart"  # hosts were lost or a process failed: re-planned for what is left, uses up --restarts
-    RETRY = "retry"  # Paddle's connect-timeout abort: the same plan on the same hosts, uses up a retry only
-    MOVE = "move"  # a lost host is back: a better plan at a checkpoint, uses up nothing
-
-
-@dataclass(frozen=True)
-class Rules:
-    """What the launch allows: its options and settings, fixed for the job's life."""
-
-    restarts: int = 0  # --restarts N
-    connect_retries: int = 0  # HETERPS_CONNECT_RETRIES
-    settle_s: float = 5.0
-    startup_s: float = 120.0  # HETERPS_STARTUP_TIMEOUT, per round
-    can_replan: bool = True  # a re-planner is there: without one any failure ends the launch
-    checkpoints: bool = False  # --checkpoint-dir: a host back moves the job at the next complete checkpoint
-
-
-@dataclass(frozen=True)
-class Round:
-    """One round of the job: its plan and placement, the hosts out, and what was used up to get here."""
-
-    number: int
-    members: Mapping[str, bool]  # every host that runs a process of the plan -> whether it runs CPU trainers
-    coordinator: str  # server 0's host
-    digest: str  # of the plan and placement: every host of the round has the same
-    plan: Mapping[str, Any] | None = None  # as its file holds it (None: the first round's, from the launch's files)
-    lost: frozenset[str] = frozenset()  # the hosts lost when the round was planned
-    resumes_from: str | None = None  # the complete checkpoint the round resumes from, when it was decided
-    retries_used: int = 0
-    restarts_used: int = 0
-
-    @property
-    def trainer_hosts(self) -> frozenset[str]:
-        return frozenset(host for host, trains in self.members.items() if trains)
-
-
-@dataclass(frozen=True)
-class Change:
-    """A new round asked for and not yet planned."""
-
-    kind: Kind
-    lost: frozenset[str]  # every host lost when it was decided
-    lost_now: tuple[str, ...]  # those this change lost
-    reason: str
-    back: tuple[str, ...] = ()  # a move: the hosts back
-
-
-@dataclass(frozen=True)
-class Job:
-    """The job as the machine knows it.  Build the first with :func:`first_job`."""
-
-    rules: Rules
-    round: Round
-    state: JobState = JobState.JOINING
-    startup_deadline: float = 0.0
-    lost: frozenset[str] = frozenset()  # every host lost and not back
-    joined: frozenset[str] = frozenset()  # this round's hosts connected
-    gone: frozenset[str] = frozenset()  # this round's hosts whose connection closed (or that were refused late)
-    silent: frozenset[str] = frozenset()  # this round's hosts that stopped answering
-    done: frozenset[str] = frozenset()  # this round's hosts whose CPU trainers finished
-    spares: frozenset[str] = frozenset()  # hosts standing by (they run nothing of this round)
-    back: Mapping[str, int] = field(default_factory=dict)  # lost hosts back -> newest checkpoint's passes then
-    trouble: tuple[str, ...] = ()  # the failures being settled
-    settle_at: float | None = None
-    retry_settling: bool = False  # the failure being settled began with Paddle's connect-timeout abort
-    pending: Change | None = None
-    reason: str | None = None  # why the launch aborted
-    history: tuple[Mapping[str, Any], ...] = ()  # every change of round, as restarts.json reports it
-
-    @property
-    def restarts_left(self) -> int:
-        return self.rules.restarts - self.round.restarts_used
-
-    @property
-    def retries_left(self) -> int:
-        return self.rules.connect_retries - self.round.retries_used
-
-
-def first_job(rules: Rules, round_: Round, now: float) -> Job:
-    return Job(rules, round_, startup_deadline=now + rules.startup_s)
-
-
-# ------------------------------------------------------------------------------------------------ the events
-
-
-@dataclass(frozen=True)
-class Joined:
-    """A host of the round's placement joined (``digest``: of the plan and placement it was given)."""
-
-    host: str
-    digest: str
-
-
-@dataclass(frozen=True)
-class SpareJoined:
-    """A host stands by: it runs nothing of this round (a spare, or a lost host started again)."""
-
-    host: str
-    newest_checkpoint: int  # the passes of the newest complete checkpoint as it joined (0: none)
-
-
-@dataclass(frozen=True)
-class ProcessFailed:
-    """A process of ``host`` failed; ``retryable``: it was Paddle's connect-timeout abort."""
-
-    host: str
-    round: int
-    reason: str
-    retryable: bool = False
-
-
-@dataclass(frozen=True)
-class HostGone:
-    """``host``'s launch went away: its connection closed."""
-
-    host: str
-    round: int
-
-
-@dataclass(frozen=True)
-class HostSilent:
-    """``host`` said nothing for ``seconds`` (HETERPS_HOST_TIMEOUT)."""
-
-    host: str
-    round: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class SpareGone:
-    """A standing-by host's connection closed before it was told anything."""
-
-    host: str
-
-
-@dataclass(frozen=True)
-class Done:
-    """``host``'s CPU trainers finished (a host without any says so when its processes are all up and well)."""
-
-    host: str
-    round: int
-
-
-@dataclass(frozen=True)
-class CheckpointComplete:
-    """The newest complete checkpoint holds ``passes`` passes."""
-
-    passes: int
-
-
-@dataclass(frozen=True)
-class Tick:
-    """Time passed (the shells send one about every second): the startup and settling deadlines."""
-
-
-@dataclass(frozen=True)
-class Planned:
-    """The plan of the round asked for (Replan).  ``better``: it beats the running one (planning/replan.py)."""
-
-    plan: Mapping[str, Any]
-    members: Mapping[str, bool]
-    coordinator: str
-    digest: str
-    report: Mapping[str, Any]  # old and new plans, how the new one was chosen (restarts.json)
-    checkpoint: Mapping[str, Any]  # the checkpoint the round resumes from and the work redone (restarts.json)
-    at: str  # the time, as restarts.json writes it
-    better: bool = True
-
-
-@dataclass(frozen=True)
-class PlanFailed:
-    """No plan for the round asked for: ``expected`` when the inputs allow none (an error the user can act on)."""
-
-    detail: str
-    expected: bool = True
-
-
-Event = Union[
-    Joined,
-    SpareJoined,
-    ProcessFailed,
+# the vocabulary, re-exported: the shells and tests speak to the machine as machine.Joined, machine.Job, ...
+from heterps_paddle.launch.events import (
+    Action,
+    Beat,
+    CheckpointComplete,
+    Done,
+    Event,
     HostGone,
     HostSilent,
-    SpareGone,
-    Done,
-    CheckpointComplete,
-    Tick,
-    Planned,
+    Joined,
+    NextRound,
     PlanFailed,
+    Planned,
+    ProcessFailed,
+    Refuse,
+    Replan,
+    Reply,
+    Say,
+    SpareGone,
+    SpareJoined,
+    Start,
+    Tell,
+    Tick,
+)
+from heterps_paddle.launch.state import Change, Job, JobState, Kind, Round, Rules, first_job
+
+__all__ = [
+    "Action",
+    "Beat",
+    "Change",
+    "CheckpointComplete",
+    "Done",
+    "Event",
+    "HostGone",
+    "HostSilent",
+    "Job",
+    "JobState",
+    "Joined",
+    "Kind",
+    "NextRound",
+    "PlanFailed",
+    "Planned",
+    "ProcessFailed",
+    "Refuse",
+    "Replan",
+    "Reply",
+    "Round",
+    "Rules",
+    "Say",
+    "SpareGone",
+    "SpareJoined",
+    "Start",
+    "Tell",
+    "Tick",
+    "first_job",
+    "step",
 ]
-
-# ------------------------------------------------------------------------------------------------ the actions
-
-
-@dataclass(frozen=True)
-class Say:
-    """A line for the coordinator's console."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Refuse:
-    """Answer the connection that just joined as ``host`` with an abort (the job goes on without it)."""
-
-    host: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Reply:
-    """Answer a standing-by host."""
-
-    host: str
-    message: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Start:
-    """Every host of the round joined: tell them to start (with a new launch id)."""
-
-    hosts: tuple[str, ...]
-    digest: str
-
-
-@dataclass(frozen=True)
-class Beat:
-    """Tell every connected host of the round that the coordinator is there."""
-
-
-@dataclass(frozen=True)
-class Tell:
-    """Tell every connected host of the round ``message``; ``spares`` too (who are then let go)."""
-
-    message: Mapping[str, Any]
-    spares: bool = True
-
-
-@dataclass(frozen=True)
-class Replan:
-    """Plan the next round for the hosts the job has (every host but ``lost``); answer Planned or PlanFailed."""
-
-    lost: frozenset[str]
-    kind: Kind
-
-
-@dataclass(frozen=True)
-class NextRound:
-    """Start ``round``: write the history (restarts.json), tell every host and spare ``message``, a new board."""
-
-    round: Round
-    message: Mapping[str, Any]
-    history: tuple[Mapping[str, Any], ...]
-
-
-Action = Union[Say, Refuse, Reply, Start, Beat, Tell, Replan, NextRound]
 
 PREFIX = "heterps launch: "
 
@@ -344,6 +125,20 @@ def _joined(job: Job, event: Joined, now: float) -> tuple[Job, list[Action]]:
 
 def _spare_joined(job: Job, event: SpareJoined, now: float) -> tuple[Job, list[Action]]:
     host = event.host
+    if host not in job.rules.file_hosts:
+        return job, [Refuse(host, f"{host} is not a host of this launch's hosts file")]
+    if event.digest != job.rules.files_digest:
+        return job, [
+            Refuse(
+                host,
+                f"host {host} was given another plan or hosts file than {job.round.coordinator} (plan and placement "
+                f"digest {event.digest} there, {job.rules.files_digest} here): give every host the same files",
+            )
+        ]
+    if host in job.spares:
+        return job, [Refuse(host, f"host {host} stands by twice: a second heterps launch with --host {host}")]
+    if host in job.joined:
+        return job, [Refuse(host, f"host {host} runs a part of this round: it cannot stand by as well")]
     if job.state is JobState.ABORTED:
         return job, [Reply(host, {"op": "abort", "reason": job.reason})]
     if job.state is JobState.ENDED:
@@ -392,12 +187,11 @@ def _host_gone(job: Job, event: HostGone, now: float) -> tuple[Job, list[Action]
     if event.round != job.round.number:
         return job, []
     job = replace(job, joined=job.joined - {event.host}, gone=job.gone | {event.host})
-    return _trouble(
-        job,
-        f"host {event.host}'s heterps launch went away (its connection to the coordinator closed: the process was "
-        "killed, or the machine or its network is gone)",
-        now,
+    why = event.why or (
+        "went away (its connection to the coordinator closed: the process was killed, or the machine or its network "
+        "is gone)"
     )
+    return _trouble(job, f"host {event.host}'s heterps launch {why}", now)
 
 
 def _host_silent(job: Job, event: HostSilent, now: float) -> tuple[Job, list[Action]]:

@@ -9,18 +9,21 @@ import queue
 import socket
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Mapping
 
+from heterps_paddle import control
 from heterps_paddle.launch.job import BEAT_S, HostsJob, JobAborted, connect_until, host_timeout, startup_timeout
 
 LOG_QUEUE_LINES = 10000
+LOG_LINE_BYTES = 64 << 10
 
 
 class Member:
     """A host's side of the launch, in the process that runs Paddle's launcher (launch/child.py)."""
 
-    def __init__(self, job: HostsJob):
+    def __init__(self, job: HostsJob, key: bytes | None = None):
         self.job = job
+        self.key = job.key() if key is None else key  # the job's key (heterps_paddle/control.py)
         self.conn: socket.socket | None = None
         self.lock = threading.Lock()
         self.ended = threading.Event()
@@ -36,16 +39,16 @@ class Member:
         # The coordinator gives up at its own deadline and says why; this one only covers a coordinator that never
         # came up.
         deadline = time.monotonic() + timeout + 10.0
-        self.conn = self._connect(deadline)
+        self.conn, reader = self._connect(deadline)
         self._send({"op": "join", "host": self.job.host, "digest": self.job.digest})
-        reader = self.conn.makefile("rb")
+        # beats from the join on: the coordinator reads a joined host's silence as its loss, also before the start
+        threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
         self.conn.settimeout(max(1.0, deadline - time.monotonic()))
         try:
             while True:
-                raw = reader.readline()
-                if not raw:
+                message = control.read_message(reader)
+                if message is None:
                     raise JobAborted(f"the launch's coordinator on {self.job.coordinator} closed the connection")
-                message = json.loads(raw)
                 if message.get("op") == "abort":
                     raise JobAborted(str(message.get("reason")))
                 if message.get("op") == "start":
@@ -55,15 +58,16 @@ class Member:
             raise JobAborted(
                 f"the launch did not start within {timeout:.0f} s (HETERPS_STARTUP_TIMEOUT): not every host joined"
             ) from None
+        except control.Unproven as exc:
+            raise JobAborted(f"the launch's coordinator on {self.job.coordinator} sent {exc}") from None
         self.conn.settimeout(host_timeout())
         threading.Thread(target=self._read, args=(reader,), name="heterps-member-read", daemon=True).start()
-        threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
         return self.launch_id
 
-    def _connect(self, deadline: float) -> socket.socket:
-        """A connection to the coordinator, retried until ``deadline`` (it may not be up yet)."""
+    def _connect(self, deadline: float) -> tuple[socket.socket, BinaryIO]:
+        """A proven connection to the coordinator, retried until ``deadline`` (it may not be up yet)."""
         try:
-            return connect_until(self.job.endpoint, deadline)
+            return connect_until(self.job.endpoint, self.key, deadline)
         except OSError as exc:
             raise JobAborted(
                 f"the launch's coordinator at {self.job.endpoint} (host {self.job.coordinator}) did not come up within "
@@ -71,20 +75,22 @@ class Member:
                 f"--hosts ...` on {self.job.coordinator} too"
             ) from None
 
-    def standby(self) -> dict[str, Any]:
+    def standby(self, files_digest: str) -> dict[str, Any]:
         """A spare host (it runs nothing of this round's plan, and the launch may restart): wait for the
-        coordinator's word, a restart (whose plan may use this host), the end or the failure, and return it."""
-        self.conn = self._connect(time.monotonic() + startup_timeout() + 10.0)
-        self._send({"op": "join", "host": self.job.host, "digest": self.job.digest, "spare": True})
+        coordinator's word, a restart (whose plan may use this host), the end or the failure, and return it.
+        ``files_digest``: the first round's digest, from the files this host was given (the coordinator checks it)."""
+        self.conn, reader = self._connect(time.monotonic() + startup_timeout() + 10.0)
+        self._send({"op": "join", "host": self.job.host, "digest": files_digest, "spare": True})
         self.conn.settimeout(None)
         threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
-        reader = self.conn.makefile("rb")
         try:
-            for raw in iter(reader.readline, b""):
-                message = json.loads(raw)
+            while True:
+                message = control.read_message(reader)
+                if message is None:
+                    break
                 if message.get("op") in ("restart", "end", "abort"):
                     return dict(message)
-        except (OSError, ValueError):
+        except (OSError, control.Unproven):
             pass
         finally:
             self.close()
@@ -99,10 +105,12 @@ class Member:
             except OSError:
                 pass  # the reader sees the connection go
 
-    def _read(self, reader: Any) -> None:
+    def _read(self, reader: BinaryIO) -> None:
         try:
-            for raw in iter(reader.readline, b""):
-                message = json.loads(raw)
+            while True:
+                message = control.read_message(reader)
+                if message is None:
+                    break
                 op = message.get("op")
                 if op == "abort":
                     self._abort(str(message.get("reason")))
@@ -118,7 +126,7 @@ class Member:
                 "HETERPS_HOST_TIMEOUT)"
             )
             return
-        except (OSError, ValueError):
+        except (OSError, control.Unproven):
             pass
         if not self.ended.is_set() and not self._closed.is_set():
             self._abort(
@@ -146,13 +154,18 @@ class Member:
         return self.ended.is_set() or self.aborted.is_set()
 
     def close(self) -> None:
+        """End this host's membership: the coordinator sees the connection close at once (a shutdown, since the
+        reader thread's file object keeps the socket itself open past a plain close)."""
         self._closed.set()
         with self.lock:
-            if self.conn is not None:
-                try:
-                    self.conn.close()
-                except OSError:
-                    pass
+            conn = self.conn
+            if conn is None:
+                return
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
 
 
 class LogForwarder:
@@ -180,16 +193,17 @@ class LogForwarder:
 
     def _run(self) -> None:
         try:
-            conn = connect_until(self.job.endpoint, time.monotonic() + startup_timeout() + 10.0)
-        except OSError:
+            conn, reader = connect_until(self.job.endpoint, self.job.key(), time.monotonic() + startup_timeout() + 10.0)
+        except (OSError, JobAborted):
             return
-        with conn:
+        with conn, reader:
             try:
                 conn.sendall(json.dumps({"op": "log", "host": self.job.host}).encode() + b"\n")
                 while True:
                     line = self.lines.get()
                     if line is None:
                         return
-                    conn.sendall(line.rstrip("\n").encode() + b"\n")
+                    # bounded below the control port's longest line, which would close the stream
+                    conn.sendall(line.rstrip("\n").encode()[:LOG_LINE_BYTES] + b"\n")
             except OSError:
                 return

@@ -71,12 +71,14 @@ class HostsFile:
     # heterps launch's coordinator on server 0's host (None: the next port free there after gloo's)
     control_port: int | None = None
     cluster: str | None = None  # the cluster file the hosts' types belong to, as a path (relative to the file)
+    # the job's key (heterps_paddle/control.py), as a path relative to the file (None: the file's path + ".key")
+    key_file: str | None = None
 
     def by_address(self) -> dict[str, Host]:
         return {host.address: host for host in self.hosts}
 
 
-_FILE_KEYS = {"format", "hosts", "base_port", "http_port", "control_port", "cluster"}
+_FILE_KEYS = {"format", "hosts", "base_port", "http_port", "control_port", "cluster", "key_file"}
 _HOST_KEYS = {"address", "type", "units", "servers", "port", "node"}
 
 
@@ -122,6 +124,7 @@ def hosts_from_dict(document: Any, source: str = "<hosts>") -> HostsFile:
         base_port=_port(r, doc.get("base_port", DEFAULT_BASE_PORT), "base_port"),
         http_port=None if doc.get("http_port") is None else _port(r, doc["http_port"], "http_port"),
         control_port=None if doc.get("control_port") is None else _port(r, doc["control_port"], "control_port"),
+        key_file=None if doc.get("key_file") is None else r.string(doc["key_file"], "key_file"),
         cluster=cluster,
     )
 
@@ -146,6 +149,8 @@ def hosts_to_dict(hosts: HostsFile) -> dict[str, Any]:
         out["http_port"] = hosts.http_port
     if hosts.control_port is not None:
         out["control_port"] = hosts.control_port
+    if hosts.key_file is not None:
+        out["key_file"] = hosts.key_file
     out["hosts"] = [
         {k: v for k, v in vars(host).items() if v is not None and not (k == "units" and v == 1)} for host in hosts.hosts
     ]

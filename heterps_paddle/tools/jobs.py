@@ -20,7 +20,9 @@ from typing import Any, Sequence
 
 import psutil
 
+from heterps_paddle import control
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.launch.hosts import job_key_path
 from heterps_paddle.launch.ports import PortBlock, claim_port_block
 
 OUTER_GRACE_S = 30.0  # beyond the job's own --timeout: heterps launch's teardown
@@ -286,6 +288,8 @@ class HostsRun:
         self.timeout = timeout
         self.prefix = prefix or {}
         self.hosts: dict[str, HostLaunch] = {}
+        # the job's key, as `heterps launch-args --hosts` makes it for a user: every host proves it
+        control.make_key(job_key_path(hosts_path))
 
     def start(self, address: str, plan_path: str | None = None, script_argv: list[str] | None = None) -> HostLaunch:
         log_dir = os.path.join(self.work_dir, f"log_{address}")

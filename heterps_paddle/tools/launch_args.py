@@ -11,7 +11,9 @@ Across hosts (``--hosts HOSTS.yaml``, planning/hosts.py): the one command each h
 parameter servers placed by the stated rule (printed); ``--json`` gives the same as one object.  ``--devices auto``
 then reads the plan (a GPU stage runs on ``gpu``: the hosts are not this machine, and every host must compute the
 same arguments).  ``--k8s DIR --image IMAGE`` writes Kubernetes manifests (a Job per process and a headless
-Service, tools/k8s.py) that run ``--train 'TRAIN.py ARGS'``.
+Service, tools/k8s.py) that run ``--train 'TRAIN.py ARGS'``.  It also makes the job's key once (heterps_paddle/
+control.py: beside the hosts file, mode 0600, never printed), which every host's ``heterps launch --hosts`` proves
+to the launch's coordinator: give every host that file with the hosts file and the plan.
 
 No Paddle import at module level (the CLI stays fast); ``--devices auto`` imports it to ask about CUDA.
 """
@@ -24,7 +26,9 @@ import os
 import shlex
 import sys
 
+from heterps_paddle import control
 from heterps_paddle.files import input_file, output_dir, output_file, write_atomic
+from heterps_paddle.launch.hosts import job_key_path
 from heterps_paddle.planning.hosts import Expansion, expand_files
 from heterps_paddle.planning.launch import heter_device_for, launch_arguments
 from heterps_paddle.planning.model import PlanningInputError, load_plan
@@ -129,6 +133,13 @@ def _run_hosts(args: argparse.Namespace) -> int:
         if not command:
             raise PlanningInputError("--k8s needs --train 'TRAIN.py ARGS' (what every pod runs)")
     expansion = expand_files(args.plan, args.hosts, args.cluster, args.server_num, gpu=args.devices != "cpu")
+    key_file = job_key_path(args.hosts)
+    made = control.make_key(key_file)
+    print(
+        f"heterps launch-args: the job's key {'made at' if made else 'is'} {key_file} (mode 0600, never printed): "
+        "give every host this file with the hosts file and the plan",
+        file=sys.stderr,
+    )
     if args.k8s is not None:
         from heterps_paddle.tools.k8s import manifests, to_yaml  # the YAML writer only when asked
 
@@ -140,7 +151,7 @@ def _run_hosts(args: argparse.Namespace) -> int:
             f"heterps launch-args: wrote {len(documents)} objects to {path} (kubectl apply -f {path})", file=sys.stderr
         )
     if args.json:
-        print(json.dumps({**expansion.to_dict(), "command": command}))
+        print(json.dumps({**expansion.to_dict(), "command": command, "key_file": key_file}))
     else:
         own = ["--hosts", args.hosts, "--plan", args.plan]
         if args.cluster:

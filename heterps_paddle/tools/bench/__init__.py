@@ -20,6 +20,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     ),
     "table": ("heterps_paddle.tools.bench.table", "sparse table pull/push rows/s against numpy and dict references"),
     "sections": ("heterps_paddle.tools.bench.sections", "unsplit vs 2- and 3-stage heterogeneous sections"),
+    "control": (
+        "heterps_paddle.tools.bench.control",
+        "the launch's coordinator at cluster scale, simulated members and unproven connections knocking",
+    ),
     "hosts": (
         "heterps_paddle.tools.bench.hosts",
         "a 2-stage split across two emulated hosts over shaped links, measured against the cost model",
