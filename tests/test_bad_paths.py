@@ -43,7 +43,7 @@ OPTIONS = [
         "launch-args",
         "--k8s",
         OUT_DIR,
-        ["launch-args", "{hosts_plan}", "--hosts", HOSTS, "--k8s", "PATH", "--image", "img:1", "--train", "t.py"],
+        ["launch-args", "{hosts_plan}", "--hosts", "{hosts}", "--k8s", "PATH", "--image", "img:1", "--train", "t.py"],
     ),
     ("plan", "--model", IN_FILE, ["plan", "--model", "PATH", "--cluster", CLUSTER, "--scheduler", "exact"]),
     ("plan", "--cluster", IN_FILE, ["plan", "--model", "{model}", "--cluster", "PATH"]),
@@ -116,6 +116,10 @@ def places(tmp_path, model_file):
     plan.write_text(json.dumps({**HOSTS_PLAN, "stages": [{**HOSTS_PLAN["stages"][0], "resource": "cpu"}]}))
     hosts_plan = tmp_path / "hosts_plan.json"
     hosts_plan.write_text(json.dumps(HOSTS_PLAN))
+    # a copy of the example hosts file: launch-args makes the job's key beside the hosts file it is given
+    hosts = tmp_path / "hosts.yaml"
+    cluster = os.path.join(os.path.dirname(HOSTS), "dlrm_aws.yaml")
+    hosts.write_text(open(HOSTS).read().replace("cluster: dlrm_aws.yaml", f"cluster: {cluster}"))
     saved = tmp_path / "saved"
     (saved / "dnn_plugin").mkdir(parents=True)
     a_file = tmp_path / "a_file"
@@ -129,6 +133,7 @@ def places(tmp_path, model_file):
         "good": {
             "plan": str(plan),
             "hosts_plan": str(hosts_plan),
+            "hosts": str(hosts),
             "model": model_file,
             "saved": str(saved),
             "cluster_out": str(tmp_path / "cluster.yaml"),

@@ -133,13 +133,6 @@ def _run_hosts(args: argparse.Namespace) -> int:
         if not command:
             raise PlanningInputError("--k8s needs --train 'TRAIN.py ARGS' (what every pod runs)")
     expansion = expand_files(args.plan, args.hosts, args.cluster, args.server_num, gpu=args.devices != "cpu")
-    key_file = job_key_path(args.hosts)
-    made = control.make_key(key_file)
-    print(
-        f"heterps launch-args: the job's key {'made at' if made else 'is'} {key_file} (mode 0600, never printed): "
-        "give every host this file with the hosts file and the plan",
-        file=sys.stderr,
-    )
     if args.k8s is not None:
         from heterps_paddle.tools.k8s import manifests, to_yaml  # the YAML writer only when asked
 
@@ -150,6 +143,14 @@ def _run_hosts(args: argparse.Namespace) -> int:
         print(
             f"heterps launch-args: wrote {len(documents)} objects to {path} (kubectl apply -f {path})", file=sys.stderr
         )
+    # the job's key, once every input is known good (a refused command leaves nothing beside the hosts file)
+    key_file = job_key_path(args.hosts)
+    made = control.make_key(key_file)
+    print(
+        f"heterps launch-args: the job's key {'made at' if made else 'is'} {key_file} (mode 0600, never printed): "
+        "give every host this file with the hosts file and the plan",
+        file=sys.stderr,
+    )
     if args.json:
         print(json.dumps({**expansion.to_dict(), "command": command, "key_file": key_file}))
     else:
