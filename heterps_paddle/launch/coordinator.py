@@ -59,8 +59,7 @@ class Peer:
             if self.gone:
                 return
             try:
-                self.wfile.write(json.dumps(message).encode() + b"\n")
-                self.wfile.flush()
+                control.send(self.wfile, message)
             except OSError:
                 self.gone = True
 
