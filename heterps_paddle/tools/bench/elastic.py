@@ -1,0 +1,597 @@
+"""``heterps bench elastic``: what losing, and giving back, a host costs a job, and what its checkpoints cost it
+(issue 34, item 4).  Three hosts on loopback addresses (127.0.0.2: the server and a CPU trainer, .3: a CPU trainer,
+.4: the heterogeneous stage), each its own ``heterps launch --hosts ... --restarts 1 --checkpoint-dir D
+--checkpoint-every 1`` (tools/jobs.py: HostsRun), the automatic path on a what-if cluster (the plan is the split
+whatever the load, and a lost host is re-planned).  The job runs this module as its script (``train`` below):
+pass 1 reads a large generated set (``--rows``), which fills the sparse table; each later pass a fresh small one
+(``--pass-rows``), so that it touches a small share of the table's rows (``touched_share``, counted in the data).
+
+- **steady** (undisturbed): per checkpoint its bytes (its directory), kind, seconds (the save: the barrier's
+  decision to trainer 0's ``saved`` mark; the wait at the barrier apart) and the training before it; the overhead.
+- **recovery**: the heterogeneous host's launch and processes SIGKILLed once checkpoint 1 is complete; the kill to
+  the new round's first batch in phases (``split_recovery``).
+- **leave**: SIGTERM to that host's launch (a leave on notice) to the other hosts' first batch of the next round;
+  ``null`` with the reason while the launch has no leave (``leave_support``).
+
+The console and log lines carry no clock: each is stamped when this harness reads it (``Tail``, every ``POLL_S``);
+the barrier's files and the checkpoints by their mtimes.  Every host's session is killed on any exit; a phase that
+does not happen within ``--timeout`` fails the benchmark, naming it.  No Paddle import at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from heterps_paddle.errors import HeterPSError
+
+A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+HOSTS = (A, B, C)
+# What-if types (tests/conftest.py: split_cluster): the fc layers slow on cpu_small and fast on gpu_fast, whose
+# memory cannot hold the embedding table, so the plan splits whatever the load, and re-plans on the CPU hosts alone.
+CLUSTER = (
+    "format: 1\nresource_types:\n"
+    "  - {name: cpu_small, kind: cpu, price_per_hour: 1.0, max_units: 2, flops: 1.0e+8, mem_bw: 1.0e+10,\n"
+    "     memory: 1.0e+10, net_bw: 1.0e+9}\n"
+    "  - {name: gpu_fast, kind: gpu, price_per_hour: 2.0, max_units: 1, flops: 1.0e+13, mem_bw: 1.0e+11,\n"
+    "     memory: 1.0e+8, net_bw: 1.0e+9}\n"
+)
+FIRST_STAGES = [
+    {"resource": "cpu_small", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
+    {"resource": "gpu_fast", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
+]
+POLL_S = 0.05
+RECOVERY_GOAL_S = 30.0
+INCREMENTAL_GOAL = 0.1  # an incremental checkpoint's bytes over a full one's
+OVERHEAD_GOAL = 0.01  # checkpoint seconds over job seconds
+PHASES = ("detection", "settling", "replanning", "restart", "restore")
+
+DETECTED = re.compile(r"heterps launch: .*; the job will start again \(")
+DECIDED = re.compile(r"heterps launch: restart \d+ \(\d+ left; round (\d+)\)")
+STARTS = re.compile(r"heterps launch: every host joined \(.*\); the job starts")
+BATCH = re.compile(r"\bbatch: \[\d+\]")
+RESUMING = re.compile(r"init_server: resuming from the launch's checkpoint")
+RESTORED = re.compile(r"init_server\(.*\): \d+ dense tables restored")
+COMPLETE = re.compile(
+    r"checkpoint (\S+): complete \((\d+) passes done;(?: kind=(\w+) bytes=(\d+) seconds=([0-9.eE+-]+))?"
+)
+PASS_START = re.compile(r"elastic-bench: pass (\d+) starts at ([0-9.]+)")
+
+
+class PhaseMissing(HeterPSError):
+    """A phase of the benchmark did not happen within its bound (the message names it)."""
+
+
+@dataclass
+class Tail:
+    """Files followed as they grow: every whole line stamped with ``clock()`` when it was read."""
+
+    clock: Callable[[], float] = time.monotonic
+    offsets: dict[str, int] = field(default_factory=dict)
+    lines: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+
+    def poll(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(path, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n")
+            if end < 0:
+                continue
+            self.offsets[path] = self.offsets.get(path, 0) + end + 1
+            now = self.clock()
+            stamped = self.lines.setdefault(path, [])
+            stamped += [(now, line) for line in data[:end].decode("utf-8", "replace").split("\n")]
+
+    def first(self, path: str, pattern: re.Pattern[str], after: float = float("-inf")) -> float | None:
+        """When the first line of ``path`` matching ``pattern`` read after ``after`` was read (None: none yet)."""
+        return next((t for t, line in self.lines.get(path, []) if t >= after and pattern.search(line)), None)
+
+    def matches(self, path: str, pattern: re.Pattern[str]) -> list[re.Match[str]]:
+        return [m for _, line in self.lines.get(path, []) for m in [pattern.search(line)] if m]
+
+
+# ------------------------------------------------------------------------------------------ the phases (pure)
+
+
+RECOVERY_MARKS = ("kill", "detected", "decided", "resuming", "first_batch")
+LEAVE_MARKS = ("notice", "saved", "joined", "first_batch")
+
+
+def _marks(marks: dict[str, float | None], what: str, names: Sequence[str]) -> list[float]:
+    """The marks ``names`` in order; PhaseMissing naming the first one missing."""
+    missing = [n for n in names if marks.get(n) is None]
+    if missing:
+        raise PhaseMissing(f"bench elastic: {what}: no {missing[0].replace('_', ' ')} mark")
+    return [float(marks[n] or 0.0) for n in names]
+
+
+def _after(marks: dict[str, float | None], start: float) -> dict[str, float]:
+    return {k: round(float(v) - start, 3) for k, v in marks.items() if v is not None and v != start}
+
+
+def split_recovery(marks: dict[str, float | None], settle_s: float) -> dict[str, Any]:
+    """The recovery's phases from its marks (seconds, one clock): ``kill``, ``detected`` (the coordinator's ``the
+    job will start again``), ``decided`` (``restart 1 (...)``), ``resuming`` (the new round's server's ``init_server:
+    resuming from the launch's checkpoint``: the hosts joined, their processes started and built the model),
+    ``first_batch``.  The re-plan is asked ``settle_s`` after the detection (the state machine's rule: no line says
+    so), or at the decision if sooner.  Other marks (``joined``, ``restored``) are reported after the kill."""
+    kill, detected, decided, resuming, first = _marks(marks, "recovery", RECOVERY_MARKS)
+    bounds = [kill, detected, min(detected + settle_s, decided), decided, resuming, first]
+    return {
+        "phases_s": {name: round(bounds[i + 1] - bounds[i], 3) for i, name in enumerate(PHASES)},
+        "total_s": round(first - kill, 3),
+        "goal_s": RECOVERY_GOAL_S,
+        "within_goal": first - kill <= RECOVERY_GOAL_S,
+        "marks_after_kill_s": _after(marks, kill),
+        "settling_estimated": f"the re-plan asked taken as SETTLE_S ({settle_s:g} s) after the detection",
+    }
+
+
+def split_leave(marks: dict[str, float | None]) -> dict[str, Any]:
+    """A leave's phases: the notice to the checkpoint after it (``saved``), to the next round's start (``joined``:
+    re-planned, every host left joined), to the other hosts' first batch (``first_batch``)."""
+    notice, saved, joined, first = _marks(marks, "leave", LEAVE_MARKS)
+    phases = {"checkpoint": saved - notice, "replan_and_restart": joined - saved, "restore": first - joined}
+    return {
+        "phases_s": {k: round(v, 3) for k, v in phases.items()},
+        "total_s": round(first - notice, 3),
+        "marks_after_notice_s": _after(marks, notice),
+    }
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """One checkpoint's barrier marks (mtimes, wall clock): trainer 0's arrival, the decision, the save's end."""
+
+    arrived: float
+    decision: float
+    saved: float
+
+
+def barrier_marks(sync_dir: str) -> dict[int, Barrier]:
+    """Per checkpoint (passes done), from ``DIR/.sync/<launch id>/pass-NNNNNN.{arrived.0,decision,saved}``."""
+    marks: dict[int, dict[str, float]] = {}
+    pattern = re.compile(r"pass-(\d+)\.(arrived\.0|decision|saved)$")
+    for name in os.listdir(sync_dir) if os.path.isdir(sync_dir) else ():
+        found = pattern.fullmatch(name)
+        if found:
+            marks.setdefault(int(found.group(1)), {})[found.group(2)] = os.stat(os.path.join(sync_dir, name)).st_mtime
+    return {
+        k: Barrier(v["arrived.0"], v["decision"], v["saved"])
+        for k, v in marks.items()
+        if {"arrived.0", "decision", "saved"} <= set(v)
+    }
+
+
+def checkpoint_rows(
+    barriers: dict[int, Barrier],
+    pass_starts: dict[int, float],
+    sizes: dict[int, int],
+    logged: dict[int, dict[str, Any]],
+    manifests: dict[int, dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One row per checkpoint: bytes, kind, seconds (the barrier's decision to the save's end), the wait at the
+    barrier (trainer 0's arrival to the decision) and the training before it (trainer 0's pass: its start to its
+    arrival); the launch's own figures too (its log line, its manifest) once it gives them."""
+    rows = []
+    for passes, mark in sorted(barriers.items()):
+        launch, line, start = (
+            manifests.get(passes, {}).get("launch", {}),
+            logged.get(passes, {}),
+            pass_starts.get(passes),
+        )
+        rows.append(
+            {
+                "passes_done": passes,
+                "kind": line.get("kind") or launch.get("kind") or "full",
+                "bytes": sizes.get(passes),
+                "seconds": round(mark.saved - mark.decision, 3),
+                "barrier_seconds": round(mark.decision - mark.arrived, 3),
+                "train_seconds_before": None if start is None else round(mark.arrived - start, 3),
+                "bytes_logged": line.get("bytes", launch.get("bytes")),
+                "seconds_logged": line.get("seconds", launch.get("save_s")),
+            }
+        )
+    return rows
+
+
+def checkpoint_summary(rows: list[dict[str, Any]], job_s: float, incremental_setting: bool) -> dict[str, Any]:
+    """Full against incremental checkpoints (bytes, seconds), and the overhead: the checkpoints' seconds over the
+    job's, and for each kind as if every checkpoint were of it (its seconds over them and the mean training)."""
+    train = [r["train_seconds_before"] for r in rows if r["train_seconds_before"] is not None]
+    between = sum(train) / len(train) if train else None
+    kinds: dict[str, Any] = {}
+    for kind in ("full", "incremental"):
+        mine = [r for r in rows if r["kind"] == kind]
+        sized = [r["bytes"] for r in mine if r["bytes"] is not None]
+        seconds = sum(r["seconds"] for r in mine) / max(len(mine), 1)
+        kinds[kind] = {"count": len(mine), "bytes": round(sum(sized) / len(sized)) if sized else None}
+        kinds[kind]["seconds"] = round(seconds, 3)
+        kinds[kind]["overhead_if_every"] = None if between is None else round(seconds / (between + seconds), 4)
+        kinds[kind] = kinds[kind] if mine else None
+    full, incremental = kinds["full"], kinds["incremental"]
+    why = None
+    if incremental is not None:
+        ratio = incremental["bytes"] / full["bytes"] if full and full["bytes"] and incremental["bytes"] else None
+        incremental["bytes_over_full"] = None if ratio is None else round(ratio, 4)
+        incremental["within_goal"] = None if ratio is None else ratio <= INCREMENTAL_GOAL
+    elif incremental_setting:
+        why = "the launch wrote no incremental checkpoint in this run (every one full: HETERPS_CHECKPOINT_BASE_EVERY)"
+    else:
+        why = "the launch has no incremental checkpoints yet (no HETERPS_CHECKPOINT_BASE_EVERY setting)"
+    spent = sum(r["seconds"] for r in rows)
+    overhead = spent / job_s if job_s > 0 else None
+    return {
+        "full": full,
+        "incremental": incremental,
+        "incremental_missing": why,
+        "incremental_goal": INCREMENTAL_GOAL,
+        "checkpoint_seconds": round(spent, 3),
+        "barrier_seconds": round(sum(r["barrier_seconds"] for r in rows), 3),
+        "train_seconds_between_mean": None if between is None else round(between, 3),
+        "job_seconds": round(job_s, 3),
+        "overhead": None if overhead is None else round(overhead, 4),
+        "overhead_goal": OVERHEAD_GOAL,
+        "overhead_within_goal": None if overhead is None else overhead <= OVERHEAD_GOAL,
+    }
+
+
+def logged_checkpoints(lines: Iterable[str]) -> dict[int, dict[str, Any]]:
+    """Trainer 0's ``checkpoint P: complete (N passes done; kind=K bytes=B seconds=S ...)`` lines, by N."""
+    out: dict[int, dict[str, Any]] = {}
+    for found in (COMPLETE.search(line) for line in lines):
+        if found:
+            kind, size, seconds = found.group(3, 4, 5)
+            out[int(found.group(2))] = {
+                "kind": kind,
+                "bytes": size and int(size),
+                "seconds": seconds and float(seconds),
+            }
+    return out
+
+
+def pass_starts(lines: Iterable[str]) -> dict[int, float]:
+    """The trainer's ``elastic-bench: pass K starts at T`` lines (wall clock), by K."""
+    return {int(m.group(1)): float(m.group(2)) for line in lines for m in [PASS_START.search(line)] if m}
+
+
+def touched_shares(passes: Sequence[Sequence[str]]) -> list[float]:
+    """Per pass, the share of the table's rows (every id pushed so far) that its data touches."""
+    import numpy as np
+
+    seen = np.zeros(0, dtype=np.int64)
+    shares = []
+    for files in passes:
+        ids: list[int] = []
+        for path in files:
+            with open(path) as f:
+                for line in f:
+                    ids += [int(t.split(":", 1)[1]) for t in line.split() if not t.startswith(("click", "dense"))]
+        mine = np.unique(np.array(ids, dtype=np.int64))
+        seen = np.union1d(seen, mine)
+        shares.append(round(len(mine) / max(len(seen), 1), 4))
+    return shares
+
+
+def dir_bytes(path: str) -> int:  # a checkpoint's bytes
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names)
+
+
+def leave_support() -> str | None:
+    """None when ``heterps launch`` takes a leave on notice; else why this benchmark cannot measure one."""
+    from heterps_paddle.launch import events
+
+    if any("leave" in name.lower() for name in dir(events)):
+        return None
+    return "heterps launch has no leave on notice yet (no Leave event in heterps_paddle/launch/events.py)"
+
+
+# ------------------------------------------------------------------------------------------ the jobs
+
+
+@dataclass
+class Setup:
+    work: str
+    data: str
+    cluster: str
+    plan: str
+    args: argparse.Namespace
+    env: dict[str, str]
+
+
+class Job:
+    """One launch of the three hosts, followed: its lines (``Tail``) and its complete checkpoints (when first seen,
+    and their bytes, before the launch removes them)."""
+
+    def __init__(self, setup: Setup, name: str):
+        from heterps_paddle.tools.jobs import HostsRun, free_port_block
+
+        self.work, self.name = os.path.join(setup.work, name), name
+        os.makedirs(self.work)
+        self.checkpoints = os.path.join(self.work, "checkpoints")
+        hosts = os.path.join(self.work, "hosts.yaml")
+        with open(hosts, "w") as f:
+            f.write("format: 1\nhosts:\n")
+            for address, kind, servers in ((A, "cpu_small", ", servers: 1"), (B, "cpu_small", ""), (C, "gpu_fast", "")):
+                f.write(f"  - {{address: {address}, type: {kind}{servers}, port: {free_port_block(address, 8)}}}\n")
+        args = setup.args
+        argv = [os.path.abspath(__file__), *f"--passes {args.passes} --batch {args.batch}".split()]
+        argv += ["--data", setup.data, "--cluster", setup.cluster, "--out", os.path.join(self.work, "out")]
+        options = (*"--devices cpu --restarts 1 --checkpoint-every 1".split(), "--checkpoint-dir", self.checkpoints)
+        self.run = HostsRun(hosts, setup.plan, argv, self.work, options, env=setup.env, timeout=args.timeout)
+        self.tail = Tail()
+        self.deadline = time.monotonic() + args.timeout
+        self.sizes: dict[int, int] = {}
+        self.seen: dict[int, float] = {}
+        for address in HOSTS:
+            self.run.start(address)
+
+    def log(self, address: str, round_number: int, name: str = "workerlog.0") -> str:
+        where = os.path.join(self.work, f"log_{address}")
+        return os.path.join(where, f"round{round_number}", name) if round_number else os.path.join(where, name)
+
+    def poll(self) -> None:
+        paths = [h.console_path for h in self.run.hosts.values()]
+        paths += [self.log(a, n, log) for a in (A, B) for n in range(4) for log in ("workerlog.0", "serverlog.0")]
+        self.tail.poll(paths)
+        for name in os.listdir(self.checkpoints) if os.path.isdir(self.checkpoints) else ():
+            found, path = re.fullmatch(r"pass-(\d+)", name), os.path.join(self.checkpoints, name)
+            passes = int(found.group(1)) if found else 0
+            if passes and passes not in self.seen and os.path.isfile(os.path.join(path, "heterps_checkpoint.json")):
+                self.seen[passes], self.sizes[passes] = time.monotonic(), dir_bytes(path)
+
+    def wait(self, what: str, ready: Callable[[], float | None], to_the_end: bool = False) -> float:
+        """Poll until ``ready`` gives a time; PhaseMissing naming ``what`` past the bound or when the job ended (or,
+        ``to_the_end``, ended badly)."""
+        while True:
+            self.poll()
+            found = ready()
+            if found is not None:
+                return found
+            ended = self.run.hosts[A].proc.poll()
+            if (ended is not None and not (to_the_end and ended == 0)) or time.monotonic() > self.deadline:
+                why = "in time" if ended is None else f"the coordinator's launch ended first, exit {ended}"
+                raise PhaseMissing(f"bench elastic: {self.name}: {what} did not happen ({why}){self.tails()}")
+            time.sleep(POLL_S)
+
+    def first(self, pattern: re.Pattern[str], after: float, name: str = "workerlog.0") -> float | None:
+        """The first line of a new round's logs of the CPU hosts matching ``pattern``, read after ``after``."""
+        seen = [self.tail.first(self.log(a, n, name), pattern, after) for a in (A, B) for n in range(1, 4)]
+        return min((t for t in seen if t is not None), default=None)
+
+    def tails(self) -> str:
+        from heterps_paddle.tools.jobs import log_tails
+
+        consoles = "".join(f"\n--- host {a} console\n{h.console()[-2500:]}" for a, h in self.run.hosts.items())
+        return f"\n(work dir {self.work}){consoles}\n{log_tails(os.path.join(self.work, f'log_{A}'), 8)}"
+
+    def stop(self) -> list[str]:
+        self.run.stop()
+        return self.run.leftovers()
+
+
+def _json(path: str) -> dict[str, Any]:
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        found: dict[str, Any] = json.load(f)
+    return found
+
+
+def steady(setup: Setup) -> dict[str, Any]:
+    """The undisturbed job: its checkpoints against its training."""
+    from heterps_paddle import settings
+
+    job = Job(setup, "steady")
+    try:
+        job.wait(
+            "the job's end", lambda: None if any(h.proc.poll() is None for h in job.run.hosts.values()) else 1.0, True
+        )
+        codes = job.run.wait(timeout=0)
+        if any(codes.values()):
+            raise PhaseMissing(f"bench elastic: steady: the job failed (exit {codes}){job.tails()}")
+    finally:
+        left = job.stop()
+    syncs = os.path.join(job.checkpoints, ".sync")
+    launches = os.listdir(syncs) if os.path.isdir(syncs) else []
+    barriers = barrier_marks(os.path.join(syncs, launches[0])) if len(launches) == 1 else {}
+    if len(barriers) != setup.args.passes:
+        raise PhaseMissing(f"bench elastic: steady: barrier marks of passes {sorted(barriers)}, not every one")
+    worker = {a: [line for _, line in job.tail.lines.get(job.log(a, 0), [])] for a in (A, B)}
+    starts, logged = pass_starts(worker[A]), logged_checkpoints(worker[A] + worker[B])
+    manifests = {k: _json(os.path.join(job.checkpoints, f"pass-{k:06d}", "heterps_checkpoint.json")) for k in barriers}
+    rows = checkpoint_rows(barriers, starts, job.sizes, logged, manifests)
+    job_s = barriers[max(barriers)].saved - starts[min(starts)] if starts else 0.0
+    summary = checkpoint_summary(rows, job_s, "HETERPS_CHECKPOINT_BASE_EVERY" in settings.SETTINGS)
+    return {"checkpoints": rows, **summary, "left_running": left}
+
+
+def disrupted(setup: Setup, name: str) -> dict[str, Any]:
+    """``recovery``: the heterogeneous host's launch and processes SIGKILLed once checkpoint 1 is complete; ``leave``:
+    SIGTERM to its launch alone (a leave on notice).  The marks to the other hosts' first batch of the next round."""
+    from heterps_paddle.launch.coordinator import SETTLE_S
+
+    job = Job(setup, name)
+    console = job.run.hosts[A].console_path
+    try:
+        job.wait("checkpoint 1", lambda: job.seen.get(1))
+        if name == "leave":
+            job.run.hosts[C].proc.send_signal(signal.SIGTERM)
+        else:
+            job.run.kill(C)
+        at = time.monotonic()
+        marks: dict[str, float | None] = {"kill" if name == "recovery" else "notice": at}
+        if name == "recovery":
+            marks["detected"] = job.wait("the loss's detection", lambda: job.tail.first(console, DETECTED, at))
+            marks["decided"] = job.wait("the new round's decision", lambda: job.tail.first(console, DECIDED, at))
+        else:
+            newer = lambda: min((t for k, t in job.seen.items() if k > 1), default=None)  # noqa: E731
+            marks["saved"] = job.wait("the checkpoint after the notice", newer)
+        joined = job.wait("the new round's start", lambda: job.tail.first(console, STARTS, at))
+        marks["first_batch"] = job.wait("the new round's first batch", lambda: job.first(BATCH, joined))
+        marks.update(joined=joined, resuming=job.first(RESUMING, at, "serverlog.0"))
+        marks["restored"] = job.first(RESTORED, at, "serverlog.0")
+    finally:
+        left = job.stop()
+    if name == "recovery":
+        result = split_recovery(marks, SETTLE_S)
+        first = (_json(os.path.join(job.work, f"log_{A}", "restarts.json")).get("restarts") or [{}])[0]
+        result["restart"] = {k: first.get(k) for k in ("kind", "lost", "passes_done", "how", "summary")}
+    else:
+        result = split_leave(marks)
+    return {**result, "left_running": left}
+
+
+# ------------------------------------------------------------------------------------------ the command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rows", type=int, default=20000, help="rows of pass 1, which fills the table (default 20000)")
+    parser.add_argument("--pass-rows", type=int, default=500, help="rows of each later pass (default 500)")
+    parser.add_argument("--passes", type=int, default=4, help="passes, a checkpoint after each (>= 3; default 4)")
+    parser.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--phases", nargs="+", choices=("steady", "recovery", "leave"), default=["steady", "recovery", "leave"]
+    )
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per job (default 600)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (kept anyway on a failure)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def prepare(args: argparse.Namespace, work: str) -> tuple[Setup, list[float]]:
+    """The data (pass 1 large, the later passes small and fresh), the cluster and the first round's placement."""
+    from heterps_paddle.data.generator import generate
+
+    data = os.path.join(work, "data")
+    passes = []
+    for k in range(1, args.passes + 1):
+        rows = args.rows if k == 1 else args.pass_rows
+        passes.append(generate(os.path.join(data, f"pass-{k:03d}"), rows, args.seed + k, 0.01).train_files)
+    cluster, plan = os.path.join(work, "cluster.yaml"), os.path.join(work, "plan.json")
+    with open(cluster, "w") as f:
+        f.write(CLUSTER)
+    with open(plan, "w") as f:
+        json.dump({"format": 1, "feasible": True, "stages": FIRST_STAGES}, f)
+    env = {**os.environ, "HETERPS_CACHE": os.path.join(work, "cache")}
+    return Setup(work, data, cluster, plan, args, env), touched_shares(passes)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.passes < 3 or args.rows < 16 or args.pass_rows < 16:
+        raise HeterPSError("bench elastic: --passes must be >= 3, --rows and --pass-rows >= 16")
+    work = tempfile.mkdtemp(prefix="heterps-bench-elastic-")
+    # SIGTERM: every job stopped on the way out (each job's finally, and this one's)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    kept = args.keep
+    report: dict[str, Any] = {"benchmark": "elastic", "hosts": list(HOSTS), "rows": args.rows}
+    report.update(pass_rows=args.pass_rows, passes=args.passes, batch=args.batch, cpu_count=os.cpu_count())
+    try:
+        print("bench elastic: generating the passes' data ...", file=sys.stderr, flush=True)
+        setup, report["touched_share"] = prepare(args, work)
+        for phase in ("steady", "recovery", "leave"):
+            missing = leave_support() if phase == "leave" else None
+            if phase not in args.phases or missing is not None:
+                report[phase] = None
+                if phase in args.phases:
+                    report["leave_missing"] = missing
+                continue
+            print(f"bench elastic: the {phase} job ...", file=sys.stderr, flush=True)
+            report[phase] = steady(setup) if phase == "steady" else disrupted(setup, phase)
+    except BaseException:
+        kept = True
+        print(f"bench elastic: failed; its work directory is kept: {work}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if not kept:
+            shutil.rmtree(work, ignore_errors=True)
+    report["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    report["work_dir"] = work if kept else None
+    print(json.dumps(report) if args.json else table(report))
+    return 0
+
+
+def table(report: dict[str, Any]) -> str:
+    """The report, readable: one line per figure."""
+    out = [f"passes {report['passes']} (pass 1: {report['rows']} rows, then {report['pass_rows']} each), share of "]
+    out[0] += f"the table's rows each touches {report.get('touched_share')}"
+    steady, recovered, left = report.get("steady"), report.get("recovery"), report.get("leave")
+    for r in (steady or {}).get("checkpoints", []):
+        out.append(f"checkpoint {r['passes_done']}: {r['kind']} {r['bytes']} bytes {r['seconds']:.2f} s (barrier ")
+        out[-1] += f"{r['barrier_seconds']:.2f} s), after {r['train_seconds_before']} s of training"
+    if steady:
+        out.append(f"full {steady['full']}, incremental {steady['incremental'] or steady['incremental_missing']}")
+        out.append(f"overhead {steady['overhead']} of {steady['job_seconds']} s (goal <= {OVERHEAD_GOAL})")
+    if recovered:
+        out.append("recovery: " + ", ".join(f"{k} {v:.2f} s" for k, v in recovered["phases_s"].items()))
+        out[-1] += f"; total {recovered['total_s']:.2f} s (goal <= {RECOVERY_GOAL_S:g} s)"
+    if left:
+        out.append(f"leave: {left['phases_s']}, total {left['total_s']:.2f} s")
+    elif report.get("leave_missing"):
+        out.append(f"leave: not measured: {report['leave_missing']}")
+    return "\n".join(out + [f"load average {report['load_average']}"])
+
+
+# ------------------------------------------------------------------------------------------ the job's script
+
+
+def train(argv: Sequence[str]) -> int:
+    """The fleet script each host's launch runs (``Job``): pass k reads ``DATA/pass-k/train``; a plain fleet script
+    but for ``strategy.heterps``, which prints each pass's start with the wall clock for the benchmark."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # bench/*.py must not shadow modules
+    args = dict(zip(argv[::2], argv[1::2]))  # --passes N --batch B --data D --cluster C --out O, from Job
+    import paddle
+    import paddle.distributed.fleet as fleet
+
+    from heterps_paddle.data import dataset as data
+    from heterps_paddle.examples import build_net
+    from heterps_paddle.examples.common import ModelConfig
+
+    os.environ.setdefault("PADDLE_WITH_GLOO", "1")
+    paddle.enable_static()
+    fleet.init()
+    paddle.seed(7)
+    model = build_net("ctr_dnn", ModelConfig(sparse_feature_dim=9, fc_sizes=(64, 64), embedding="ps"))
+    strategy = fleet.DistributedStrategy()
+    strategy.a_sync, strategy.heterps = True, True
+    strategy.heterps_configs = {"cluster": args["--cluster"], "output_dir": args["--out"]}
+    fleet.distributed_optimizer(paddle.optimizer.Adam(0.003), strategy).minimize(model.loss)
+    if fleet.is_server():
+        fleet.init_server()
+        fleet.run_server()
+        return 0
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(paddle.static.default_startup_program())
+    fleet.init_worker()
+    program, index, count = paddle.static.default_main_program(), fleet.worker_index(), fleet.worker_num()
+    for k in range(1, int(args["--passes"]) + 1):
+        where = os.path.join(args["--data"], f"pass-{k:03d}", "train")
+        files, _ = data.prepare_multislot(
+            data.shard(sorted(os.path.join(where, n) for n in os.listdir(where)), index, count)
+        )
+        dataset = data.make_dataset(model.feeds, files, int(args["--batch"]))
+        print(f"elastic-bench: pass {k} starts at {time.time():.3f}", flush=True)
+        exe.train_from_dataset(
+            program=program, dataset=dataset, fetch_list=[model.loss], fetch_info=["loss"], print_period=1
+        )
+    fleet.stop_worker()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(train(sys.argv[1:]))
