@@ -28,6 +28,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "heterps_paddle.tools.bench.hosts",
         "a 2-stage split across two emulated hosts over shaped links, measured against the cost model",
     ),
+    "elastic": (
+        "heterps_paddle.tools.bench.elastic",
+        "a lost host's recovery, a leave on notice and checkpoints' cost, on three loopback hosts",
+    ),
 }
 
 
