@@ -67,6 +67,9 @@ def test_the_log_lines_the_benchmark_reads():
     assert elastic.RESUMING.search(
         "heterps: init_server: resuming from the launch's checkpoint /d/pass-000001 (1 passes done)"
     )
+    assert elastic.LEAVE_ASKED.search(
+        "heterps launch: host 127.0.0.4 asks to leave: a checkpoint at the end of the running pass, then the job goes on"
+    )
     assert elastic.RESTORED.search("heterps: init_server(/d/pass-000001): 3 dense tables restored (same layout)")
     assert elastic.pass_starts(["x", "elastic-bench: pass 2 starts at 1764080000.250", "pass 3"]) == {2: 1764080000.25}
 

@@ -57,6 +57,7 @@ PHASES = ("detection", "settling", "replanning", "restart", "restore")
 
 DETECTED = re.compile(r"heterps launch: .*; the job will start again \(")
 DECIDED = re.compile(r"heterps launch: restart \d+ \(\d+ left; round (\d+)\)")
+LEAVE_ASKED = re.compile(r"heterps launch: host \S+ asks to leave")
 STARTS = re.compile(r"heterps launch: every host joined \(.*\); the job starts")
 BATCH = re.compile(r"\bbatch: \[\d+\]")
 RESUMING = re.compile(r"init_server: resuming from the launch's checkpoint")
@@ -444,6 +445,7 @@ def disrupted(setup: Setup, name: str) -> dict[str, Any]:
         marks["first_batch"] = job.wait("the new round's first batch", lambda: job.first(BATCH, joined))
         marks.update(joined=joined, resuming=job.first(RESUMING, at, "serverlog.0"))
         marks["restored"] = job.first(RESTORED, at, "serverlog.0")
+        marks["asked"] = job.tail.first(console, LEAVE_ASKED, at) if name == "leave" else None
     finally:
         left = job.stop()
     if name == "recovery":
