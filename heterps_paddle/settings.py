@@ -177,6 +177,14 @@ _ALL = (
         checkpoint_every,
     ),
     Setting(
+        "HETERPS_CHECKPOINT_BASE_EVERY",
+        "1",
+        "with `heterps launch --checkpoint-dir`: every Nth checkpoint is a full base, the ones between are incremental "
+        "(the sparse rows pushed since the previous checkpoint, the dense tables in full); 0 or 1: every checkpoint "
+        "full (docs/checkpoints.md, 'Incremental checkpoints')",
+        _count,
+    ),
+    Setting(
         "HETERPS_CHECKPOINT_RESUME",
         "",
         "set by `heterps launch --checkpoint-dir` for every process: the checkpoint the launch resumes from, or "

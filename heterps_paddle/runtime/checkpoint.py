@@ -35,7 +35,8 @@ from paddle.distributed.ps.utils.public import get_the_one_recv_context
 from heterps_paddle import rendezvous
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import seam
-from heterps_paddle.runtime.checkpoint_files import FORMAT, MANIFEST, CheckpointError, digests, verify, write_manifest
+from heterps_paddle.runtime.checkpoint_choice import verify_chain
+from heterps_paddle.runtime.checkpoint_files import FORMAT, MANIFEST, CheckpointError, digests, write_manifest
 
 __all__ = ["FORMAT", "MANIFEST", "CheckpointError"]  # (their home is checkpoint_files.py, Paddle-free)
 
@@ -145,8 +146,36 @@ def servers_of(runtime: Any) -> int:
     return len(seam.server_endpoints(runtime.role_maker))
 
 
-def after_save_persistables(runtime: Any, dirname: str) -> None:
-    """On trainer 0, after the servers saved their tables to ``dirname``: the one-stage layout, then the manifest."""
+def sparse_tables(dirname: str, dense: tuple[DenseTable, ...]) -> list[int]:
+    """The sparse tables saved in ``dirname``: its table directories that are not the dense ones."""
+    dense_ids = {t.table_id for t in dense}
+    return sorted(
+        int(name)
+        for name in os.listdir(dirname)
+        if len(name) == 3
+        and name.isdigit()
+        and int(name) not in dense_ids
+        and os.path.isdir(os.path.join(dirname, name))
+    )
+
+
+GZIP_BATCH = 256  # files per gzip run
+
+
+def compress_sparse(dirname: str, tables: list[int]) -> None:
+    """The plain-text part files of ``tables`` (Paddle's modes 1 and 2 write them uncompressed) gzipped in place,
+    as a full save (mode 0) writes them: ``part-*.gz``, which Paddle's loader reads by the suffix."""
+    plain = [p for t in tables for p in _parts(table_dir(dirname, t)) if not p.endswith(".gz")]
+    for start in range(0, len(plain), GZIP_BATCH):
+        done = subprocess.run(["gzip", "-n", "-f", "--", *plain[start : start + GZIP_BATCH]], capture_output=True)
+        if done.returncode != 0:
+            raise CheckpointError(f"{dirname}: gzip failed ({done.stderr.decode(errors='replace').strip()})")
+
+
+def after_save_persistables(runtime: Any, dirname: str, mode: int = 0) -> None:
+    """On trainer 0, after the servers saved their tables to ``dirname`` (``save_persistables`` mode ``mode``: 0
+    every row, 2 every row as a base, 1 the rows pushed since the last mode 1/2 save): the one-stage layout, the
+    sparse parts compressed (modes 1 and 2), then the manifest."""
     split = bool(runtime.is_heter_ps_mode)
     layout = dense_layout(runtime, split)
     if split and servers_of(runtime) == 1:
@@ -162,9 +191,12 @@ def after_save_persistables(runtime: Any, dirname: str) -> None:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         layout, split = one_stage, False
+    if mode in (1, 2):
+        compress_sparse(dirname, sparse_tables(dirname, layout))
     files = digests(dirname)
     manifest: dict[str, Any] = {
         "format": FORMAT,
+        "sparse_mode": mode,
         "layout": "split" if split else "one-stage",
         "servers": servers_of(runtime),
         "dense_tables": [t.to_dict() for t in layout],
@@ -181,20 +213,38 @@ def after_save_persistables(runtime: Any, dirname: str) -> None:
 
 
 def _source_layout(runtime: Any, dirname: str) -> tuple[tuple[DenseTable, ...], int] | None:
-    """The checkpoint's dense layout and server count (checked against the manifest's checksums), or None when
-    ``dirname`` holds no dense tables (a saved inference model, a sparse-only save)."""
+    """The checkpoint's dense layout and server count (checked against the manifest's checksums, an incremental
+    checkpoint's whole chain with it), or None when ``dirname`` holds no dense tables (a saved inference model, a
+    sparse-only save)."""
     if os.path.isfile(os.path.join(dirname, MANIFEST)):
-        manifest = verify(dirname)
+        manifest, links = verify_chain(dirname)
         try:
             layout = tuple(DenseTable.from_dict(t) for t in manifest["dense_tables"])
             servers = int(manifest["servers"])
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointError(f"checkpoint {dirname}: unreadable {MANIFEST} ({exc})") from None
+        if len(links) > 1:
+            _load_chain(runtime, links, layout)
         return layout, servers
     layout = dense_layout(runtime, False)  # a plain Paddle checkpoint: a one-stage job's layout
     if not all(os.path.isdir(table_dir(dirname, t.table_id)) for t in layout):
         return None
     return layout, servers_of(runtime)
+
+
+def _load_chain(runtime: Any, links: list[str], dense: tuple[DenseTable, ...]) -> None:
+    """An incremental checkpoint's sparse rows: its base, then each increment in order, the newest last (Paddle's
+    load upserts row by row, so each row ends as the newest link that holds it left it; ``init_server`` loaded the
+    newest link alone before this)."""
+    service = seam.server_service(runtime)
+    for link in links:
+        for table_id in sparse_tables(link, dense):
+            service.load_sparse(link, "0", table_id)
+    logger.info(
+        "init_server(%s): sparse tables loaded from its chain, base first: %s",
+        links[-1],
+        " + ".join(os.path.basename(link) for link in links),
+    )
 
 
 def restore_dense(runtime: Any, dirname: str) -> None:

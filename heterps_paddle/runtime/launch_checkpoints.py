@@ -32,6 +32,7 @@ import contextlib
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from typing import Any, Iterator, cast
 
 from heterps_paddle import settings
@@ -39,7 +40,20 @@ from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
 from heterps_paddle.rendezvous import launch_id
 from heterps_paddle.runtime import push_queues, seam
-from heterps_paddle.runtime.checkpoint_choice import NAME, Choice, checkpoint_name, choose, listed, passes_in
+from heterps_paddle.runtime.checkpoint_choice import (
+    ASKED,
+    NAME,
+    Choice,
+    asked_reason,
+    base_interval,
+    chain_names,
+    chain_of,
+    checkpoint_name,
+    choose,
+    listed,
+    passes_in,
+    sync_dir,
+)
 from heterps_paddle.runtime.checkpoint_files import (
     MANIFEST,
     CheckpointError,
@@ -48,7 +62,6 @@ from heterps_paddle.runtime.checkpoint_files import (
     read_manifest,
 )
 
-SYNC_DIR = ".sync"
 POLL_S = 0.2
 # Ops that write to the parameter servers: a train_from_dataset pass whose program runs one trains the model (an
 # evaluation program, fleet.evaluation.forward_only_program or the whole model's forward pass, has none).
@@ -115,7 +128,7 @@ class Barrier:
     """Files under ``DIR/.sync/<launch id>/``: the stage 1 CPU trainers' meeting points after a pass."""
 
     def __init__(self, root: str) -> None:
-        self.dir = os.path.join(root, SYNC_DIR, launch_id() or "local")
+        self.dir = sync_dir(root, launch_id() or "local")
         self.wait_s = float(cast(float, settings.get("HETERPS_CHECKPOINT_WAIT_S")))
 
     def mark(self, passes: int, what: str, text: str = "") -> None:
@@ -141,6 +154,34 @@ class Barrier:
             if os.path.join(parent, name) != self.dir:
                 shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
+    def drop_before(self, passes: int) -> None:
+        """Trainer 0, once every trainer arrived after pass ``passes``: the files of the passes before (every
+        trainer has read them), so a long job's barrier directory stays small."""
+        for name in os.listdir(self.dir):
+            match = NAME.match(name)
+            if match and int(match.group(1)) < passes:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(self.dir, name))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Trainer 0's word after a pass, the same for every trainer: skip, or a checkpoint of a kind (with its
+    ``save_persistables`` mode: 0 full, 2 full base of incremental ones, 1 increment)."""
+
+    kind: str | None  # "full" | "incremental" | None (no checkpoint)
+    mode: int = 0
+
+    def text(self) -> str:
+        return f"save {self.kind} {self.mode}" if self.kind else "skip"
+
+    @staticmethod
+    def parse(text: str) -> Decision:
+        words = text.split()
+        if len(words) == 3 and words[0] == "save" and words[1] in ("full", "incremental"):
+            return Decision(words[1], int(words[2]))
+        return Decision(None)
+
 
 class PassCheckpoints:
     """A stage 1 CPU trainer's passes: the first ones skipped on a resume, a checkpoint after each due one."""
@@ -153,6 +194,10 @@ class PassCheckpoints:
         self.passes = 0  # training passes of the job so far, the skipped ones included
         self.last_save = time.monotonic()
         self.restore_checked = False
+        self.base_every = base_interval()
+        # the checkpoint the servers' tables were last saved to or restored from: an increment's previous link
+        self.previous = choice.path
+        self.asked: str | None = None  # the reason of an ask honoured by the checkpoint being saved
 
     def gate(self, call: seam.DatasetCall) -> bool:
         """Whether this ``train_from_dataset`` call is a pass the checkpoint already holds (not run)."""
@@ -188,29 +233,63 @@ class PassCheckpoints:
             self.after_pass(call.executor)
 
     def after_pass(self, executor: Any) -> None:
+        """After every training pass: the barrier (every trainer gets trainer 0's decision, so a checkpoint asked
+        for reaches all), then the checkpoint when it is due or asked for."""
         passes = self.passes
-        if self.unit == "passes" and passes % int(self.every):
-            return
-        from paddle.distributed import fleet  # lazy (module doc)
-
+        # due by --checkpoint-every (in minutes, maybe: trainer 0's clock decides): pushes flushed before arriving
+        scheduled = self.unit == "minutes" or passes % int(self.every) == 0
         runtime = seam.fleet_runtime()
         trainers, index = seam.worker_count_and_index(seam.role_maker())
         # This trainer's pushes of the pass answered before the barrier.  A split job's heterogeneous trainers are
         # flushed by fleet.save_persistables below (runtime/saves.py), once every CPU trainer has ended its pass:
         # flushed here, they could still be serving another trainer's micro-batches.
-        push_queues.flush_pushes(runtime, f"checkpoint after pass {passes}")
+        if scheduled:
+            push_queues.flush_pushes(runtime, f"checkpoint after pass {passes}")
         barrier = Barrier(self.root)
         barrier.mark(passes, f"arrived.{index}")
         if index == 0:
             for other in range(1, trainers):
                 barrier.wait(passes, f"arrived.{other}", f"CPU trainer {other}")
-            # minutes: trainer 0's clock decides for all, so every trainer saves or goes on together
-            due = self.unit == "passes" or time.monotonic() - self.last_save >= self.every * 60
-            barrier.mark(passes, "decision", "save" if due else "skip")
+            barrier.drop_before(passes)
+            decision = self.decide(passes, scheduled, barrier)
+            barrier.mark(passes, "decision", decision.text())
         else:
-            due = barrier.wait(passes, "decision", "CPU trainer 0's decision") == "save"
-        if not due:
+            decision = Decision.parse(barrier.wait(passes, "decision", "CPU trainer 0's decision"))
+        if decision.kind is None:
             return
+        started = time.monotonic()
+        if not scheduled:
+            # asked for after a pass that was not due: every trainer's pushes answered before the servers save
+            push_queues.flush_pushes(runtime, f"checkpoint after pass {passes} (asked for)")
+            barrier.mark(passes, f"flushed.{index}")
+            if index == 0:
+                for other in range(1, trainers):
+                    barrier.wait(passes, f"flushed.{other}", f"CPU trainer {other}")
+        self.save(executor, passes, decision, barrier, (trainers, index), started)
+
+    def decide(self, passes: int, scheduled: bool, barrier: Barrier) -> Decision:
+        """Trainer 0: whether a checkpoint follows this pass (due by --checkpoint-every, or asked for), and which."""
+        # minutes: trainer 0's clock decides for all, so every trainer saves or goes on together
+        due = scheduled and (self.unit == "passes" or time.monotonic() - self.last_save >= self.every * 60)
+        self.asked = asked_reason(os.path.join(barrier.dir, ASKED))
+        if self.asked is not None:
+            logger.info("checkpoint: asked for (%s)", self.asked)
+        if not due and self.asked is None:
+            return Decision(None)
+        if self.base_every <= 1:
+            return Decision("full", 0)
+        # an increment holds what changed since the previous checkpoint of this chain: the one this launch wrote
+        # last, or resumed from (its servers restored it); a base every base_every checkpoints
+        if self.previous is None or len(chain_names(self.previous)) >= self.base_every:
+            return Decision("full", 2)
+        return Decision("incremental", 1)
+
+    def save(
+        self, executor: Any, passes: int, decision: Decision, barrier: Barrier, where: tuple[int, int], started: float
+    ) -> None:
+        from paddle.distributed import fleet  # lazy (module doc)
+
+        trainers, index = where
         name = checkpoint_name(passes)
         staging = os.path.join(self.root, f".{name}.incomplete")
         if index == 0:
@@ -220,10 +299,10 @@ class PassCheckpoints:
         try:
             # every trainer calls it (fleet's own barriers, with gloo, pair up); the servers write, trainer 0
             # regroups and writes the manifest (runtime/saves.py, runtime/checkpoint.py)
-            fleet.save_persistables(executor, staging)
+            fleet.save_persistables(executor, staging, mode=decision.mode)
             if index == 0:
                 check_room(staging)
-                final = self.complete(passes, staging, trainers)
+                final = self.complete(passes, staging, trainers, decision, started)
         except (OSError, CheckpointError) as exc:
             # The previous checkpoint is untouched (this one has its temporary name, without which no launch
             # resumes from it): say so, loudly, and end this trainer (the launch then ends the job, or restarts it).
@@ -235,28 +314,46 @@ class PassCheckpoints:
             logger.error("%s", message)
             raise CheckpointError(message) from exc
         if index == 0:
+            if self.asked is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(barrier.dir, ASKED))  # honoured: the coordinator sees it gone
+                self.asked = None
             barrier.mark(passes, "saved", final)
             self.last_save = time.monotonic()
         else:
-            barrier.wait(passes, "saved", "CPU trainer 0's save")
+            final = barrier.wait(passes, "saved", "CPU trainer 0's save")
+        self.previous = final
 
-    def complete(self, passes: int, staging: str, trainers: int) -> str:
+    def complete(self, passes: int, staging: str, trainers: int, decision: Decision, started: float) -> str:
         """Trainer 0, after the servers' save: the launch's fields into the manifest, then the rename."""
         from heterps_paddle.planning.model import save_plan
 
         plan = seam.context().plan
         files = []
+        chain: list[dict[str, str]] = []
+        if decision.kind == "incremental" and self.previous is not None:
+            earlier = chain_of(self.previous, read_manifest(self.previous))
+            links = [*earlier, (os.path.basename(self.previous), file_digest(os.path.join(self.previous, MANIFEST)))]
+            chain = [{"name": link, "manifest": digest} for link, digest in links]
         launch: dict[str, Any] = {
             "passes_done": passes,
             "every": f"{self.every:g}m" if self.unit == "minutes" else f"{int(self.every)}",
             "trainers": trainers,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "plan_digest": None,
+            "kind": decision.kind,
+            "mode": decision.mode,
+            "chain": chain,
         }
         if plan is not None:
             save_plan(plan, os.path.join(staging, "plan.json"))
             files.append("plan.json")
             launch["plan_digest"] = file_digest(os.path.join(staging, "plan.json"))
+        # every file of the directory but the manifest (which holds the count), and the time since the barrier
+        launch["bytes"] = sum(
+            os.path.getsize(os.path.join(base, f)) for base, _, fs in os.walk(staging) for f in fs if f != MANIFEST
+        )
+        launch["save_s"] = round(time.monotonic() - started, 3)
         add_to_manifest(staging, files, {"launch": launch})
         final = os.path.join(self.root, checkpoint_name(passes))
         replaced = None
@@ -270,24 +367,38 @@ class PassCheckpoints:
         if replaced is not None:
             shutil.rmtree(replaced, ignore_errors=True)
             logger.warning("checkpoint %s: an earlier launch's checkpoint of the same pass replaced", final)
-        logger.info("checkpoint %s: complete (%d passes done; its manifest written last, then renamed)", final, passes)
+        logger.info(
+            "checkpoint %s: complete (%d passes done; kind=%s bytes=%d seconds=%.3f chain=%d; its manifest written "
+            "last, then renamed)",
+            final,
+            passes,
+            decision.kind,
+            launch["bytes"],
+            launch["save_s"],
+            len(chain) + 1,
+        )
         self.prune(passes)
         return final
 
     def prune(self, passes: int) -> None:
-        """Keep this checkpoint and the newest complete one before it; older ones and crashed saves go."""
-        kept = None
+        """Keep this checkpoint and the newest complete one before it, with what their chains need (an incremental
+        one's base and earlier increments); older ones and crashed saves go."""
+        newest = [path for number, path in listed(self.root) if number <= passes and complete(path)][:2]
+        needed = {name for path in newest for name in chain_names(path)}
         for number, path in listed(self.root):
-            if number >= passes:
-                continue
-            if kept is None and os.path.isfile(os.path.join(path, MANIFEST)):
-                kept = path
+            if number >= passes or os.path.basename(path) in needed:
                 continue
             shutil.rmtree(path, ignore_errors=True)
-            logger.info("checkpoint %s: removed (the launch keeps the last 2 complete checkpoints)", path)
+            logger.info(
+                "checkpoint %s: removed (the launch keeps the last 2 complete checkpoints and their chains)", path
+            )
         for name in os.listdir(self.root):
             if name.startswith(".pass-") and name != f".{checkpoint_name(passes)}.incomplete":
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+
+
+def complete(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, MANIFEST))
 
 
 # A save that left less free space than this on the checkpoint's file system may have been cut short by a full
@@ -316,7 +427,14 @@ def _sync_directory(path: str) -> None:
 
 
 def install(ctx: seam.ProcessContext) -> None:
-    """On a stage 1 CPU trainer of a launch that keeps checkpoints: the pass gate and the save hook."""
+    """On every process of a launch keeping incremental checkpoints: the sparse tables' delta threshold (after
+    minimize); on a stage 1 CPU trainer of a launch that keeps checkpoints: the pass gate and the save hook."""
+    if not settings.get("HETERPS_CHECKPOINT_DIR"):
+        return
+    if base_interval() > 1:
+        from heterps_paddle.runtime import checkpoint_deltas  # lazy: imports Paddle when it runs
+
+        ctx.after_minimize["incremental_checkpoints"] = checkpoint_deltas.configure
     if ctx.role != "trainer":
         return
     choice = resume_choice()

@@ -32,6 +32,7 @@ from paddle.base import core
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import checkpoint, push_queues, seam, stage_metrics
+from heterps_paddle.runtime.checkpoint_choice import STAGING
 from heterps_paddle.runtime.heldout import HeldOut, whole_forward_program, whole_model_from_servers
 
 # Fleet's save entry points (TheOnePSRuntime methods) and what each writes.
@@ -118,8 +119,13 @@ def before_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> Non
 
 def after_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> None:
     """After a fleet save returned (every trainer passed its closing barrier)."""
-    if name == "_save_persistables" and seam.is_first_worker(runtime.role_maker) and not arguments.get("mode"):
-        checkpoint.after_save_persistables(runtime, os.path.normpath(arguments["dirname"]))
+    if name != "_save_persistables" or not seam.is_first_worker(runtime.role_maker):
+        return
+    dirname = os.path.normpath(arguments["dirname"])
+    mode = int(arguments.get("mode") or 0)
+    # a full save (mode 0), or the launch's own base or increment (modes 2 and 1: runtime/launch_checkpoints.py)
+    if not mode or (mode in (1, 2) and STAGING.fullmatch(os.path.basename(dirname))):
+        checkpoint.after_save_persistables(runtime, dirname, mode)
 
 
 def _refuse_server_tables(what: str, program: Any) -> None:

@@ -1,0 +1,218 @@
+"""Incremental checkpoints without a job (tests/test_incremental_checkpoints.py launches them): a chain's manifests,
+its verification (a missing, corrupted, replaced or stray link refuses the chain by name, and the launch falls back),
+retention of what the newest two checkpoints need, the base interval, a checkpoint asked for, and the sparse tables'
+settings a delta needs."""
+
+import os
+
+import pytest
+
+from heterps_paddle import settings
+from heterps_paddle.runtime import checkpoint_choice as cc
+from heterps_paddle.runtime import checkpoint_deltas, launch_checkpoints
+from heterps_paddle.runtime.checkpoint_files import MANIFEST, CheckpointError, file_digest, write_manifest
+from heterps_paddle.runtime.launch_checkpoints import Barrier, Decision, PassCheckpoints
+
+
+def make(root, passes, chain=(), kind=None):
+    """A checkpoint as trainer 0 completes it: a sparse part and a dense part, the launch's fields, and for an
+    increment the chain (its base first, with each link's manifest digest)."""
+    path = root / cc.checkpoint_name(passes)
+    for table in ("000", "001"):
+        (path / table).mkdir(parents=True)
+        (path / table / "part-000.gz").write_text(f"{passes} {table}\n")
+    links = [
+        {"name": cc.checkpoint_name(p), "manifest": file_digest(str(root / cc.checkpoint_name(p) / MANIFEST))}
+        for p in chain
+    ]
+    files = {f"{t}/part-000.gz": file_digest(str(path / t / "part-000.gz")) for t in ("000", "001")}
+    launch = {"passes_done": passes, "kind": kind or ("incremental" if chain else "full"), "chain": links}
+    write_manifest(str(path), {"format": 1, "files": files, "launch": launch})
+    return path
+
+
+@pytest.fixture
+def chain(tmp_path):
+    """pass 1 a base, passes 2 and 3 its increments, pass 4 a full base again, pass 5 its increment."""
+    make(tmp_path, 1)
+    make(tmp_path, 2, chain=[1])
+    make(tmp_path, 3, chain=[1, 2])
+    make(tmp_path, 4)
+    make(tmp_path, 5, chain=[4])
+    return tmp_path
+
+
+def test_a_chain_verifies_and_lists_its_links_base_first(chain):
+    manifest, links = cc.verify_chain(str(chain / "pass-000003"))
+    assert manifest["launch"]["kind"] == "incremental"
+    assert [os.path.basename(p) for p in links] == ["pass-000001", "pass-000002", "pass-000003"]
+    assert cc.verify_chain(str(chain / "pass-000004"))[1] == [str(chain / "pass-000004")]
+    assert cc.choose(str(chain)).path == str(chain / "pass-000005")
+    assert cc.chain_names(str(chain / "pass-000003")) == ["pass-000001", "pass-000002", "pass-000003"]
+
+
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        ("missing", "its base {root}/pass-000004 is missing"),
+        (
+            "corrupted",
+            "its base {root}/pass-000004 refused: checkpoint {root}/pass-000004: 000/part-000.gz does not "
+            "match its checksum (corrupted)",
+        ),
+        (
+            "stray",
+            "its base {root}/pass-000004 refused: checkpoint {root}/pass-000004: 000/part-000 is not in its "
+            "manifest (a stray file",
+        ),
+        ("replaced", "its base {root}/pass-000004 is not the one it was saved on"),
+        ("incomplete", "its base {root}/pass-000004 is incomplete (no heterps_checkpoint.json)"),
+    ],
+)
+def test_a_bad_link_refuses_the_chain_by_name_and_the_launch_falls_back(chain, damage, why):
+    base = chain / "pass-000004"
+    if damage == "missing":
+        os.rename(base, chain / "elsewhere")
+    elif damage == "corrupted":
+        (base / "000" / "part-000.gz").write_text("4 999\n")
+    elif damage == "stray":
+        (base / "000" / "part-000").write_text("4 000\n")  # as `gzip -dk` leaves
+    elif damage == "replaced":
+        # a later launch's checkpoint of the same pass in its place: whole, but not the one pass 5 follows
+        manifest = cc.read_manifest(str(base))
+        manifest["launch"]["saved_at"] = "later"
+        write_manifest(str(base), manifest)
+    else:
+        os.remove(base / MANIFEST)
+    choice = cc.choose(str(chain))
+    refused = dict(choice.refused)
+    assert why.format(root=chain) in refused[str(chain / "pass-000005")], refused
+    # the base itself is refused too (or missing): the older chain is whole, resumed from pass 3; a replaced base is
+    # itself a checkpoint that verifies, resumed from
+    fallback = 4 if damage == "replaced" else 3
+    assert choice.path == str(chain / f"pass-00000{fallback}") and choice.passes_done == fallback
+    assert any("checkpoint REFUSED: checkpoint" in line for line in choice.lines())
+
+
+def test_a_bad_increment_refuses_the_later_ones_and_not_the_earlier(chain):
+    (chain / "pass-000002" / "001" / "part-000.gz").write_text("corrupt\n")
+    (chain / "pass-000004").rename(chain / "gone")
+    choice = cc.choose(str(chain))
+    reasons = dict(choice.refused)
+    assert f"its increment {chain}/pass-000002 refused" in reasons[str(chain / "pass-000003")]
+    assert "does not match its checksum (corrupted)" in reasons[str(chain / "pass-000002")]
+    assert choice.path == str(chain / "pass-000001")
+
+
+def test_an_unreadable_chain_is_refused(chain):
+    path = chain / "pass-000005"
+    manifest = cc.read_manifest(str(path))
+    manifest["launch"]["chain"] = [{"name": "../elsewhere", "manifest": "x"}]
+    write_manifest(str(path), manifest)
+    assert "its chain names a link that is not a checkpoint" in dict(cc.choose(str(chain)).refused)[str(path)]
+
+
+def checkpoints(tmp_path, monkeypatch, base_every, previous=None, every=(1.0, "passes")):
+    monkeypatch.setenv("HETERPS_CHECKPOINT_BASE_EVERY", str(base_every))
+    monkeypatch.setenv("HETERPS_LAUNCH_ID", "unit")
+    passes = PassCheckpoints(cc.Choice(str(tmp_path), previous, 0), every)
+    return passes, Barrier(str(tmp_path))
+
+
+def test_retention_keeps_the_newest_two_and_their_chains(chain, tmp_path, monkeypatch):
+    passes, _ = checkpoints(tmp_path, monkeypatch, 3)
+    make(chain, 6, chain=[4, 5])
+    (chain / ".pass-000007.incomplete").mkdir()
+    passes.prune(6)
+    assert sorted(n for n in os.listdir(chain) if n.startswith("pass-")) == [
+        "pass-000004",
+        "pass-000005",
+        "pass-000006",
+    ]
+    make(chain, 7)  # a new base: pass 6's chain still needed (the second newest), nothing older
+    passes.prune(7)
+    assert sorted(n for n in os.listdir(chain) if n.startswith("pass-")) == [
+        "pass-000004",
+        "pass-000005",
+        "pass-000006",
+        "pass-000007",
+    ]
+    make(chain, 8, chain=[7])
+    passes.prune(8)
+    assert sorted(n for n in os.listdir(chain) if n.startswith("pass-")) == ["pass-000007", "pass-000008"]
+
+
+def test_a_base_every_n_checkpoints(chain, tmp_path, monkeypatch):
+    passes, barrier = checkpoints(tmp_path, monkeypatch, 3)
+    assert passes.decide(1, True, barrier) == Decision("full", 2)  # nothing to follow: a base
+    passes.previous = str(chain / "pass-000004")
+    assert passes.decide(2, True, barrier) == Decision("incremental", 1)
+    passes.previous = str(chain / "pass-000005")
+    assert passes.decide(3, True, barrier) == Decision("incremental", 1)
+    passes.previous = str(chain / "pass-000003")  # base + 2 increments: the chain is as long as it gets
+    assert passes.decide(4, True, barrier) == Decision("full", 2)
+    for full in (0, 1):
+        passes, barrier = checkpoints(tmp_path, monkeypatch, full, previous=str(chain / "pass-000004"))
+        assert passes.decide(2, True, barrier) == Decision("full", 0)  # today's full save
+    assert passes.decide(2, False, barrier) == Decision(None)
+
+
+def test_a_checkpoint_asked_for_is_taken_when_not_due(tmp_path, monkeypatch, caplog):
+    passes, barrier = checkpoints(tmp_path, monkeypatch, 1, every=(10.0, "minutes"))
+    assert passes.decide(1, True, barrier) == Decision(None)  # not ten minutes yet
+    path = cc.ask_checkpoint(str(tmp_path), "unit", "host b asks to leave\n(spot notice)")
+    assert path == os.path.join(barrier.dir, "asked") and cc.asked_reason(path) == "host b asks to leave (spot notice)"
+    with caplog.at_level("INFO"):
+        assert passes.decide(2, False, barrier) == Decision("full", 0)
+    assert "checkpoint: asked for (host b asks to leave (spot notice))" in caplog.text
+    assert passes.asked == "host b asks to leave (spot notice)"
+    assert cc.asked_reason(os.path.join(tmp_path, "nothing")) is None
+
+
+def test_decisions_read_back_and_barrier_files_of_earlier_passes_go(tmp_path, monkeypatch):
+    for decision in (Decision(None), Decision("full", 0), Decision("full", 2), Decision("incremental", 1)):
+        assert Decision.parse(decision.text()) == decision
+    _, barrier = checkpoints(tmp_path, monkeypatch, 1)
+    for passes in (1, 2, 3):
+        barrier.mark(passes, "arrived.0")
+    cc.ask_checkpoint(str(tmp_path), "unit", "x")
+    barrier.drop_before(3)
+    assert sorted(os.listdir(barrier.dir)) == ["asked", "pass-000003.arrived.0"]
+
+
+def test_base_interval_setting(tmp_path, monkeypatch):
+    assert settings.get("HETERPS_CHECKPOINT_BASE_EVERY", {}) == 1  # every checkpoint full unless asked
+    monkeypatch.setenv("HETERPS_CHECKPOINT_BASE_EVERY", "4")
+    env, lines = cc.prepare_launch(str(tmp_path), "1")
+    assert env["HETERPS_CHECKPOINT_BASE_EVERY"] == "4" and "a full base every 4" in lines[-1]
+    monkeypatch.setenv("HETERPS_CHECKPOINT_BASE_EVERY", "x")
+    with pytest.raises(CheckpointError, match="HETERPS_CHECKPOINT_BASE_EVERY"):
+        cc.prepare_launch(str(tmp_path), "1")
+
+
+def test_staging_directories_are_known_to_saves():
+    assert cc.STAGING.fullmatch(".pass-000012.incomplete") and not cc.STAGING.fullmatch("pass-000012")
+    assert launch_checkpoints.complete.__name__ == "complete"
+
+
+def test_the_sparse_tables_get_the_delta_threshold_and_bad_settings_are_refused():
+    from paddle.distributed.fleet.proto import distributed_strategy_pb2 as pb
+
+    strategy = pb.DistributedStrategy()
+    tables = strategy.downpour_table_param
+    checkpoint_deltas.set_delta_threshold(tables, ["emb"])
+    param = next(t for t in tables if t.table_name == "emb").accessor.ctr_accessor_param
+    assert param.delta_threshold == pytest.approx(checkpoint_deltas.DELTA_THRESHOLD)
+    for field, value, why in (
+        ("base_threshold", 1.5, "leaves rows scoring under it out of a save"),
+        ("nonclk_coeff", 0.0, "scores a push under the delta threshold"),
+        ("click_coeff", 0.0, "scores a push under the delta threshold"),
+        ("delta_threshold", 0.25, "leaves rows pushed less than that out of a delta"),
+    ):
+        strategy = pb.DistributedStrategy()
+        table = strategy.downpour_table_param.add()
+        table.table_name = "emb"
+        setattr(table.accessor.ctr_accessor_param, field, value)
+        key = f"strategy.sparse_table_configs[emb].accessor.ctr_accessor_param.{field} = {value:g} {why}"
+        with pytest.raises(CheckpointError, match=key.replace("[", r"\[").replace("]", r"\]")):
+            checkpoint_deltas.set_delta_threshold(strategy.downpour_table_param, ["emb"])
