@@ -21,6 +21,7 @@ new plan, and the checkpoint resumed from, each time.  ``--restarts 0`` (today's
 import json
 import os
 import re
+import signal
 import time
 
 import pytest
@@ -64,21 +65,22 @@ def setup(tmp_path_factory, heterps_cache):
     return {"tmp": tmp, "data": data, "plan": str(plan), "cluster": str(cluster)}
 
 
-def run_job(setup, name, env=None):
+def run_job(setup, name, env=None, listed=HOSTS, plan=None):
+    """The job on the ``listed`` hosts of its hosts file (each started), from ``plan`` (default: the split)."""
     work = setup["tmp"] / name
     work.mkdir()
     hosts = work / "hosts.yaml"
     # one server: a checkpoint is then regrouped into the one-stage layout, which any later plan resumes from
-    hosts.write_text(
-        "format: 1\nhosts:\n"
-        f"  - {{address: {A}, type: cpu_small, servers: 1, port: {free_port_block(A, 8)}}}\n"
-        f"  - {{address: {B}, type: cpu_small, port: {free_port_block(B, 8)}}}\n"
-        f"  - {{address: {C}, type: gpu_fast, port: {free_port_block(C, 8)}}}\n"
-    )
+    lines = {
+        A: f"  - {{address: {A}, type: cpu_small, servers: 1, port: {free_port_block(A, 8)}}}\n",
+        B: f"  - {{address: {B}, type: cpu_small, port: {free_port_block(B, 8)}}}\n",
+        C: f"  - {{address: {C}, type: gpu_fast, port: {free_port_block(C, 8)}}}\n",
+    }
+    hosts.write_text("format: 1\nhosts:\n" + "".join(lines[address] for address in listed))
     argv = [SCRIPT, "--data", setup["data"], "--out", str(work / "out"), "--cluster", setup["cluster"], "--epochs", "3"]
     run = HostsRun(
         str(hosts),
-        setup["plan"],
+        plan or setup["plan"],
         argv,
         str(work),
         launch_options=(
@@ -94,7 +96,7 @@ def run_job(setup, name, env=None):
         env={**os.environ, **(env or {})},
         timeout=600,
     )
-    for address in HOSTS:
+    for address in listed:
         run.start(address)
     return run, work
 
@@ -122,14 +124,19 @@ def worker_log(run, address, round_number):
         return f.read()
 
 
-def test_a_heterogeneous_host_killed_twice_and_back_between_goes_on_from_the_checkpoints(setup):
-    undisturbed, undisturbed_work = run_job(setup, "undisturbed")
+@pytest.fixture(scope="module")
+def undisturbed(setup):
+    """The held-out AUC of the job on its three hosts, undisturbed (each disturbed job is compared with it)."""
+    run, work = run_job(setup, "undisturbed")
     try:
-        codes = undisturbed.wait()
-        assert codes == {a: 0 for a in HOSTS}, "\n".join(h.console()[-2000:] for h in undisturbed.hosts.values())
+        codes = run.wait()
+        assert codes == {a: 0 for a in HOSTS}, "\n".join(h.console()[-2000:] for h in run.hosts.values())
     finally:
-        undisturbed.stop()
+        run.stop()
+    return heldout(work)
 
+
+def test_a_heterogeneous_host_killed_twice_and_back_between_goes_on_from_the_checkpoints(setup, undisturbed):
     marker = setup["tmp"] / "held-checkpoint"
     faults = {
         "PYTHONPATH": os.pathsep.join(filter(None, [FAULTS, os.environ.get("PYTHONPATH")])),
@@ -191,6 +198,65 @@ def test_a_heterogeneous_host_killed_twice_and_back_between_goes_on_from_the_che
     # one-stage, without the split's copies of the dense tables (refreshed from the servers every 20 ms), which go
     # staler the busier the machine.  A lost row or a redone pass would pull it down, which is what the lower bound (the issue's 0.01)
     # guards; the upper bound allows the one-stage passes' gain (as tests/test_dropin_split.py does).
-    disturbed, calm = heldout(work), heldout(undisturbed_work)
+    disturbed, calm = heldout(work), undisturbed
     print(f"\nheld-out AUC: disturbed {disturbed:.4f}, undisturbed {calm:.4f}")
     assert calm - 0.01 <= disturbed <= calm + 0.04, f"disturbed {disturbed:.4f} vs undisturbed {calm:.4f}"
+
+
+ONE_STAGE = [{"resource": "cpu_small", "kind": "cpu", "layers": ["embedding_0", "fc_0", "fc_1", "fc_2"], "units": 2}]
+
+
+def test_a_machine_never_in_the_hosts_file_joins_then_leaves_on_sigterm_without_a_restart(setup, undisturbed):
+    """Elastic both ways: the job starts on the two CPU hosts of its hosts file (one stage); C, which no hosts file
+    names, joins with its type and the job's key (``--join type=gpu_fast``) and the job moves to the split plan
+    with it at the next checkpoint; then C's launch gets SIGTERM (a preemption notice): a checkpoint at the end of
+    the running pass, a round without C from it, no restart used and no pass redone; all three end 0."""
+    (setup["tmp"] / "one_stage.json").write_text(json.dumps({"format": 1, "feasible": True, "stages": ONE_STAGE}))
+    # the notice's grace time well above a pass under any load: the leave waits for the checkpoint after it
+    grace = {"HETERPS_LEAVE_GRACE_S": "1200"}
+    run, work = run_job(setup, "elastic", grace, listed=(A, B), plan=str(setup["tmp"] / "one_stage.json"))
+    try:
+        coordinator = run.hosts[A]
+        joiner = run.start(C, options=("--join", f"type=gpu_fast,port={free_port_block(C, 8)}"))
+        wait_until(
+            run, "C joined", lambda: f"host {C} (1 x gpu_fast) joined the job from outside" in coordinator.console()
+        )
+        wait_until(run, "the move", lambda: "moving to another plan (round 1)" in coordinator.console())
+        wait_until(
+            run, "C's heterogeneous stage", lambda: os.path.exists(os.path.join(joiner.log_dir, "round1", "heterlog.0"))
+        )
+        newest_at_notice = max([p for p in range(1, 4) if complete(work, p)], default=0)
+        joiner.proc.send_signal(signal.SIGTERM)
+        codes = run.wait()
+        consoles = {a: run.hosts[a].console() for a in HOSTS}
+        assert codes == {a: 0 for a in HOSTS}, "\n".join(c[-4000:] for c in consoles.values())
+    finally:
+        run.stop()
+    assert run.leftovers() == []
+    console = consoles[A]
+    assert "this host left the job" in consoles[C], consoles[C][-3000:]
+    assert re.search(rf"host {re.escape(C)} asks to leave: a checkpoint at the end of the running pass", console)
+    assert "going on without the host(s) that left (round 2)" in console, console[-4000:]
+    assert "the job goes on from the checkpoint of pass" in console and "no checkpoint within" not in console
+    with open(os.path.join(run.hosts[A].log_dir, "restarts.json")) as f:
+        move, leave = json.load(f)["restarts"]
+    assert move["kind"] == "move" and move["joined"] == [
+        {"address": C, "type": "gpu_fast", "units": 1, "port": move["joined"][0]["port"]}
+    ]
+    assert move["old_plan"]["stages"] == ["2 x cpu_small (4 layers)"] and len(move["new_plan"]["stages"]) == 2
+    assert C in move["hosts"] and move["passes_done"] == 1
+    assert leave["kind"] == "leave" and leave["left"] == [C] and leave["lost"] == [] and C not in leave["hosts"]
+    # nothing redone: the round without C resumes from a checkpoint written after the notice
+    assert leave["passes_done"] > newest_at_notice, (leave, newest_at_notice)
+    for address in (A, B):
+        for round_number, skipped in ((1, 1), (2, leave["passes_done"])):
+            text = worker_log(run, address, round_number)
+            assert f"pass {skipped} skipped (train_from_dataset not run)" in text, (address, round_number)
+            assert f"pass {skipped + 1} skipped" not in text, (address, round_number)
+    assert not os.path.exists(os.path.join(run.hosts[C].log_dir, "round2"))  # C ran nothing after it left
+    # the hosts file on disk is not edited: what the job ran on is in restarts.json
+    assert C not in (work / "hosts.yaml").read_text()
+    grown, calm = heldout(work), undisturbed
+    print(f"\nheld-out AUC: grown and shrunk {grown:.4f}, undisturbed {calm:.4f}")
+    # the issue's 0.02 below; above, the one-stage passes' gain under load (the test above says why)
+    assert calm - 0.02 <= grown <= calm + 0.04, f"grown and shrunk {grown:.4f} vs undisturbed {calm:.4f}"

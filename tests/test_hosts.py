@@ -336,3 +336,30 @@ def test_launch_args_hosts_command(tmp_path, capsys):
     assert code == 2 and "stage 1 needs 2 units of type 'cpu', but the hosts of that type have 1" in err
     code, _, err = run_cli(capsys, "launch-args", plan, "--k8s", str(tmp_path))
     assert code == 2 and "need --hosts" in err
+
+
+def test_a_machine_joined_from_outside_the_file_is_checked_like_a_host_of_it():
+    from heterps_paddle.planning.hosts import Host, HostsFile, joined_hosts, joined_spec, with_joined
+
+    assert joined_spec("127.0.0.9", {"type": "gpu_fast"}, "--join") == {"type": "gpu_fast", "units": 1}
+    assert joined_spec("127.0.0.9", {"type": "g", "units": 2, "port": 40000}, "x") == {
+        "type": "g",
+        "units": 2,
+        "port": 40000,
+    }
+    for bad, says in (
+        ({"type": "g", "units": 0}, "units must be 1..4096"),
+        ({"type": "g", "port": 70000}, "port"),
+        ({"type": "g", "color": 1}, "unknown key"),
+        ({"units": 1}, "type"),
+        ("gpu", "must be a mapping"),
+    ):
+        with pytest.raises(PlanningInputError, match=says):
+            joined_spec("127.0.0.9", bad, "--join")
+    with pytest.raises(PlanningInputError, match="not an IPv4 address"):
+        joined_spec("host-9", {"type": "g"}, "--join")
+    hosts = HostsFile((Host("127.0.0.2", "cpu"),), "h.yaml")
+    grown = with_joined(hosts, joined_hosts({"127.0.0.9": {"type": "g", "units": 2}}))
+    assert [h.address for h in grown.hosts] == ["127.0.0.2", "127.0.0.9"] and grown.hosts[1].units == 2
+    with pytest.raises(PlanningInputError, match="is a host of the file"):
+        with_joined(hosts, (Host("127.0.0.2", "cpu"),))

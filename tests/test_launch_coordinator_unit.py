@@ -14,11 +14,11 @@ from heterps_paddle.launch.coordinator import MAX_UNPROVEN, Coordinator
 from heterps_paddle.launch.job import HostsJob, RoundPlan, ask_round
 from heterps_paddle.tools.jobs import free_port_block
 
-A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+A, B, C, D = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"  # D: in no hosts file
 KEY = bytes(range(32))
 
 
-def coordinator(lines, next_round=None, restarts=2, retries=0):
+def coordinator(lines, next_round=None, restarts=2, retries=0, checkpoint_dir=None):
     port = free_port_block(A, 1)
     job = HostsJob(
         f"{A}:{port}",
@@ -31,7 +31,9 @@ def coordinator(lines, next_round=None, restarts=2, retries=0):
         file_hosts=(A, B, C),
         plan_writer=A,
     )
-    return Coordinator(job, lines.append, KEY, restarts=restarts, next_round=next_round, settle_s=0.2).start()
+    return Coordinator(
+        job, lines.append, KEY, restarts=restarts, next_round=next_round, checkpoint_dir=checkpoint_dir, settle_s=0.2
+    ).start()
 
 
 def connect(endpoint, message, key=KEY):
@@ -66,7 +68,12 @@ def test_a_lost_host_back_and_a_spare_gone():
     lines = []
     coord = coordinator(lines)
     try:
-        assert ask_round(coord.job.endpoint, KEY, time.monotonic() + 5) == {"round": 0, "plan": None, "lost": []}
+        assert ask_round(coord.job.endpoint, KEY, time.monotonic() + 5) == {
+            "round": 0,
+            "plan": None,
+            "lost": [],
+            "joined": [],
+        }
         with coord.lock:
             coord.machine = replace(coord.machine, lost=frozenset({C}))  # as after a restart that lost it
         conn, reader = connect(coord.job.endpoint, {"op": "join", "host": C, "digest": "digest", "spare": True})
@@ -133,6 +140,52 @@ def test_a_member_with_another_digest_ends_the_launch_before_it_starts():
             assert told["op"] == "abort" and f"host {B} was given another plan" in told["reason"], told
         _, stranger = connect(coord.job.endpoint, {"op": "join", "host": C, "digest": "digest"})
         assert "runs nothing of this launch's plan" in json.loads(stranger.readline())["reason"]
+    finally:
+        coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
+def test_a_machine_from_outside_joins_and_a_host_leaves_at_the_next_checkpoint(tmp_path):
+    """D, never in the hosts file, joins with its type; B asks to leave: the trainers are asked for a checkpoint,
+    and once one is complete every host hears the new round, planned with D and without B (restarts.json: a leave,
+    no restart used)."""
+    lines, plans = [], []
+
+    def next_round(request):
+        plans.append(request)
+        return RoundPlan({"stages": []}, replace(coord.job, members={A: True, D: False}), {"summary": "-> with D"})
+
+    checkpoints = tmp_path / "ckpt"
+    checkpoints.mkdir()
+    coord = coordinator(lines, next_round, restarts=0, checkpoint_dir=str(checkpoints))
+    coord.restarts_path = str(tmp_path / "restarts.json")
+    try:
+        stranger, told = connect(coord.job.endpoint, {"op": "join", "host": D, "digest": "digest", "spare": True})
+        assert "not a host of this launch's hosts file" in json.loads(told.readline())["reason"]
+        bad = {"op": "join", "host": D, "digest": "digest", "spare": True, "joining": {"type": "gpu", "units": -1}}
+        _, told = connect(coord.job.endpoint, bad)
+        assert told.readline() == b""  # a bad description closes that connection, and nothing else
+        joiner = {"op": "join", "host": D, "digest": "digest", "spare": True, "joining": {"type": "gpu_fast"}}
+        _, spare = connect(coord.job.endpoint, joiner)
+        assert json.loads(spare.readline())["op"] == "standby"
+        assert any(f"host {D} (1 x gpu_fast) joined the job from outside the hosts file" in x for x in lines), lines
+        members = [connect(coord.job.endpoint, {"op": "join", "host": h, "digest": "digest"}) for h in (A, B)]
+        for _, reader in members:
+            assert json.loads(reader.readline())["op"] == "start"
+        _, answer = connect(coord.job.endpoint, {"op": "leave", "host": A, "grace_s": 30})
+        assert "coordinator's host" in json.loads(answer.readline())["reason"]
+        _, answer = connect(coord.job.endpoint, {"op": "leave", "host": B, "grace_s": 30})
+        assert json.loads(answer.readline())["accepted"] is True
+        asked = checkpoints / ".sync" / coord.launch_id / "asked"
+        wait_for(asked.exists, "the checkpoint asked for")
+        (checkpoints / "pass-000001").mkdir()  # as trainer 0's rename makes it
+        for _, reader in [*members, (None, spare)]:
+            told = next_op(reader)
+            assert told["op"] == "restart" and told["left"] == [B] and told["lost"] == [B], told
+            assert told["joined"] == [{"address": D, "type": "gpu_fast", "units": 1}], told
+        assert plans[0].lost == frozenset({B}) and plans[0].joined == {D: {"type": "gpu_fast", "units": 1}}
+        (event,) = json.loads((tmp_path / "restarts.json").read_text())["restarts"]
+        assert event["kind"] == "leave" and event["left"] == [B] and event["lost"] == []
+        assert coord.machine.round.restarts_used == 0
     finally:
         coord.close(wait_s=0.1, late_joiners_s=0.0)
 

@@ -8,6 +8,8 @@ import pytest
 from heterps_paddle.launch import machine as m
 
 A, B, C, D = "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"  # names only: nothing is sent anywhere
+E = "10.0.0.5"  # not in the hosts file
+GPU = {"type": "gpu_fast", "units": 1}
 S = m.JobState
 NOW = 1000.0
 
@@ -106,6 +108,70 @@ TABLE = [
         m.CheckpointComplete(4),
         S.RUNNING,
         [],
+    ),
+    # ---- a machine from outside the hosts file joins; a host leaves on notice
+    ("a stranger without a type is refused", job(S.RUNNING), m.SpareJoined(E, "d", 0), S.RUNNING, ["Refuse"]),
+    ("a stranger with a type stands by", job(S.RUNNING), m.SpareJoined(E, "d", 2, GPU), S.RUNNING, ["Reply", "Say"]),
+    ("a joiner with other files is refused", job(S.RUNNING), m.SpareJoined(E, "x", 2, GPU), S.RUNNING, ["Refuse"]),
+    (
+        "a checkpoint after a machine joined: re-plan",
+        job(S.RUNNING, back={E: 2}, extra={E: GPU}),
+        m.CheckpointComplete(3),
+        S.REPLANNING,
+        ["Replan"],
+    ),
+    (
+        "a host asks to leave: a checkpoint",
+        job(S.RUNNING),
+        m.LeaveAsked(B, 60, 2),
+        S.RUNNING,
+        ["Reply", "Say", "AskCheckpoint"],
+    ),
+    ("the coordinator's host cannot leave", job(S.RUNNING), m.LeaveAsked(A, 60, 2), S.RUNNING, ["Reply"]),
+    ("a host of no round cannot leave", job(S.RUNNING), m.LeaveAsked(D, 60, 2), S.RUNNING, ["Reply"]),
+    (
+        "a spare leaves at once",
+        job(S.RUNNING, spares=frozenset({D})),
+        m.LeaveAsked(D, 60, 2),
+        S.RUNNING,
+        ["Reply", "LetGo", "Say"],
+    ),
+    ("leaving while joining waits for the start", job(), m.LeaveAsked(B, 60, 2), S.JOINING, ["Reply", "Say"]),
+    ("after the end no host leaves", job(S.ENDED), m.LeaveAsked(B, 60, 2), S.ENDED, ["Reply"]),
+    (
+        "without checkpoints a leave re-plans at once",
+        job(S.RUNNING, checkpoints=False),
+        m.LeaveAsked(B, 60, 0),
+        S.REPLANNING,
+        ["Reply", "Replan"],
+    ),
+    (
+        "the checkpoint after the notice: re-plan without it",
+        job(S.RUNNING, leaving={B: (NOW + 60, 2)}),
+        m.CheckpointComplete(3),
+        S.REPLANNING,
+        ["Replan"],
+    ),
+    (
+        "a checkpoint from before the notice: it waits",
+        job(S.RUNNING, leaving={B: (NOW + 60, 2)}),
+        m.CheckpointComplete(2),
+        S.RUNNING,
+        [],
+    ),
+    (
+        "past the grace: re-plan without it anyway",
+        job(S.RUNNING, leaving={B: (NOW - 1, 2)}),
+        m.Tick(),
+        S.REPLANNING,
+        ["Replan"],
+    ),
+    (
+        "the last host joins while one leaves: start and ask",
+        job(joined=frozenset({A, B}), leaving={B: (NOW + 60, 2)}),
+        m.Joined(C, "d"),
+        S.RUNNING,
+        ["Start", "AskCheckpoint"],
     ),
     # ---- settling
     ("settling counts more failures quietly", job(**SETTLING), m.ProcessFailed(A, 0, "y"), S.SETTLING, []),
@@ -213,6 +279,8 @@ def test_a_full_job_restart_then_move_then_end():
         "plan": {"stages": ["new"]},
         "lost": [C],
         "why": j.history[0]["why"],
+        "joined": [],
+        "left": [],
     }
     assert j.round.restarts_used == 1 and j.restarts_left == 0 and j.round.resumes_from == "ckpt/pass-000002"
     assert "restart 1 (0 left; round 1): lost " + C in actions[0].text
@@ -298,3 +366,48 @@ def test_one_host_is_the_machine_with_one_member_retried_as_often_as_allowed():
     j, _ = _drive(j, m.Joined(LOCAL_ADDRESS, ""), console)
     j, _ = _drive(j, m.Done(LOCAL_ADDRESS, 0), console)
     assert j.state is S.ENDED
+
+
+def test_a_machine_from_outside_the_file_joins_then_leaves_without_a_restart():
+    """Round 0 on A, B, C; E (never in the hosts file) joins as a GPU: at the next checkpoint the job moves to a plan
+    with it, and every host is told what E is; then E asks to leave: a checkpoint, a round without it, no restart
+    used, and E's launch is told it left."""
+    j = job(restarts=1, retries=0)
+    for host in (A, B, C):
+        j, _ = m.step(j, m.Joined(host, "d"), NOW)
+    j, actions = m.step(j, m.SpareJoined(E, "d", 1, GPU), NOW + 1)
+    assert j.extra == {E: GPU} and j.back == {E: 1} and E in j.spares
+    assert "host 10.0.0.5 (1 x gpu_fast) joined the job from outside the hosts file" in actions[-1].text
+    j, actions = m.step(j, m.CheckpointComplete(2), NOW + 2)
+    assert actions == [m.Replan(frozenset(), m.Kind.MOVE, {E: GPU})]
+    j, actions = m.step(j, planned(members={A: True, B: True, E: False}), NOW + 2)
+    new_round = actions[-1]
+    assert new_round.message["joined"] == [{"address": E, **GPU}] and new_round.message["left"] == []
+    assert j.history[-1]["kind"] == "move" and j.history[-1]["joined"] == [{"address": E, **GPU}]
+    assert j.round.joined == frozenset({E}) and j.round.restarts_used == 0
+    for host in (A, B, E):
+        j, _ = m.step(j, m.Joined(host, "d2"), NOW + 3)
+    assert j.state is S.RUNNING
+    j, actions = m.step(j, m.LeaveAsked(E, 60, 2), NOW + 4)
+    assert actions[0] == m.Reply(E, {"op": "leave", "accepted": True, "reason": actions[0].message["reason"]})
+    assert isinstance(actions[-1], m.AskCheckpoint)
+    j, actions = m.step(j, m.CheckpointComplete(3), NOW + 5)
+    assert actions == [m.Replan(frozenset({E}), m.Kind.LEAVE, {E: GPU})]
+    j, actions = m.step(j, planned(members={A: True, B: True}), NOW + 5)
+    assert "going on without the host(s) that left (round 2)" in actions[0].text
+    assert actions[-1].message["left"] == [E] and actions[-1].message["lost"] == [E]
+    assert j.history[-1]["kind"] == "leave" and j.history[-1]["left"] == [E] and j.history[-1]["lost"] == []
+    assert j.round.restarts_used == 0 and j.restarts_left == 1 and not j.leaving
+    # it can come back like any host lost: its launch again, with --join
+    for host in (A, B):
+        j, _ = m.step(j, m.Joined(host, "d2"), NOW + 6)
+    j, actions = m.step(j, m.SpareJoined(E, "d", 3, GPU), NOW + 7)
+    assert j.back == {E: 3} and E not in j.lost and "host 10.0.0.5 is back" in actions[-1].text
+
+
+def test_a_leaving_host_that_dies_first_is_an_ordinary_loss():
+    j = job(S.RUNNING, restarts=1, leaving={B: (NOW + 60, 2)})
+    j, _ = m.step(j, m.HostGone(B, 0), NOW)
+    assert j.state is S.SETTLING
+    j, actions = m.step(j, m.Tick(), NOW + 6)
+    assert actions == [m.Replan(frozenset({B}), m.Kind.RESTART)] and not j.leaving

@@ -92,3 +92,32 @@ def test_a_launch_across_hosts_without_the_jobs_key_refuses_to_start(tmp_path):
     done = launch(*argv, cwd=tmp_path)
     assert done.returncode == 2 and "can be read by others (mode 0644): `chmod 600" in done.stderr, done.stderr
     assert "ab" * 32 not in done.stdout + done.stderr
+
+
+def test_join_says_what_a_machine_from_outside_the_hosts_file_is(tmp_path):
+    from heterps_paddle.launch.options import OptionsError, parse
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    base = ["--hosts", "h.yaml", "--plan", "p.json"]
+    parsed = parse([*base, "--join", "type=gpu_fast,units=2,port=36100", str(script)])
+    assert parsed.hosts.join == {"type": "gpu_fast", "units": 2, "port": 36100}
+    assert parse([*base, "--join=type=cpu", str(script)]).hosts.join == {"type": "cpu"}
+    for bad, says in (
+        ("units=2", "needs type=TYPE"),
+        ("type=gpu,units=x", "is not a number"),
+        ("type=gpu,color=red", "bad item 'color=red'"),
+        ("type=gpu,type=cpu", "bad item 'type=cpu'"),
+        ("type=", "bad item 'type='"),
+    ):
+        with pytest.raises(OptionsError, match=says):
+            parse([*base, "--join", bad, str(script)])
+
+
+def test_leave_without_a_running_launch_is_an_error_naming_the_directory(tmp_path):
+    from heterps_paddle.launch.leave import leave_command
+
+    assert leave_command(["--leave", "--log_dir", str(tmp_path)]) == 2
+    assert leave_command(["--leave"]) == 2
+    (tmp_path / "heterps-launch.json").write_text('{"pid": 1, "host": "127.0.0.2", "ended": "exit status 0"}')
+    assert leave_command(["--leave", f"--log_dir={tmp_path}"]) == 2

@@ -26,8 +26,9 @@ from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
 from heterps_paddle.launch import machine as m
 from heterps_paddle.launch.job import HostsJob, JobAborted, RoundPlan, RoundRequest, host_timeout, startup_timeout
+from heterps_paddle.planning.hosts import joined_spec
 from heterps_paddle.rendezvous import BoardStore
-from heterps_paddle.runtime.checkpoint_choice import choose, listed
+from heterps_paddle.runtime.checkpoint_choice import ask_checkpoint, choose, listed
 
 SETTLE_S = 5.0  # after a failure, what else is lost: a host's death fails its peers' processes within seconds
 WATCH_S = 1.0
@@ -241,6 +242,7 @@ class Coordinator:
                     "round": self.machine.round.number,
                     "plan": self.machine.round.plan,
                     "lost": sorted(self.machine.lost),
+                    "joined": [{"address": h, **spec} for h, spec in self.machine.extra.items()],
                 }
             control.send(wfile, answer)
         elif op == "join":
@@ -249,9 +251,19 @@ class Coordinator:
                 raise control.Unproven("a join without a host and a digest")
             conn.settimeout(self.host_timeout + control.AUTH_S)  # members beat every BEAT_S: silence is a loss
             if first.get("spare"):
-                self._spare(host, str(first["digest"]), Peer(host, wfile, -1), rfile)
+                joining = first.get("joining")
+                if joining is not None:  # a machine from outside the hosts file says what it is
+                    joining = joined_spec(host, joining, f"the join of {printable(host)}")
+                self._spare(host, str(first["digest"]), Peer(host, wfile, -1), rfile, joining)
             else:
                 self._member(host, str(first["digest"]), rfile, wfile)
+        elif op == "leave":
+            host, grace = first.get("host"), first.get("grace_s")
+            if not isinstance(host, str) or isinstance(grace, bool) or not isinstance(grace, (int, float)):
+                raise control.Unproven("a leave without a host, or without a grace time in seconds")
+            with self.lock:
+                event = m.LeaveAsked(host, float(grace), newest_checkpoint(self.checkpoint_dir))
+                self._feed(event, Peer(host, wfile, -2))
         elif op == "log":
             conn.settimeout(None)  # a console stream may be quiet for as long as the job
             host = printable(str(first.get("host", "?")))
@@ -286,10 +298,13 @@ class Coordinator:
         except (KeyError, HeterPSError) as exc:
             return {"error": str(exc)}
 
-    def _spare(self, host: str, digest: str, peer: Peer, rfile: BinaryIO) -> None:
-        """A host that runs nothing of this round's plan: told of a restart (whose plan may use it) and of the end."""
+    def _spare(
+        self, host: str, digest: str, peer: Peer, rfile: BinaryIO, joining: Mapping[str, Any] | None = None
+    ) -> None:
+        """A host that runs nothing of this round's plan: told of a restart (whose plan may use it) and of the end.
+        ``joining``: a machine from outside the hosts file, as it said what it is."""
         with self.lock:
-            event = m.SpareJoined(host, digest, newest_checkpoint(self.checkpoint_dir))
+            event = m.SpareJoined(host, digest, newest_checkpoint(self.checkpoint_dir), joining)
             self._feed(event, peer)
         if peer.gone:
             return  # refused, or told the job's end
@@ -351,9 +366,9 @@ class Coordinator:
 
     def _register(self, peer: Peer, actions: list[m.Action]) -> None:
         """A joining connection the machine took: it hears what the round's hosts hear from now on."""
-        if any(isinstance(action, m.Refuse) for action in actions):
-            return
-        if peer.round < 0:
+        if peer.round == -2 or any(isinstance(action, m.Refuse) for action in actions):
+            return  # a one-shot request (a leave), or refused
+        if peer.round == -1:
             if peer.host in self.machine.spares:
                 self.spares[peer.host] = peer
         elif peer.host in self.machine.joined:
@@ -389,8 +404,17 @@ class Coordinator:
                 each.send(action.message)
             if action.spares:
                 self._let_spares_go(action.message)
+        elif isinstance(action, m.LetGo):
+            let_go = self.spares.pop(action.host, None) or self.peers.get(action.host)
+            if let_go is not None:
+                let_go.send(action.message)
+                let_go.gone = True
+        elif isinstance(action, m.AskCheckpoint):
+            if self.checkpoint_dir is not None:
+                path = ask_checkpoint(self.checkpoint_dir, self.launch_id, action.reason)
+                self.say(f"heterps launch: asked the trainers for a checkpoint at the end of the pass ({path})")
         elif isinstance(action, m.Replan):
-            return self._replan(action.lost)
+            return self._replan(action.lost, action.joined)
         elif isinstance(action, m.NextRound):
             self._next_round(action)
         return None
@@ -401,12 +425,21 @@ class Coordinator:
             each.gone = True
         self.spares = {}
 
-    def _replan(self, lost: frozenset[str]) -> m.Event:
-        """The next round's plan for the hosts the job has, every host but ``lost`` (launch/rounds.py)."""
+    def _replan(self, lost: frozenset[str], joined: Mapping[str, Mapping[str, Any]]) -> m.Event:
+        """The next round's plan for the hosts the job has, those of the file and ``joined``, less ``lost``
+        (launch/rounds.py)."""
         assert self.next_round is not None
         job = self.machine
         published = self.store.answer({"op": "get", "key": "plan"}).get("value") or {}
-        request = RoundRequest(lost, job.round.lost, published, job.round.plan, job.round.number + 1)
+        request = RoundRequest(
+            lost,
+            job.round.lost,
+            published,
+            job.round.plan,
+            job.round.number + 1,
+            joined={h: dict(spec) for h, spec in joined.items() if h not in lost},
+            joined_before=job.round.joined,
+        )
         try:
             planned = self.next_round(request)
         except HeterPSError as exc:
@@ -453,7 +486,7 @@ class Coordinator:
                     for peer in list(self.peers.values()):
                         if not peer.gone and now - peer.last_seen > self.host_timeout:
                             self._feed(m.HostSilent(peer.host, peer.round, self.host_timeout))
-                if self.machine.back and self.checkpoint_dir is not None:
+                if (self.machine.back or self.machine.leaving) and self.checkpoint_dir is not None:
                     self._feed(m.CheckpointComplete(newest_checkpoint(self.checkpoint_dir)))
                 self._feed(m.Tick())
 

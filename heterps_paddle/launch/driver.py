@@ -30,12 +30,13 @@ from heterps_paddle.launch import machine as m
 from heterps_paddle.launch.console import LAUNCHER_LOG, OWN_PREFIX, Console, echo_logs, keep_attempt_logs, relay
 from heterps_paddle.launch.coordinator import Coordinator
 from heterps_paddle.launch.hosts import HostPart, host_part
-from heterps_paddle.launch.job import JOB_ENV, JobAborted, ask_round, startup_timeout
+from heterps_paddle.launch.job import JOB_ENV, JobAborted, ask_round, host_timeout, startup_timeout
+from heterps_paddle.launch.leave import ask_to_leave, grace_s, write_info
 from heterps_paddle.launch.member import LogForwarder, Member
 from heterps_paddle.launch.options import LaunchOptions
 from heterps_paddle.launch.ports import PortBlock, claim_port_block
 from heterps_paddle.launch.result import RESULT_ENV, RETRIES_LEFT_ENV, RunResult, RunState
-from heterps_paddle.launch.rounds import part_of_round, plan_maker
+from heterps_paddle.launch.rounds import joined_of, part_of_round, plan_maker
 from heterps_paddle.launch.session import stop_session
 from heterps_paddle.planning.launch import LAUNCH_ENV
 from heterps_paddle.rendezvous import LAUNCH_ID_ENV, launch_files_dir
@@ -54,6 +55,7 @@ class Ran:
     result: RunResult
     log_dir: str
     code: int
+    left: bool = False  # a spare that left the job on notice
 
 
 def run(options: LaunchOptions) -> int:
@@ -155,10 +157,26 @@ def _across_hosts(options: LaunchOptions, console: Console) -> tuple[int, str]:
     if part.nothing:
         return 0, options.log_dir
     first = part
-    coordinator: Coordinator | None = None
     number = 0
-    if not part.job.is_coordinator and part.job.restarts > 0:
+    write_info(options.log_dir, part.address)
+    if not part.job.is_coordinator and (part.job.restarts > 0 or part.joining is not None):
         part, number = _join_the_round(options, first, key, console)
+    code, log_dir = FAILED_EXIT, options.log_dir
+    try:
+        code, log_dir = _rounds(options, console, first, part, number, key)
+    finally:
+        write_info(options.log_dir, first.address, ended="left" if code == LEFT else f"exit status {code}")
+    return max(code, 0), log_dir
+
+
+LEFT = -1  # this host left the job on notice (its launch ends 0)
+
+
+def _rounds(
+    options: LaunchOptions, console: Console, first: HostPart, part: HostPart, number: int, key: bytes
+) -> tuple[int, str]:
+    """This host's rounds of the job until its end, or until this host left it (LEFT)."""
+    coordinator: Coordinator | None = None
     try:
         while True:
             if part.spare:
@@ -174,6 +192,9 @@ def _across_hosts(options: LaunchOptions, console: Console) -> tuple[int, str]:
             # The job starts again (launch/machine.py): this host runs its part of the new round's plan.
             restart = ran.result.restart or {}
             number = int(restart["round"])
+            if first.address in (restart.get("left") or ()):
+                console.line(f"heterps launch: this host left the job; it goes on without it (round {number})")
+                return LEFT, ran.log_dir
             try:
                 part = part_of_round(
                     options,
@@ -183,6 +204,7 @@ def _across_hosts(options: LaunchOptions, console: Console) -> tuple[int, str]:
                     restart["plan"],
                     frozenset(restart["lost"]),
                     os.environ,
+                    joined_of(restart),
                 )
             except HeterPSError as exc:
                 print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
@@ -191,7 +213,7 @@ def _across_hosts(options: LaunchOptions, console: Console) -> tuple[int, str]:
         if coordinator is not None:
             coordinator.close()
     if ran.result.state is RunState.SUCCEEDED:
-        return 0, ran.log_dir
+        return (LEFT if ran.left else 0), ran.log_dir
     return (ran.code if ran.code > 0 else FAILED_EXIT), ran.log_dir
 
 
@@ -229,7 +251,8 @@ def _join_the_round(options: LaunchOptions, first: HostPart, key: bytes, console
     os.makedirs(log_dir, exist_ok=True)
     lost = frozenset(answer.get("lost") or ()) - {first.address}
     console.line(f"heterps launch: the job is in round {number} (hosts lost: {', '.join(sorted(lost)) or 'none'})")
-    return part_of_round(options, first.expansion, log_dir, number, answer["plan"], lost, os.environ), number
+    joined = joined_of(answer)
+    return part_of_round(options, first.expansion, log_dir, number, answer["plan"], lost, os.environ, joined), number
 
 
 def _stand_by(part: HostPart, files_digest: str, console: Console) -> Ran:
@@ -237,15 +260,28 @@ def _stand_by(part: HostPart, files_digest: str, console: Console) -> Ran:
     log_dir = part.options.log_dir
     os.makedirs(log_dir, exist_ok=True)
     console.line(f"heterps launch: standing by for a restart (coordinator at {part.job.endpoint})")
+
+    def leave(signum: int, frame: Any) -> None:
+        accepted, why = ask_to_leave(part.job, grace_s())  # a spare goes at once: the coordinator lets it go
+        if not accepted:
+            console.error(f"heterps launch: SIGTERM: the job cannot let this host go ({why}): it stops now")
+            sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
     try:
-        message = Member(part.job).standby(files_digest)
+        message = Member(part.job).standby(files_digest, part.joining)
     except JobAborted as exc:
         console.error(f"heterps launch: FAILED: {exc}")
         return Ran(RunResult(RunState.FAILED, str(exc)), log_dir, FAILED_EXIT)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if message["op"] == "restart":
         return Ran(RunResult(RunState.NEW_ROUND, restart=message), log_dir, 0)
     if message["op"] == "end":
-        return Ran(RunResult(RunState.SUCCEEDED), log_dir, 0)
+        left = message.get("why") == m.LEFT_WHY
+        if left:
+            console.line("heterps launch: this host, standing by, left the job")
+        return Ran(RunResult(RunState.SUCCEEDED), log_dir, 0, left)
     console.error(f"heterps launch: FAILED: the launch across hosts ended: {message.get('reason')}")
     return Ran(RunResult(RunState.FAILED, str(message.get("reason"))), log_dir, FAILED_EXIT)
 
@@ -336,7 +372,23 @@ def _run_round(
         echo = threading.Thread(target=echo_logs, args=(log_dir, started, stop_echo, console), daemon=True)
         echo.start()
 
+    leaving = threading.Event()
+
     def forward(signum: int, frame: Any) -> None:
+        if signum == signal.SIGTERM and part is not None and not part.job.is_coordinator and not leaving.is_set():
+            # a notice (module leave.py): ask the job to let this host go, rather than fail its peers
+            leaving.set()
+            grace = grace_s()
+            accepted, why = ask_to_leave(part.job, grace)
+            if accepted:
+                console.error(
+                    f"heterps launch: SIGTERM: this host asked to leave the job: {why} (a second SIGTERM stops it now)"
+                )
+                timer = threading.Timer(grace + host_timeout(), stop_session, args=(child.pid,))
+                timer.daemon = True
+                timer.start()
+                return
+            console.error(f"heterps launch: SIGTERM: the job cannot let this host go ({why}): stopping it now")
         stop_session(child.pid)
         if coordinator is not None:
             coordinator.close(wait_s=2.0, late_joiners_s=0.0)

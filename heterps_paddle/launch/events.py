@@ -3,7 +3,7 @@ actions it asks for (what they carry out).  Frozen records, no behaviour."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
 from heterps_paddle.launch.state import Kind, Round
@@ -27,6 +27,19 @@ class SpareJoined:
     host: str
     digest: str
     newest_checkpoint: int  # the passes of the newest complete checkpoint as it joined (0: none)
+    # a machine from outside the hosts file (heterps launch --join): what it is (type, units, port); None: a host
+    # of the file
+    joining: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LeaveAsked:
+    """``host`` asks to leave the job (SIGTERM to its heterps launch, or ``heterps launch --leave``): a checkpoint,
+    then the job goes on without it; at the latest after ``grace_s``."""
+
+    host: str
+    grace_s: float
+    newest_checkpoint: int  # the passes of the newest complete checkpoint as it asked (0: none)
 
 
 @dataclass(frozen=True)
@@ -109,6 +122,7 @@ class PlanFailed:
 Event = Union[
     Joined,
     SpareJoined,
+    LeaveAsked,
     ProcessFailed,
     HostGone,
     HostSilent,
@@ -168,11 +182,28 @@ class Tell:
 
 
 @dataclass(frozen=True)
+class LetGo:
+    """Tell ``host`` (standing by, or of the round) ``message``: the job goes on without it."""
+
+    host: str
+    message: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class AskCheckpoint:
+    """Ask the round's trainers for a checkpoint at the end of the running pass."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Replan:
-    """Plan the next round for the hosts the job has (every host but ``lost``); answer Planned or PlanFailed."""
+    """Plan the next round for the hosts the job has (the hosts file's and ``joined``, less ``lost``); answer
+    Planned or PlanFailed."""
 
     lost: frozenset[str]
     kind: Kind
+    joined: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # Job.extra
 
 
 @dataclass(frozen=True)
@@ -184,4 +215,4 @@ class NextRound:
     history: tuple[Mapping[str, Any], ...]
 
 
-Action = Union[Say, Refuse, Reply, Start, Beat, Tell, Replan, NextRound]
+Action = Union[Say, Refuse, Reply, Start, Beat, Tell, LetGo, AskCheckpoint, Replan, NextRound]

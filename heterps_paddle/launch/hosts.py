@@ -13,14 +13,14 @@ whose plan uses it.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, field
-from typing import Mapping, cast
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, cast
 
 from heterps_paddle import control, settings
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.launch.job import HostsJob
 from heterps_paddle.launch.options import HostsOptions, LaunchOptions
-from heterps_paddle.planning.hosts import Expansion, expand_files, load_hosts
+from heterps_paddle.planning.hosts import Expansion, Host, expand_files, joined_hosts, joined_spec, load_hosts
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,16 @@ class RoundFiles:
     http_port: int | None = None
     control_port: int | None = None
     known_types: frozenset[str] = frozenset()  # the first round's plan's (planning/hosts.py: expand)
+    joined: tuple[Host, ...] = ()  # machines from outside the hosts file, after its own (heterps launch --join)
 
     @staticmethod
-    def after(first: Expansion, plan_path: str, lost: frozenset[str]) -> RoundFiles:
-        """A later round of the job whose first round ``first`` placed."""
+    def after(
+        first: Expansion, plan_path: str, lost: frozenset[str], joined: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> RoundFiles:
+        """A later round of the job whose first round ``first`` placed (``joined``: address -> what it is)."""
         types = frozenset(stage.resource for stage in first.plan.stages)
-        return RoundFiles(plan_path, lost, first.http_port, first.control_port, types)
+        extra = joined_hosts(joined or {})
+        return RoundFiles(plan_path, lost, first.http_port, first.control_port, types | {h.type for h in extra}, extra)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class HostPart:
     env: Mapping[str, str] = field(default_factory=dict)  # to set for Paddle's launcher (POD_IP)
     spare: bool = False  # runs nothing of this round's plan, but stands by for a later round's
     nothing: bool = False  # runs nothing and ends (no --restarts)
+    joining: Mapping[str, Any] | None = None  # a machine from outside the hosts file: what it is (--join)
 
 
 def expand_round(given: HostsOptions, files: RoundFiles) -> Expansion:
@@ -67,6 +72,7 @@ def expand_round(given: HostsOptions, files: RoundFiles) -> Expansion:
         http_port=files.http_port,
         control_port=files.control_port,
         known_types=files.known_types,
+        joined=files.joined,
     )
 
 
@@ -111,18 +117,52 @@ def host_part(options: LaunchOptions, environ: Mapping[str, str], files: RoundFi
     address = given.host or environ.get("POD_IP") or _own_address()
     if address in files.lost:
         raise HeterPSError(f"this host ({address}) was dropped from the job: the launch counted it as lost")
+    joining = None
+    if given.join is not None:
+        joining = _joining(given, files, expansion, address)
+        if address not in {host.address for host in files.joined}:
+            print(
+                f"heterps launch: {address} ({joining.get('units', 1)} x {joining['type']}) joins the job from outside "
+                "the hosts file: it stands by, and the job moves to a plan with it at its next checkpoint, if better",
+                flush=True,
+            )
+            return HostPart(
+                options,
+                address,
+                job_of(expansion, address, given.restarts),
+                expansion,
+                files,
+                spare=True,
+                joining=joining,
+            )
     part = expansion.part(address)
     print(f"heterps launch: this host is {part.describe()}", flush=True)
     job = job_of(expansion, address, given.restarts)
     if not part.processes:
-        if given.restarts > 0:
+        if given.restarts > 0 or joining is not None:
             # A spare: a later round's plan may use it; heterps launch waits for the coordinator.
             print(f"heterps launch: {address} runs nothing of this plan; it stands by for a restart", flush=True)
-            return HostPart(options, address, job, expansion, files, spare=True)
+            return HostPart(options, address, job, expansion, files, spare=True, joining=joining)
         print(f"heterps launch: {address} runs nothing of this plan; nothing started", flush=True)
         return HostPart(options, address, job, expansion, files, nothing=True)
     expanded = options.with_paddle(_pairs(expansion.arguments()))
     return HostPart(expanded, address, job, expansion, files, env={"POD_IP": address})
+
+
+def _joining(given: HostsOptions, files: RoundFiles, expansion: Expansion, address: str) -> dict[str, Any]:
+    """What this machine, from outside the hosts file, tells the coordinator it is (``--join``), checked: not a
+    host of the file, and a type the cluster has (expanded with it, as every later round will be)."""
+    assert given.join is not None
+    if address in {host.address for host in expansion.hosts.hosts} - {host.address for host in files.joined}:
+        raise HeterPSError(
+            f"--join: {address} is a host of the hosts file {given.hosts} already: start it without --join"
+        )
+    spec = joined_spec(address, given.join, "--join")
+    if address not in {host.address for host in files.joined}:
+        # the type checked against the cluster, when there is one (without, the re-planning's cluster decides)
+        with_it = (*files.joined, *joined_hosts({address: spec}))
+        expand_round(given, replace(files, joined=with_it, known_types=files.known_types | {spec["type"]}))
+    return spec
 
 
 def _pairs(arguments: list[str]) -> list[tuple[str, str]]:

@@ -12,7 +12,7 @@ import json
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO, Mapping, cast
 
 from heterps_paddle import control, settings
@@ -77,6 +77,10 @@ class RoundRequest:
     published: Mapping[str, Any]  # the plan record trainer 0 published this round (fleet/plan_agreement.py), or {}
     plan_now: Mapping[str, Any] | None  # the plan this round runs, as its file holds it (None: the first round's)
     number: int  # the next round's
+    # the machines from outside the hosts file the job has (address -> type, units, port; planning/hosts.py:
+    # joined_spec), less the lost ones; and those the round that ends was planned with
+    joined: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    joined_before: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,13 @@ The rounds, in short:
 - **A new round.**  After settling, the hosts lost are those gone, silent or never joined: none lost and a retry
   settling gives a retry (the same plan on the same hosts); else a restart re-plans for what is left, if restarts
   remain.  The coordinator's own host cannot be replaced.  A lost host that stands by again is back: at the next
-  complete checkpoint the job re-plans with it and moves when that plan is better.
+  complete checkpoint the job re-plans with it and moves when that plan is better.  So does a machine from outside
+  the hosts file that joins with the job's key and says what it is (``heterps launch --join``): it stands by, and
+  every later round's plan is made, and expanded on every host, with it.
+- **Leaving.**  A host that asks to leave (SIGTERM to its launch, ``heterps launch --leave``) gets a checkpoint at
+  the end of the running pass; once it is complete the job re-plans without the host and goes on from it, nothing
+  redone and no restart used.  Past the host's grace time it goes without one (from the newest checkpoint); a host
+  that dies first is an ordinary loss.
 - **The end.**  When every host that runs CPU trainers has finished, the job ends on every host.
 """
 
@@ -35,6 +41,7 @@ from typing import Any, Callable
 # the vocabulary, re-exported: the shells and tests speak to the machine as machine.Joined, machine.Job, ...
 from heterps_paddle.launch.events import (
     Action,
+    AskCheckpoint,
     Beat,
     CheckpointComplete,
     Done,
@@ -42,6 +49,8 @@ from heterps_paddle.launch.events import (
     HostGone,
     HostSilent,
     Joined,
+    LeaveAsked,
+    LetGo,
     NextRound,
     PlanFailed,
     Planned,
@@ -60,6 +69,7 @@ from heterps_paddle.launch.state import Change, Job, JobState, Kind, Round, Rule
 
 __all__ = [
     "Action",
+    "AskCheckpoint",
     "Beat",
     "Change",
     "CheckpointComplete",
@@ -71,6 +81,8 @@ __all__ = [
     "JobState",
     "Joined",
     "Kind",
+    "LeaveAsked",
+    "LetGo",
     "NextRound",
     "PlanFailed",
     "Planned",
@@ -91,6 +103,7 @@ __all__ = [
 ]
 
 PREFIX = "heterps launch: "
+LEFT_WHY = "it left the job"  # the word to a spare that left (launch/driver.py reads it)
 
 # ------------------------------------------------------------------------------------------------ the rules
 
@@ -119,14 +132,24 @@ def _joined(job: Job, event: Joined, now: float) -> tuple[Job, list[Action]]:
             f"digest {event.digest} there, {job.round.digest} here): give every host the same files",
         )
     if set(job.round.members) <= job.joined:
-        return replace(job, state=JobState.RUNNING), [Start(tuple(job.round.members), job.round.digest)]
+        actions: list[Action] = [Start(tuple(job.round.members), job.round.digest)]
+        if job.leaving and job.rules.checkpoints:  # asked while the round was starting
+            actions.append(AskCheckpoint(f"host(s) {', '.join(sorted(job.leaving))} leave"))
+        return replace(job, state=JobState.RUNNING), actions
     return job, []
 
 
 def _spare_joined(job: Job, event: SpareJoined, now: float) -> tuple[Job, list[Action]]:
     host = event.host
-    if host not in job.rules.file_hosts:
-        return job, [Refuse(host, f"{host} is not a host of this launch's hosts file")]
+    outside = host not in job.rules.file_hosts
+    if outside and host not in job.extra and event.joining is None:
+        return job, [
+            Refuse(
+                host,
+                f"{host} is not a host of this launch's hosts file (a machine from outside it joins with "
+                "heterps launch --join type=TYPE)",
+            )
+        ]
     if event.digest != job.rules.files_digest:
         return job, [
             Refuse(
@@ -145,32 +168,97 @@ def _spare_joined(job: Job, event: SpareJoined, now: float) -> tuple[Job, list[A
         return job, [Reply(host, {"op": "end"})]
     job = replace(job, spares=job.spares | {host})
     actions: list[Action] = [Reply(host, {"op": "standby", "round": job.round.number})]
-    if host not in job.lost:
+    if outside and host not in job.extra:
+        assert event.joining is not None
+        job = replace(job, extra={**job.extra, host: dict(event.joining)})
+        what = f"{event.joining.get('units', 1)} x {event.joining.get('type')}"
+        came = f"host {host} ({what}) joined the job from outside the hosts file"
+    elif host in job.lost:
+        job = replace(job, lost=job.lost - {host})
+        came = f"host {host} is back"
+    else:
         return job, actions
-    job = replace(job, lost=job.lost - {host})
     if not job.rules.checkpoints:
         actions.append(
             Say(
-                f"{PREFIX}host {host} is back and stands by; without --checkpoint-dir the job stays on its plan (a "
-                "restart's plan may use it)"
+                f"{PREFIX}{came} and stands by; without --checkpoint-dir the job stays on its plan (a restart's plan "
+                "may use it)"
             )
         )
         return job, actions
     actions.append(
         Say(
-            f"{PREFIX}host {host} is back and stands by; at the next checkpoint the job moves to a plan with it, if "
-            "that plan is better"
+            f"{PREFIX}{came} and stands by; at the next checkpoint the job moves to a plan with it, if that plan is better"
         )
     )
     return replace(job, back={**job.back, host: event.newest_checkpoint}), actions
+
+
+def _leave_asked(job: Job, event: LeaveAsked, now: float) -> tuple[Job, list[Action]]:
+    """A host asks to go (module doc): a spare goes at once; a host of the round at the next checkpoint."""
+    host = event.host
+
+    def answer(accepted: bool, text: str) -> Reply:
+        return Reply(host, {"op": "leave", "accepted": accepted, "reason": text})
+
+    if job.state.over:
+        return job, [answer(False, f"the job has {job.state.value}")]
+    if host in job.spares:
+        job = replace(job, spares=job.spares - {host}, lost=job.lost | {host}, back=_without(job.back, host))
+        return job, [
+            answer(True, "it stood by: it leaves now"),
+            LetGo(host, {"op": "end", "why": LEFT_WHY}),
+            Say(f"{PREFIX}host {host}, standing by, left the job"),
+        ]
+    if host not in job.round.members or host in job.lost:
+        return job, [answer(False, f"{host} runs nothing of the job's round {job.round.number}")]
+    if host == job.round.coordinator:
+        return job, [
+            answer(False, f"{host} is the coordinator's host (server 0): it cannot leave without ending the job")
+        ]
+    if host in job.leaving:
+        return job, [answer(True, "it leaves at the next checkpoint (asked already)")]
+    deadline = now + max(0.0, event.grace_s)
+    job = replace(job, leaving={**job.leaving, host: (deadline, event.newest_checkpoint)})
+    if not job.rules.checkpoints:
+        actions: list[Action] = [answer(True, "no checkpoints (--checkpoint-dir): it leaves now")]
+        if job.state is JobState.RUNNING:
+            job, more = _leave_now(job, "the launch keeps no checkpoints: the job starts again without it")
+            actions += more
+        return job, actions
+    actions = [
+        answer(
+            True,
+            f"a checkpoint at the end of the running pass, then the job goes on without it ({event.grace_s:.0f} s at most)",
+        ),
+        Say(
+            f"{PREFIX}host {host} asks to leave: a checkpoint at the end of the running pass, then the job goes on "
+            f"without it (within {event.grace_s:.0f} s, else from the newest checkpoint)"
+        ),
+    ]
+    if job.state is JobState.RUNNING:
+        actions.append(AskCheckpoint(f"host {host} leaves"))
+    return job, actions
+
+
+def _leave_now(job: Job, how: str) -> tuple[Job, list[Action]]:
+    """Every host asking to leave goes: the next round is planned without them (no restart used)."""
+    hosts = tuple(sorted(job.leaving))
+    lost = job.lost | frozenset(hosts)
+    change = Change(Kind.LEAVE, lost, (), f"host(s) {', '.join(hosts)} left on notice ({how})", left=hosts)
+    job = replace(job, leaving={}, back={}, state=JobState.REPLANNING, pending=change)
+    return job, [Replan(lost, Kind.LEAVE, job.extra)]
+
+
+def _without(mapping: Any, key: str) -> dict[Any, Any]:
+    return {k: v for k, v in mapping.items() if k != key}
 
 
 def _spare_gone(job: Job, event: SpareGone, now: float) -> tuple[Job, list[Action]]:
     host = event.host
     if host not in job.spares:
         return job, []  # told to go (a restart, the end) before its connection closed
-    back = {h: passes for h, passes in job.back.items() if h != host}
-    job = replace(job, spares=job.spares - {host}, back=back)
+    job = replace(job, spares=job.spares - {host}, back=_without(job.back, host))
     if job.state.over:
         return job, []
     # gone while standing by: a later round must not wait for it
@@ -217,13 +305,19 @@ def _done(job: Job, event: Done, now: float) -> tuple[Job, list[Action]]:
 
 
 def _checkpoint_complete(job: Job, event: CheckpointComplete, now: float) -> tuple[Job, list[Action]]:
-    if job.state is not JobState.RUNNING or not job.back or not job.rules.checkpoints:
+    if job.state is not JobState.RUNNING or not job.rules.checkpoints:
         return job, []
-    if event.passes <= max(job.back.values()):
+    if job.leaving:
+        if event.passes > min(at for _, at in job.leaving.values()):
+            return _leave_now(job, f"the job goes on from the checkpoint of pass {event.passes}, nothing redone")
+        return job, []
+    if not job.back or event.passes <= max(job.back.values()):
         return job, []  # the move waits for a checkpoint written after the host came back
     hosts = tuple(sorted(job.back))
-    change = Change(Kind.MOVE, job.lost, (), f"host(s) {', '.join(hosts)} back", back=hosts)
-    return replace(job, back={}, state=JobState.REPLANNING, pending=change), [Replan(job.lost, Kind.MOVE)]
+    joined = [h for h in hosts if h in job.extra and h not in job.round.joined]
+    what = f"host(s) {', '.join(hosts)} back" if not joined else f"host(s) {', '.join(hosts)} joined or back"
+    change = Change(Kind.MOVE, job.lost, (), what, back=hosts)
+    return replace(job, back={}, state=JobState.REPLANNING, pending=change), [Replan(job.lost, Kind.MOVE, job.extra)]
 
 
 def _tick(job: Job, event: Tick, now: float) -> tuple[Job, list[Action]]:
@@ -237,6 +331,8 @@ def _tick(job: Job, event: Tick, now: float) -> tuple[Job, list[Action]]:
             f"{job.rules.startup_s:.0f} s (HETERPS_STARTUP_TIMEOUT): start `heterps launch --hosts ...` there too, "
             "with the same files",
         )
+    if job.state is JobState.RUNNING and job.leaving and now >= min(at for at, _ in job.leaving.values()):
+        return _leave_now(job, "no checkpoint within its grace time: the job goes on from the newest one")
     if job.state in (JobState.JOINING, JobState.RUNNING):
         return job, [Beat()]
     return job, []
@@ -263,6 +359,7 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         plan=dict(event.plan),
         lost=change.lost,
         resumes_from=event.checkpoint.get("resumes_from"),
+        joined=frozenset(h for h in job.extra if h not in change.lost),
         retries_used=old.retries_used + (change.kind is Kind.RETRY),
         restarts_used=old.restarts_used + (change.kind is Kind.RESTART),
     )
@@ -273,8 +370,11 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         )
     elif change.kind is Kind.RESTART:
         title = f"restart {new.restarts_used} ({job.rules.restarts - new.restarts_used} left; round {new.number})"
+    elif change.kind is Kind.LEAVE:
+        title = f"going on without the host(s) that left (round {new.number})"
     else:
         title = f"moving to another plan (round {new.number})"
+    joined = [{"address": h, **job.extra[h]} for h in change.back if h in job.extra and h not in old.joined]
     record = {
         "round": new.number,
         "kind": change.kind.value,
@@ -282,6 +382,9 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         "why": change.reason,
         "lost": list(change.lost_now),
         "lost_so_far": sorted(change.lost),
+        "left": list(change.left),
+        "joined": joined,
+        "hosts": sorted(event.members),
         **dict(event.checkpoint),
         **dict(event.report),
     }
@@ -292,6 +395,8 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         "plan": dict(event.plan),
         "lost": sorted(change.lost),
         "why": change.reason,
+        "joined": _joined_hosts(job),
+        "left": list(change.left),
     }
     history = (*job.history, record)
     job = replace(
@@ -315,6 +420,11 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         Say(f"{PREFIX}{title}: {what}; {event.report.get('summary', '')}"),
         NextRound(new, message, history),
     ]
+
+
+def _joined_hosts(job: Job) -> list[dict[str, Any]]:
+    """The machines from outside the hosts file, as every host expands them (planning/hosts.py: with_joined)."""
+    return [{"address": host, **spec} for host, spec in job.extra.items()]
 
 
 def _plan_failed(job: Job, event: PlanFailed, now: float) -> tuple[Job, list[Action]]:
@@ -357,7 +467,8 @@ def _trouble(job: Job, reason: str, now: float, retryable: bool = False) -> tupl
 def _settled(job: Job, now: float) -> tuple[Job, list[Action]]:
     """The settled failure's new round: who is lost, and whether the job may go on without them."""
     members = job.round.members
-    lost_now = tuple(sorted((job.gone | job.silent | {h for h in members if h not in job.joined}) & set(members)))
+    missing = job.gone | job.silent | {h for h in members if h not in job.joined} | set(job.leaving)
+    lost_now = tuple(sorted(missing & set(members)))
     reason = "; ".join(job.trouble)
     if job.round.coordinator in lost_now:
         return _abort(job, f"{reason} (the coordinator's own host cannot be replaced: the job ends)")
@@ -369,7 +480,8 @@ def _settled(job: Job, now: float) -> tuple[Job, list[Action]]:
     kind = Kind.RETRY if retry else Kind.RESTART
     back = {h: passes for h, passes in job.back.items() if h not in lost_now}
     change = Change(kind, lost, lost_now if kind is Kind.RESTART else (), reason)
-    return replace(job, state=JobState.REPLANNING, pending=change, back=back), [Replan(lost, kind)]
+    job = replace(job, state=JobState.REPLANNING, pending=change, back=back, leaving={})
+    return job, [Replan(lost, kind, job.extra)]
 
 
 def _abort(job: Job, reason: str) -> tuple[Job, list[Action]]:
@@ -382,6 +494,7 @@ def _abort(job: Job, reason: str) -> tuple[Job, list[Action]]:
 _HANDLERS: dict[type, Any] = {
     Joined: _joined,
     SpareJoined: _spare_joined,
+    LeaveAsked: _leave_asked,
     SpareGone: _spare_gone,
     ProcessFailed: _process_failed,
     HostGone: _host_gone,

@@ -75,12 +75,16 @@ class Member:
                 f"--hosts ...` on {self.job.coordinator} too"
             ) from None
 
-    def standby(self, files_digest: str) -> dict[str, Any]:
+    def standby(self, files_digest: str, joining: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A spare host (it runs nothing of this round's plan, and the launch may restart): wait for the
         coordinator's word, a restart (whose plan may use this host), the end or the failure, and return it.
-        ``files_digest``: the first round's digest, from the files this host was given (the coordinator checks it)."""
+        ``files_digest``: the first round's digest, from the files this host was given (the coordinator checks it).
+        ``joining``: a machine from outside the hosts file says what it is (heterps launch --join)."""
         self.conn, reader = self._connect(time.monotonic() + startup_timeout() + 10.0)
-        self._send({"op": "join", "host": self.job.host, "digest": files_digest, "spare": True})
+        join: dict[str, Any] = {"op": "join", "host": self.job.host, "digest": files_digest, "spare": True}
+        if joining is not None:
+            join["joining"] = dict(joining)
+        self._send(join)
         self.conn.settimeout(None)
         threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
         try:
@@ -118,7 +122,7 @@ class Member:
                     self.ended.set()
                 elif op == "restart":
                     self.restart = message
-                    self._abort(f"the job starts again (restart {message.get('round')}): {message.get('why')}")
+                    self._abort(f"the job starts again (round {message.get('round')}): {message.get('why')}")
                     return
         except TimeoutError:
             self._abort(

@@ -23,9 +23,13 @@ USAGE = (
     "PADDLE_LAUNCH_ARGS... train.py [ARGS...]\n"
     "(the arguments of python -m paddle.distributed.launch; see `python -m paddle.distributed.launch -h`)\n"
     "   or: heterps launch [--timeout S] [--quiet] [--checkpoint-dir DIR ...] --hosts HOSTS --plan PLAN "
-    "[--host ADDR] [--restarts N] [--devices plan|cpu] [--cluster FILE] [--server-num N] --log_dir LOG train.py "
-    "[ARGS...]\n"
-    "(across hosts, the same command on every host: docs/across-hosts.md; options in any order before train.py)"
+    "[--host ADDR] [--restarts N] [--devices plan|cpu] [--cluster FILE] [--server-num N] "
+    "[--join type=TYPE[,units=N][,port=P]] --log_dir LOG train.py [ARGS...]\n"
+    "(across hosts, the same command on every host: docs/across-hosts.md; options in any order before train.py;\n"
+    " --join: a machine that is not in the hosts file joins the running job as that)\n"
+    "   or: heterps launch --leave --hosts HOSTS [--host ADDR] [--grace S]\n"
+    "(asks the job to let that host go: a checkpoint, then the job goes on without it; SIGTERM to its launch does "
+    "the same)"
 )
 
 # heterps launch's own options (each takes a value) and flags
@@ -40,6 +44,7 @@ OWN_VALUED = (
     "--server-num",
     "--devices",
     "--restarts",
+    "--join",
 )
 OWN_FLAGS = ("--quiet",)
 # Paddle 2.6.2's launcher options (fleet/launch.py: _parse_args), every one of which takes a value; --gpus /
@@ -96,6 +101,8 @@ class HostsOptions:
     server_num: int | None = None
     devices: str = "plan"  # plan: heterogeneous stages on their GPUs; cpu: on CPUs
     restarts: int = 0  # rounds the job may start again after losing a host or a process
+    # --join type=TYPE[,units=N][,port=P]: this machine is not in the hosts file and joins the running job as that
+    join: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -203,7 +210,7 @@ def _check_script(script: str) -> None:
 
 
 def _hosts_options(values: Mapping[str, str]) -> HostsOptions | None:
-    names = ("--hosts", "--plan", "--host", "--cluster", "--server-num", "--devices", "--restarts")
+    names = ("--hosts", "--plan", "--host", "--cluster", "--server-num", "--devices", "--restarts", "--join")
     present = [name for name in names if name in values]
     if not present:
         return None
@@ -223,7 +230,23 @@ def _hosts_options(values: Mapping[str, str]) -> HostsOptions | None:
         server_num=server_num,
         devices=devices,
         restarts=restarts,
+        join=_join(values["--join"]) if "--join" in values else None,
     )
+
+
+def _join(text: str) -> dict[str, Any]:
+    """``--join type=TYPE[,units=N][,port=P]``: what this machine from outside the hosts file is."""
+    spec: dict[str, Any] = {}
+    for item in text.split(","):
+        key, eq, value = item.strip().partition("=")
+        if not eq or key not in ("type", "units", "port") or key in spec or not value:
+            raise OptionsError(
+                f"heterps launch: --join {text!r}: expected type=TYPE[,units=N][,port=P] (bad item {item!r})"
+            )
+        spec[key] = value if key == "type" else _count(f"--join {key}", value)
+    if "type" not in spec:
+        raise OptionsError(f"heterps launch: --join {text!r} needs type=TYPE (a resource type of the cluster)")
+    return spec
 
 
 def _count(name: str, text: str) -> int:

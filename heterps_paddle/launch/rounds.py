@@ -16,7 +16,7 @@ from heterps_paddle.errors import HeterPSError
 from heterps_paddle.launch.hosts import HostPart, RoundFiles, host_part, job_for_round
 from heterps_paddle.launch.job import RoundPlan, RoundRequest
 from heterps_paddle.launch.options import LaunchOptions
-from heterps_paddle.planning.hosts import Expansion
+from heterps_paddle.planning.hosts import Expansion, joined_hosts, joined_spec, with_joined
 from heterps_paddle.planning.model import Plan, plan_from_dict, save_plan
 
 
@@ -38,21 +38,22 @@ def plan_maker(part: HostPart, log_dir: str) -> Callable[[RoundRequest], RoundPl
         else:
             old = first.plan
         better_plan = True
-        if request.lost != request.lost_before:
+        hosts = with_joined(first.hosts, joined_hosts(request.joined))
+        if request.lost != request.lost_before or frozenset(request.joined) != request.joined_before:
             if inputs is None:
                 raise HeterPSError(
                     "the job published no planning inputs to re-plan with (the automatic path, "
                     "heterps_configs['cluster'], publishes them)"
                 )
             planning = PlanningInputs.from_dict(inputs)
-            replanned = replan(planning, first.hosts, request.lost)
+            replanned = replan(planning, hosts, request.lost)
             new, how = replanned.plan, replanned.note
             better_plan = better(new, old, planning.target_throughput)
         else:
-            new, how = old, "the same plan (no host was lost)"
+            new, how = old, "the same plan (the same hosts)"
         path = os.path.join(log_dir, f"plan.round{request.number}.coordinator.json")
         save_plan(new, path)
-        again = job_for_round(given, RoundFiles.after(first, path, request.lost), part.address)
+        again = job_for_round(given, RoundFiles.after(first, path, request.lost, request.joined), part.address)
         report = {
             "old_plan": plan_summary(old),
             "new_plan": plan_summary(new),
@@ -76,12 +77,26 @@ def part_of_round(
     plan: Mapping[str, Any],
     lost: frozenset[str],
     environ: Mapping[str, str],
+    joined: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> HostPart:
     """This host's part of round ``number`` of the job whose first round ``first`` placed: ``plan`` (the
-    coordinator's document) written beside this host's logs, without the ``lost`` hosts."""
+    coordinator's document) written beside this host's logs, with the machines ``joined`` from outside the hosts
+    file and without the ``lost`` hosts."""
     plan_path = os.path.join(log_dir, f"plan.round{number}.json")
     save_plan(plan_from_dict(plan, f"round {number}'s plan from the coordinator"), plan_path)
-    return host_part(options, environ, RoundFiles.after(first, plan_path, lost))
+    return host_part(options, environ, RoundFiles.after(first, plan_path, lost, joined))
+
+
+def joined_of(message: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The machines from outside the hosts file, as the coordinator's restart or round answer lists them (checked:
+    planning/hosts.py: joined_spec)."""
+    joined = {}
+    for item in message.get("joined") or ():
+        if not isinstance(item, Mapping) or not isinstance(item.get("address"), str):
+            raise HeterPSError(f"the coordinator's list of joined machines has a bad entry: {item!r:.120}")
+        spec = {k: v for k, v in item.items() if k != "address"}
+        joined[item["address"]] = joined_spec(item["address"], spec, "the coordinator's joined machines")
+    return joined
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:

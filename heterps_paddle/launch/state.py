@@ -28,7 +28,8 @@ class Kind(enum.Enum):
 
     RESTART = "restart"  # hosts were lost or a process failed: re-planned for what is left, uses up --restarts
     RETRY = "retry"  # Paddle's connect-timeout abort: the same plan on the same hosts, uses up a retry only
-    MOVE = "move"  # a lost host is back: a better plan at a checkpoint, uses up nothing
+    MOVE = "move"  # a lost host is back, or a machine joined: a better plan at a checkpoint, uses up nothing
+    LEAVE = "leave"  # a host asked to leave: re-planned without it at a checkpoint, uses up nothing
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Round:
     plan: Mapping[str, Any] | None = None  # as its file holds it (None: the first round's, from the launch's files)
     lost: frozenset[str] = frozenset()  # the hosts lost when the round was planned
     resumes_from: str | None = None  # the complete checkpoint the round resumes from, when it was decided
+    joined: frozenset[str] = frozenset()  # the machines from outside the hosts file its plan was made with
     retries_used: int = 0
     restarts_used: int = 0
 
@@ -74,7 +76,8 @@ class Change:
     lost: frozenset[str]  # every host lost when it was decided
     lost_now: tuple[str, ...]  # those this change lost
     reason: str
-    back: tuple[str, ...] = ()  # a move: the hosts back
+    back: tuple[str, ...] = ()  # a move: the hosts back (or joined)
+    left: tuple[str, ...] = ()  # a leave: the hosts that asked to leave
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,11 @@ class Job:
     done: frozenset[str] = frozenset()  # this round's hosts whose CPU trainers finished
     spares: frozenset[str] = frozenset()  # hosts standing by (they run nothing of this round)
     back: Mapping[str, int] = field(default_factory=dict)  # lost hosts back -> newest checkpoint's passes then
+    # machines that joined from outside the hosts file (heterps launch --join) -> what they said they are: type,
+    # units, port (planning/hosts.py: Host); for the job's life, lost or not
+    extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # hosts that asked to leave -> (the time they go at the latest, the newest checkpoint's passes when they asked)
+    leaving: Mapping[str, tuple[float, int]] = field(default_factory=dict)
     trouble: tuple[str, ...] = ()  # the failures being settled
     settle_at: float | None = None
     retry_settling: bool = False  # the failure being settled began with Paddle's connect-timeout abort

@@ -444,6 +444,45 @@ def expand(
     )
 
 
+JOINED_KEYS = ("type", "units", "port")  # what a machine from outside the hosts file says of itself
+
+
+def joined_spec(address: str, value: Any, source: str) -> dict[str, Any]:
+    """What a machine joining from outside the hosts file says it is (``heterps launch --join``), checked as a
+    host of the file would be: its type, units and first port.  PlanningInputError naming what is wrong."""
+    if not isinstance(value, Mapping):
+        raise PlanningInputError(f"{source}: a joining machine's description must be a mapping, got {value!r:.80}")
+    spec = {key: value[key] for key in JOINED_KEYS if value.get(key) is not None}
+    unknown = sorted(set(value) - set(JOINED_KEYS))
+    if unknown:
+        raise PlanningInputError(
+            f"{source}: unknown key(s) {', '.join(map(str, unknown))[:80]} (known: type, units, port)"
+        )
+    (host,) = hosts_from_dict({"format": FORMAT_VERSION, "hosts": [{"address": address, **spec}]}, source).hosts
+    if not 1 <= host.units <= 4096:
+        raise PlanningInputError(f"{source}: units must be 1..4096, got {host.units}")
+    if len(host.type) > 64 or not host.type.isprintable():
+        raise PlanningInputError(f"{source}: type {host.type[:64]!r} is not a resource type's name")
+    return {key: getattr(host, key) for key in JOINED_KEYS if getattr(host, key) is not None}
+
+
+def joined_hosts(joined: Mapping[str, Mapping[str, Any]]) -> tuple[Host, ...]:
+    """The machines that joined from outside the hosts file (address -> :func:`joined_spec`), as hosts."""
+    return tuple(Host(address=address, **dict(spec)) for address, spec in joined.items())
+
+
+def with_joined(hosts: HostsFile, joined: tuple[Host, ...]) -> HostsFile:
+    """The hosts file and the machines that joined the job from outside it (``heterps launch --join``), after its
+    own hosts: every host of the job expands the same list, in the same order.  The file on disk is not edited."""
+    if not joined:
+        return hosts
+    known = hosts.by_address()
+    for host in joined:
+        if host.address in known:
+            raise PlanningInputError(f"{hosts.source}: {host.address} joined the job, but it is a host of the file")
+    return replace(hosts, hosts=hosts.hosts + joined)
+
+
 def without_hosts(hosts: HostsFile, lost: frozenset[str] | set[str]) -> HostsFile:
     """The hosts file less the machines a job lost."""
     if not lost:
@@ -544,11 +583,13 @@ def expand_files(
     http_port: int | None = None,
     control_port: int | None = None,
     known_types: frozenset[str] = frozenset(),
+    joined: tuple[Host, ...] = (),
 ) -> Expansion:
     """``expand`` from the files (``heterps launch-args --hosts`` and ``heterps launch --hosts`` both read them
     here): the cluster is ``cluster_path``, else the one the hosts file names, else none.  After a restart
-    (launch/coordinator.py): without the ``lost`` hosts, gloo's and the coordinator's ports where they were."""
-    hosts = without_hosts(load_hosts(hosts_path), lost)
+    (launch/coordinator.py): with the hosts that ``joined`` from outside the file, without the ``lost`` hosts,
+    gloo's and the coordinator's ports where they were."""
+    hosts = without_hosts(with_joined(load_hosts(hosts_path), joined), lost)
     if http_port is not None or control_port is not None:
         hosts = replace(
             hosts,

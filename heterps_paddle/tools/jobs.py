@@ -291,10 +291,18 @@ class HostsRun:
         # the job's key, as `heterps launch-args --hosts` makes it for a user: every host proves it
         control.make_key(job_key_path(hosts_path))
 
-    def start(self, address: str, plan_path: str | None = None, script_argv: list[str] | None = None) -> HostLaunch:
+    def start(
+        self,
+        address: str,
+        plan_path: str | None = None,
+        script_argv: list[str] | None = None,
+        options: tuple[str, ...] = (),
+    ) -> HostLaunch:
+        """``options``: this host's own launch options besides the run's (``--join ...``: a machine from outside
+        the hosts file)."""
         log_dir = os.path.join(self.work_dir, f"log_{address}")
         os.makedirs(log_dir, exist_ok=True)
-        hosts_args = ["--hosts", self.hosts_path, "--plan", plan_path or self.plan_path, "--host", address]
+        hosts_args = ["--hosts", self.hosts_path, "--plan", plan_path or self.plan_path, "--host", address, *options]
         cmd = [
             *self.prefix.get(address, []),
             *launch_command(

@@ -4,6 +4,7 @@
         train.py ARGS                     # the same arguments as paddle.distributed.launch
     heterps launch --hosts HOSTS --plan PLAN [--host ADDR] [--restarts N] --log_dir log train.py ARGS
                                           # across hosts: the same command on every host
+    heterps launch --leave --log_dir log  # that host leaves the running job (as SIGTERM to its launch does)
 
 This module only reads the command line (launch/options.py) and hands it to the launch (launch/driver.py), which
 owns a job's life: supervision (a process that dies fails the job, naming it; nothing is left running), the
@@ -15,6 +16,7 @@ from __future__ import annotations
 import sys
 
 from heterps_paddle.launch import driver
+from heterps_paddle.launch.leave import leave_command
 from heterps_paddle.launch.options import USAGE, OptionsError, parse
 
 
@@ -23,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(USAGE)
         return 0
+    if "--leave" in argv:
+        return leave_command(argv)
     try:
         options = parse(argv)
     except OptionsError as exc:
