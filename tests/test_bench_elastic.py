@@ -3,7 +3,6 @@ into phases, the checkpoints' figures from the barrier's files, on canned lines 
 real run (launched), whose JSON is checked for its shape and that its phases add up, never for a time."""
 
 import json
-import os
 
 import pytest
 
@@ -100,28 +99,21 @@ def test_a_missing_mark_names_the_phase():
         elastic.split_recovery({"kill": KILL, "detected": KILL + 1, "decided": None}, settle_s=5.0)
 
 
-def _mark(sync, passes, what, at):
-    path = os.path.join(sync, f"pass-{passes:06d}.{what}")
-    with open(path, "w") as f:
-        f.write("save")
-    os.utime(path, (at, at))
-
-
-def test_checkpoints_figures_from_the_barrier_files_the_logs_and_the_manifests(tmp_path):
-    sync = str(tmp_path / ".sync" / "launch1")
-    os.makedirs(sync)
+def test_checkpoints_figures_from_the_barrier_files_the_logs_and_the_manifests():
+    # the barrier's files as Job records them (name -> mtime): trainer 0 removes a pass's files after the next pass
+    files = {}
     for passes, arrived, decision, saved in ((1, 110.0, 110.5, 114.0), (2, 120.0, 120.25, 121.0)):
-        _mark(sync, passes, "arrived.0", arrived)
-        _mark(sync, passes, "arrived.1", arrived)
-        _mark(sync, passes, "decision", decision)
-        _mark(sync, passes, "saved", saved)
-    _mark(sync, 3, "arrived.0", 130.0)  # a save that never finished is not a checkpoint
-    barriers = elastic.barrier_marks(sync)
+        for what, at in (("arrived.0", arrived), ("arrived.1", arrived), ("decision", decision), ("saved", saved)):
+            files[f"pass-{passes:06d}.{what}"] = at
+    files["pass-000003.arrived.0"] = 130.0  # a save that never finished is not a checkpoint
+    files["pass-000003.flushed.0"] = 131.0
+    barriers = elastic.barrier_marks(files)
     assert barriers == {1: elastic.Barrier(110.0, 110.5, 114.0), 2: elastic.Barrier(120.0, 120.25, 121.0)}
     logged = elastic.logged_checkpoints(
         [
             "heterps: checkpoint /d/pass-000001: complete (1 passes done; its manifest written last, then renamed)",
-            "heterps: checkpoint /d/pass-000002: complete (2 passes done; kind=incremental bytes=5000 seconds=0.8 x)",
+            "heterps: checkpoint /d/pass-000002: complete (2 passes done; kind=incremental bytes=5000 seconds=0.800 chain=2; "
+            "its manifest written last, then renamed)",
         ]
     )
     assert logged[1] == {"kind": None, "bytes": None, "seconds": None}

@@ -21,6 +21,8 @@ does not happen within ``--timeout`` fails the benchmark, naming it.  No Paddle 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
 import json
 import os
 import re
@@ -119,10 +121,6 @@ def _marks(marks: dict[str, float | None], what: str, names: Sequence[str]) -> l
     return [float(marks[n] or 0.0) for n in names]
 
 
-def _after(marks: dict[str, float | None], start: float) -> dict[str, float]:
-    return {k: round(float(v) - start, 3) for k, v in marks.items() if v is not None and v != start}
-
-
 def split_recovery(marks: dict[str, float | None], settle_s: float) -> dict[str, Any]:
     """The recovery's phases from its marks (seconds, one clock): ``kill``, ``detected`` (the coordinator's ``the
     job will start again``), ``decided`` (``restart 1 (...)``), ``resuming`` (the new round's server's ``init_server:
@@ -136,7 +134,7 @@ def split_recovery(marks: dict[str, float | None], settle_s: float) -> dict[str,
         "total_s": round(first - kill, 3),
         "goal_s": RECOVERY_GOAL_S,
         "within_goal": first - kill <= RECOVERY_GOAL_S,
-        "marks_after_kill_s": _after(marks, kill),
+        "marks_after_kill_s": {k: round(v - kill, 3) for k, v in marks.items() if v and k != "kill"},
         "settling_estimated": f"the re-plan asked taken as SETTLE_S ({settle_s:g} s) after the detection",
     }
 
@@ -149,7 +147,7 @@ def split_leave(marks: dict[str, float | None]) -> dict[str, Any]:
     return {
         "phases_s": {k: round(v, 3) for k, v in phases.items()},
         "total_s": round(first - notice, 3),
-        "marks_after_notice_s": _after(marks, notice),
+        "marks_after_notice_s": {k: round(v - notice, 3) for k, v in marks.items() if v and k != "notice"},
     }
 
 
@@ -159,14 +157,14 @@ class Barrier(NamedTuple):  # one checkpoint's barrier marks (mtimes, wall clock
     saved: float  # the save's end (the rename done)
 
 
-def barrier_marks(sync_dir: str) -> dict[int, Barrier]:
-    """Per checkpoint (passes done), from ``DIR/.sync/<launch id>/pass-NNNNNN.{arrived.0,decision,saved}``."""
+def barrier_marks(files: dict[str, float]) -> dict[int, Barrier]:
+    """Per checkpoint (passes done), from the mtimes of ``DIR/.sync/<launch id>/pass-NNNNNN.{arrived.0,decision,
+    saved}`` (name -> mtime: trainer 0 removes a pass's files after the next pass, so ``Job`` records them)."""
     marks: dict[int, dict[str, float]] = {}
-    pattern = re.compile(r"pass-(\d+)\.(arrived\.0|decision|saved)$")
-    for name in os.listdir(sync_dir) if os.path.isdir(sync_dir) else ():
-        found = pattern.fullmatch(name)
+    for name, mtime in files.items():
+        found = re.fullmatch(r"pass-(\d+)\.(arrived\.0|decision|saved)", name)
         if found:
-            marks.setdefault(int(found.group(1)), {})[found.group(2)] = os.stat(os.path.join(sync_dir, name)).st_mtime
+            marks.setdefault(int(found.group(1)), {})[found.group(2)] = mtime
     return {
         k: Barrier(v["arrived.0"], v["decision"], v["saved"])
         for k, v in marks.items()
@@ -334,6 +332,7 @@ class Job:
         self.deadline = time.monotonic() + args.timeout
         self.sizes: dict[int, int] = {}
         self.seen: dict[int, float] = {}
+        self.barrier_files: dict[str, float] = {}  # the barrier's files (one launch: the steady job's) -> mtime
         for address in HOSTS:
             self.run.start(address)
 
@@ -350,6 +349,9 @@ class Job:
             passes = int(found.group(1)) if found else 0
             if passes and passes not in self.seen and os.path.isfile(os.path.join(path, "heterps_checkpoint.json")):
                 self.seen[passes], self.sizes[passes] = time.monotonic(), dir_bytes(path)
+        for path in glob.glob(os.path.join(self.checkpoints, ".sync", "*", "pass-*")):
+            with contextlib.suppress(OSError):  # removed since
+                self.barrier_files.setdefault(os.path.basename(path), os.stat(path).st_mtime)
 
     def wait(self, what: str, ready: Callable[[], float | None], to_the_end: bool = False) -> float:
         """Poll until ``ready`` gives a time; PhaseMissing naming ``what`` past the bound or when the job ended (or,
@@ -403,9 +405,7 @@ def steady(setup: Setup) -> dict[str, Any]:
             raise PhaseMissing(f"bench elastic: steady: the job failed (exit {codes}){job.tails()}")
     finally:
         left = job.stop()
-    syncs = os.path.join(job.checkpoints, ".sync")
-    launches = os.listdir(syncs) if os.path.isdir(syncs) else []
-    barriers = barrier_marks(os.path.join(syncs, launches[0])) if len(launches) == 1 else {}
+    barriers = barrier_marks(job.barrier_files)
     if len(barriers) != setup.args.passes:
         raise PhaseMissing(f"bench elastic: steady: barrier marks of passes {sorted(barriers)}, not every one")
     worker = {a: [line for _, line in job.tail.lines.get(job.log(a, 0), [])] for a in (A, B)}
