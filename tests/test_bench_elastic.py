@@ -69,6 +69,9 @@ def test_the_log_lines_the_benchmark_reads():
     assert elastic.LEAVE_ASKED.search(
         "heterps launch: host 127.0.0.4 asks to leave: a checkpoint at the end of the running pass, then the job goes on"
     )
+    assert elastic.LEFT.search(
+        "heterps launch: going on without the host(s) that left (round 1): host(s) 127.0.0.4 left"
+    )
     assert elastic.RESTORED.search("heterps: init_server(/d/pass-000001): 3 dense tables restored (same layout)")
     assert elastic.pass_starts(["x", "elastic-bench: pass 2 starts at 1764080000.250", "pass 3"]) == {2: 1764080000.25}
 
@@ -159,9 +162,21 @@ def test_the_command_is_registered_and_its_report_reads(capsys):
     report.update(steady=None, recovery=recovery, leave=None, leave_missing="not yet")
     text = elastic.table(report)
     assert "detection 0.10 s" in text and "total 14.00 s" in text and "leave: not yet" in text
-    left = elastic.split_leave({"notice": 0.0, "saved": 4.0, "joined": 11.0, "first_batch": 20.0, "restored": 18.0})
-    assert left["phases_s"] == {"checkpoint": 4.0, "replan_and_restart": 7.0, "restore": 9.0}
-    assert sum(left["phases_s"].values()) == left["total_s"] == 20.0 and left["marks_after_notice_s"]["restored"] == 18
+    left = elastic.split_leave(
+        {
+            "notice": 0.0,
+            "asked": 0.05,
+            "saved": 4.0,
+            "decided": 6.0,
+            "joined": 7.0,
+            "resuming": 15.0,
+            "first_batch": 20.0,
+        }
+    )
+    assert left["phases_s"] == {"checkpoint": 4.0, "replanning": 2.0, "restart": 9.0, "restore": 5.0}
+    assert sum(left["phases_s"].values()) == left["total_s"] == 20.0 and left["marks_after_notice_s"]["joined"] == 7
+    with pytest.raises(elastic.PhaseMissing, match="leave: no decided mark"):
+        elastic.split_leave({"notice": 0.0, "saved": 4.0, "decided": None})
     assert "leave: {'checkpoint': 4.0" in elastic.table({**report, "leave": left})
     assert isinstance(elastic.leave_support(), (str, type(None)))
 

@@ -59,6 +59,7 @@ PHASES = ("detection", "settling", "replanning", "restart", "restore")
 
 DETECTED = re.compile(r"heterps launch: .*; the job will start again \(")
 DECIDED = re.compile(r"heterps launch: restart \d+ \(\d+ left; round (\d+)\)")
+LEFT = re.compile(r"heterps launch: going on without the host\(s\) that left \(round \d+\)")
 LEAVE_ASKED = re.compile(r"heterps launch: host \S+ asks to leave")
 STARTS = re.compile(r"heterps launch: every host joined \(.*\); the job starts")
 BATCH = re.compile(r"\bbatch: \[\d+\]")
@@ -110,7 +111,8 @@ class Tail:
 
 
 RECOVERY_MARKS = ("kill", "detected", "decided", "resuming", "first_batch")
-LEAVE_MARKS = ("notice", "saved", "joined", "first_batch")
+LEAVE_MARKS = ("notice", "saved", "decided", "resuming", "first_batch")
+LEAVE_PHASES = ("checkpoint", "replanning", "restart", "restore")
 
 
 def _marks(marks: dict[str, float | None], what: str, names: Sequence[str]) -> list[float]:
@@ -140,14 +142,14 @@ def split_recovery(marks: dict[str, float | None], settle_s: float) -> dict[str,
 
 
 def split_leave(marks: dict[str, float | None]) -> dict[str, Any]:
-    """A leave's phases: the notice to the checkpoint after it (``saved``), to the next round's start (``joined``:
-    re-planned, every host left joined), to the other hosts' first batch (``first_batch``)."""
-    notice, saved, joined, first = _marks(marks, "leave", LEAVE_MARKS)
-    phases = {"checkpoint": saved - notice, "replan_and_restart": joined - saved, "restore": first - joined}
+    """A leave's phases: the notice to the checkpoint after it (``saved``), to the new round decided (``decided``:
+    the coordinator's ``going on without the host(s) that left``), to ``resuming`` and ``first_batch`` as for a
+    recovery (``split_recovery``)."""
+    bounds = _marks(marks, "leave", LEAVE_MARKS)
     return {
-        "phases_s": {k: round(v, 3) for k, v in phases.items()},
-        "total_s": round(first - notice, 3),
-        "marks_after_notice_s": {k: round(v - notice, 3) for k, v in marks.items() if v and k != "notice"},
+        "phases_s": {name: round(bounds[i + 1] - bounds[i], 3) for i, name in enumerate(LEAVE_PHASES)},
+        "total_s": round(bounds[-1] - bounds[0], 3),
+        "marks_after_notice_s": {k: round(v - bounds[0], 3) for k, v in marks.items() if v and k != "notice"},
     }
 
 
@@ -343,7 +345,6 @@ class Job:
     def poll(self) -> None:
         paths = [h.console_path for h in self.run.hosts.values()]
         paths += [self.log(a, n, log) for a in (A, B) for n in range(4) for log in ("workerlog.0", "serverlog.0")]
-        self.tail.poll(paths)
         for name in os.listdir(self.checkpoints) if os.path.isdir(self.checkpoints) else ():
             found, path = re.fullmatch(r"pass-(\d+)", name), os.path.join(self.checkpoints, name)
             passes = int(found.group(1)) if found else 0
@@ -352,6 +353,7 @@ class Job:
         for path in glob.glob(os.path.join(self.checkpoints, ".sync", "*", "pass-*")):
             with contextlib.suppress(OSError):  # removed since
                 self.barrier_files.setdefault(os.path.basename(path), os.stat(path).st_mtime)
+        self.tail.poll(paths)  # after the checkpoints: a line about a checkpoint is read after it is seen
 
     def wait(self, what: str, ready: Callable[[], float | None], to_the_end: bool = False) -> float:
         """Poll until ``ready`` gives a time; PhaseMissing naming ``what`` past the bound or when the job ended (or,
@@ -426,18 +428,16 @@ def disrupted(setup: Setup, name: str) -> dict[str, Any]:
     console = job.run.hosts[A].console_path
     try:
         job.wait("checkpoint 1", lambda: job.seen.get(1))
-        if name == "leave":
-            job.run.hosts[C].proc.send_signal(signal.SIGTERM)
-        else:
-            job.run.kill(C)
+        job.run.hosts[C].proc.send_signal(signal.SIGTERM) if name == "leave" else job.run.kill(C)
         at = time.monotonic()
         marks: dict[str, float | None] = {"kill" if name == "recovery" else "notice": at}
         if name == "recovery":
             marks["detected"] = job.wait("the loss's detection", lambda: job.tail.first(console, DETECTED, at))
-            marks["decided"] = job.wait("the new round's decision", lambda: job.tail.first(console, DECIDED, at))
         else:
             newer = lambda: min((t for k, t in job.seen.items() if k > 1), default=None)  # noqa: E731
             marks["saved"] = job.wait("the checkpoint after the notice", newer)
+        decided = DECIDED if name == "recovery" else LEFT
+        marks["decided"] = job.wait("the new round's decision", lambda: job.tail.first(console, decided, at))
         joined = job.wait("the new round's start", lambda: job.tail.first(console, STARTS, at))
         marks["first_batch"] = job.wait("the new round's first batch", lambda: job.first(BATCH, joined))
         marks.update(joined=joined, resuming=job.first(RESUMING, at, "serverlog.0"))
