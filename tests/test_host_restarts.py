@@ -28,7 +28,7 @@ import pytest
 from conftest import split_cluster
 
 from heterps_paddle.data.generator import generate
-from heterps_paddle.runtime.checkpoint_files import verify
+from heterps_paddle.runtime.checkpoint_files import read_manifest, verify
 from heterps_paddle.tools.jobs import HostsRun, free_port_block
 
 pytestmark = pytest.mark.launched
@@ -65,8 +65,9 @@ def setup(tmp_path_factory, heterps_cache):
     return {"tmp": tmp, "data": data, "plan": str(plan), "cluster": str(cluster)}
 
 
-def run_job(setup, name, env=None, listed=HOSTS, plan=None):
-    """The job on the ``listed`` hosts of its hosts file (each started), from ``plan`` (default: the split)."""
+def run_job(setup, name, env=None, listed=HOSTS, plan=None, first=()):
+    """The job on the ``listed`` hosts of its hosts file (each started, after ``first``: (address, options) of
+    machines the file does not name), from ``plan`` (default: the split)."""
     work = setup["tmp"] / name
     work.mkdir()
     hosts = work / "hosts.yaml"
@@ -96,6 +97,8 @@ def run_job(setup, name, env=None, listed=HOSTS, plan=None):
         env={**os.environ, **(env or {})},
         timeout=600,
     )
+    for address, options in first:
+        run.start(address, options=options)
     for address in listed:
         run.start(address)
     return run, work
@@ -212,12 +215,15 @@ def test_a_machine_never_in_the_hosts_file_joins_then_leaves_on_sigterm_without_
     with it at the next checkpoint; then C's launch gets SIGTERM (a preemption notice): a checkpoint at the end of
     the running pass, a round without C from it, no restart used and no pass redone; all three end 0."""
     (setup["tmp"] / "one_stage.json").write_text(json.dumps({"format": 1, "feasible": True, "stages": ONE_STAGE}))
-    # the notice's grace time well above a pass under any load: the leave waits for the checkpoint after it
-    grace = {"HETERPS_LEAVE_GRACE_S": "1200"}
-    run, work = run_job(setup, "elastic", grace, listed=(A, B), plan=str(setup["tmp"] / "one_stage.json"))
+    # the notice's grace time well above a pass under any load: the leave waits for the checkpoint after it.
+    # Incremental checkpoints, a base every 2: the split round (1) writes an increment on round 0's base, and the
+    # round without C resumes from that chain, across two changes of plan.
+    env = {"HETERPS_LEAVE_GRACE_S": "1200", "HETERPS_CHECKPOINT_BASE_EVERY": "2"}
+    # C first: it waits for the coordinator, and joins before checkpoint 1 whatever the load
+    join = (C, ("--join", f"type=gpu_fast,port={free_port_block(C, 8)}"))
+    run, work = run_job(setup, "elastic", env, listed=(A, B), plan=str(setup["tmp"] / "one_stage.json"), first=[join])
     try:
-        coordinator = run.hosts[A]
-        joiner = run.start(C, options=("--join", f"type=gpu_fast,port={free_port_block(C, 8)}"))
+        coordinator, joiner = run.hosts[A], run.hosts[C]
         wait_until(
             run, "C joined", lambda: f"host {C} (1 x gpu_fast) joined the job from outside" in coordinator.console()
         )
@@ -254,6 +260,9 @@ def test_a_machine_never_in_the_hosts_file_joins_then_leaves_on_sigterm_without_
             assert f"pass {skipped} skipped (train_from_dataset not run)" in text, (address, round_number)
             assert f"pass {skipped + 1} skipped" not in text, (address, round_number)
     assert not os.path.exists(os.path.join(run.hosts[C].log_dir, "round2"))  # C ran nothing after it left
+    # the round without C resumed from an increment the split round wrote on the one-stage round's base
+    resumed = read_manifest(leave["resumes_from"])["launch"]
+    assert resumed["kind"] == "incremental" and [link["name"] for link in resumed["chain"]] == ["pass-000001"]
     # the hosts file on disk is not edited: what the job ran on is in restarts.json
     assert C not in (work / "hosts.yaml").read_text()
     grown, calm = heldout(work), undisturbed

@@ -164,15 +164,28 @@ def test_a_machine_from_outside_joins_and_a_host_leaves_at_the_next_checkpoint(t
         bad = {"op": "join", "host": D, "digest": "digest", "spare": True, "joining": {"type": "gpu", "units": -1}}
         _, told = connect(coord.job.endpoint, bad)
         assert told.readline() == b""  # a bad description closes that connection, and nothing else
+        # the job's published cluster (the plan record's planning inputs) names the types a machine may join as
+        cluster = {"resource_types": [{"name": "cpu_small"}, {"name": "gpu_fast"}]}
+        _, put = connect(
+            coord.job.endpoint, {"op": "put", "key": "plan", "host": A, "value": {"inputs": {"cluster": cluster}}}
+        )
+        assert "error" not in json.loads(put.readline())
+        tpu = {"op": "join", "host": D, "digest": "digest", "spare": True, "joining": {"type": "tpu"}}
+        _, told = connect(coord.job.endpoint, tpu)
+        assert "'tpu' is not a resource type of the job's cluster" in json.loads(told.readline())["reason"]
         joiner = {"op": "join", "host": D, "digest": "digest", "spare": True, "joining": {"type": "gpu_fast"}}
         _, spare = connect(coord.job.endpoint, joiner)
         assert json.loads(spare.readline())["op"] == "standby"
-        assert any(f"host {D} (1 x gpu_fast) joined the job from outside the hosts file" in x for x in lines), lines
+        said = f"host {D} (1 x gpu_fast) joined the job from outside the hosts file"
+        wait_for(lambda: any(said in line for line in lines), "the console line of the join")
         members = [connect(coord.job.endpoint, {"op": "join", "host": h, "digest": "digest"}) for h in (A, B)]
         for _, reader in members:
             assert json.loads(reader.readline())["op"] == "start"
         _, answer = connect(coord.job.endpoint, {"op": "leave", "host": A, "grace_s": 30})
         assert "coordinator's host" in json.loads(answer.readline())["reason"]
+        for grace in (float("nan"), float("inf"), 1e9, -1, True, "30"):  # refused: only that connection closes
+            _, answer = connect(coord.job.endpoint, {"op": "leave", "host": B, "grace_s": grace})
+            assert answer.readline() == b"", grace
         _, answer = connect(coord.job.endpoint, {"op": "leave", "host": B, "grace_s": 30})
         assert json.loads(answer.readline())["accepted"] is True
         asked = checkpoints / ".sync" / coord.launch_id / "asked"

@@ -411,3 +411,40 @@ def test_a_leaving_host_that_dies_first_is_an_ordinary_loss():
     assert j.state is S.SETTLING
     j, actions = m.step(j, m.Tick(), NOW + 6)
     assert actions == [m.Replan(frozenset({B}), m.Kind.RESTART)] and not j.leaving
+
+
+def test_a_host_that_asked_to_leave_goes_with_a_failure_being_settled_and_is_told_it_left():
+    """Paddle's connect-timeout abort settling while B asked to leave: a leave (a plan without B, no restart, no
+    retry used), and B is told it left; with a host lost as well, a restart that B leaves with."""
+    j = job(S.RUNNING, restarts=0, retries=1, leaving={B: (NOW + 60, 2)})
+    j, _ = m.step(j, m.ProcessFailed(A, 0, "aborted", retryable=True), NOW)
+    j, actions = m.step(j, m.Tick(), NOW + 5)
+    assert actions == [m.Replan(frozenset({B}), m.Kind.LEAVE)] and j.pending.left == (B,)
+    j, actions = m.step(j, planned(members={A: True}), NOW + 5)
+    assert actions[-1].message["left"] == [B] and j.round.restarts_used == 0 and j.history[-1]["kind"] == "leave"
+    j = job(S.RUNNING, restarts=1, leaving={B: (NOW + 60, 2)})
+    j, _ = m.step(j, m.HostGone(C, 0), NOW)
+    j, actions = m.step(j, m.Tick(), NOW + 5)
+    assert actions == [m.Replan(frozenset({B, C}), m.Kind.RESTART)] and j.pending.left == (B,)
+    assert j.pending.lost_now == (C,)
+
+
+def test_a_retry_keeps_the_rounds_machines_and_a_round_that_takes_a_joiner_in_forgets_its_move():
+    j = job(S.RUNNING, restarts=1, retries=1, extra={E: GPU}, back={E: 1}, spares=frozenset({E}))
+    j, _ = m.step(j, m.ProcessFailed(B, 0, "aborted", retryable=True), NOW)
+    j, actions = m.step(j, m.Tick(), NOW + 5)
+    assert actions == [m.Replan(frozenset(), m.Kind.RETRY, {})]  # E waits for a plan made with it
+    j = job(S.RUNNING, restarts=1, extra={E: GPU}, back={E: 1})
+    j, _ = m.step(j, m.HostGone(C, 0), NOW)
+    j, actions = m.step(j, m.Tick(), NOW + 5)
+    assert actions == [m.Replan(frozenset({C}), m.Kind.RESTART, {E: GPU})]
+    j, _ = m.step(j, planned(members={A: True, B: True, E: False}), NOW + 5)
+    assert j.back == {} and j.history[-1]["joined"] == [{"address": E, **GPU}]
+
+
+def test_without_checkpoints_a_leave_asked_while_joining_goes_at_the_start():
+    j = job(joined=frozenset({A, B}), checkpoints=False)
+    j, actions = m.step(j, m.LeaveAsked(C, 60, 0), NOW)
+    assert kinds(actions) == ["Reply"] and C in j.leaving
+    j, actions = m.step(j, m.Joined(C, "d"), NOW + 1)
+    assert kinds(actions) == ["Start", "Replan"] and j.state is S.REPLANNING

@@ -115,7 +115,10 @@ def test_join_says_what_a_machine_from_outside_the_hosts_file_is(tmp_path):
 
 
 def test_leave_without_a_running_launch_is_an_error_naming_the_directory(tmp_path):
-    from heterps_paddle.launch.leave import leave_command
+    from heterps_paddle.launch.leave import is_leave, leave_command
+
+    assert is_leave(["--leave", "--log_dir", "log"]) and is_leave(["--log_dir=log", "--leave"])
+    assert not is_leave(["--log_dir", "log", "train.py", "--leave"])  # the script's own --leave
 
     assert leave_command(["--leave", "--log_dir", str(tmp_path)]) == 2
     assert leave_command(["--leave"]) == 2

@@ -26,6 +26,7 @@ from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
 from heterps_paddle.launch import machine as m
 from heterps_paddle.launch.job import HostsJob, JobAborted, RoundPlan, RoundRequest, host_timeout, startup_timeout
+from heterps_paddle.launch.leave import MAX_GRACE_S
 from heterps_paddle.planning.hosts import joined_spec
 from heterps_paddle.rendezvous import BoardStore
 from heterps_paddle.runtime.checkpoint_choice import ask_checkpoint, choose, listed
@@ -254,6 +255,10 @@ class Coordinator:
                 joining = first.get("joining")
                 if joining is not None:  # a machine from outside the hosts file says what it is
                     joining = joined_spec(host, joining, f"the join of {printable(host)}")
+                    refusal = self._unknown_type(joining)
+                    if refusal:
+                        control.send(wfile, {"op": "abort", "reason": refusal})
+                        return
                 self._spare(host, str(first["digest"]), Peer(host, wfile, -1), rfile, joining)
             else:
                 self._member(host, str(first["digest"]), rfile, wfile)
@@ -261,6 +266,8 @@ class Coordinator:
             host, grace = first.get("host"), first.get("grace_s")
             if not isinstance(host, str) or isinstance(grace, bool) or not isinstance(grace, (int, float)):
                 raise control.Unproven("a leave without a host, or without a grace time in seconds")
+            if not 0 <= grace <= MAX_GRACE_S:  # NaN and infinities too
+                raise control.Unproven(f"a leave's grace time must be 0..{MAX_GRACE_S:.0f} s")
             with self.lock:
                 event = m.LeaveAsked(host, float(grace), newest_checkpoint(self.checkpoint_dir))
                 self._feed(event, Peer(host, wfile, -2))
@@ -297,6 +304,16 @@ class Coordinator:
             return self.store.answer(message)
         except (KeyError, HeterPSError) as exc:
             return {"error": str(exc)}
+
+    def _unknown_type(self, joining: Mapping[str, Any]) -> str | None:
+        """Why a joining machine's type cannot be planned on (None: it can): not a type of the cluster the job's
+        plan was made on (its published planning inputs), when the job published them."""
+        inputs = self.store.answer({"op": "get", "key": "plan"}).get("value") or {}
+        cluster = (inputs.get("inputs") or {}).get("cluster") or {}
+        types = [t.get("name") for t in cluster.get("resource_types") or () if isinstance(t, Mapping)]
+        if types and joining["type"] not in types:
+            return f"type {printable(str(joining['type']))!r} is not a resource type of the job's cluster ({', '.join(map(str, types))})"
+        return None
 
     def _spare(
         self, host: str, digest: str, peer: Peer, rfile: BinaryIO, joining: Mapping[str, Any] | None = None

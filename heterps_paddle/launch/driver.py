@@ -30,8 +30,8 @@ from heterps_paddle.launch import machine as m
 from heterps_paddle.launch.console import LAUNCHER_LOG, OWN_PREFIX, Console, echo_logs, keep_attempt_logs, relay
 from heterps_paddle.launch.coordinator import Coordinator
 from heterps_paddle.launch.hosts import HostPart, host_part
-from heterps_paddle.launch.job import JOB_ENV, JobAborted, ask_round, host_timeout, startup_timeout
-from heterps_paddle.launch.leave import ask_to_leave, grace_s, write_info
+from heterps_paddle.launch.job import JOB_ENV, JobAborted, ask_round, startup_timeout
+from heterps_paddle.launch.leave import Notice, ask_to_leave, grace_s, write_info
 from heterps_paddle.launch.member import LogForwarder, Member
 from heterps_paddle.launch.options import LaunchOptions
 from heterps_paddle.launch.ports import PortBlock, claim_port_block
@@ -372,34 +372,26 @@ def _run_round(
         echo = threading.Thread(target=echo_logs, args=(log_dir, started, stop_echo, console), daemon=True)
         echo.start()
 
-    leaving = threading.Event()
+    # SIGTERM on a host of the round that is not the coordinator's: a notice, asked of the job (launch/leave.py)
+    notice = None if part is None or part.job.is_coordinator else Notice(part.job, child.pid, console)
 
     def forward(signum: int, frame: Any) -> None:
-        if signum == signal.SIGTERM and part is not None and not part.job.is_coordinator and not leaving.is_set():
-            # a notice (module leave.py): ask the job to let this host go, rather than fail its peers
-            leaving.set()
-            grace = grace_s()
-            accepted, why = ask_to_leave(part.job, grace)
-            if accepted:
-                console.error(
-                    f"heterps launch: SIGTERM: this host asked to leave the job: {why} (a second SIGTERM stops it now)"
-                )
-                timer = threading.Timer(grace + host_timeout(), stop_session, args=(child.pid,))
-                timer.daemon = True
-                timer.start()
-                return
-            console.error(f"heterps launch: SIGTERM: the job cannot let this host go ({why}): stopping it now")
+        if signum == signal.SIGTERM and notice is not None and notice.take():
+            return  # asked in a thread of its own: a signal handler does no I/O
         stop_session(child.pid)
         if coordinator is not None:
             coordinator.close(wait_s=2.0, late_joiners_s=0.0)
         sys.exit(128 + signum)
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, forward)
+    handlers = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         code = child.wait()
         own_lines.join(timeout=5)
     finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        if notice is not None:
+            notice.cancel()
         stop_echo.set()
         if echo is not None:
             echo.join(timeout=2)
@@ -408,6 +400,8 @@ def _run_round(
             ports.release()
         if board_dir is not None:
             shutil.rmtree(board_dir, ignore_errors=True)
+    if notice is not None and notice.refused:
+        sys.exit(128 + signal.SIGTERM)  # the job would not let it go: SIGTERM's old meaning
     if left:
         console.error(
             f"heterps launch: stopped what was still running in the job's session at its end: {'; '.join(left)}"

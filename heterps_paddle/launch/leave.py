@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from typing import Any, cast
 
@@ -26,15 +27,64 @@ import psutil
 from heterps_paddle import control, settings
 from heterps_paddle.errors import EXIT_INPUT_ERROR
 from heterps_paddle.files import write_atomic
-from heterps_paddle.launch.job import HostsJob
+from heterps_paddle.launch.job import HostsJob, host_timeout
+from heterps_paddle.launch.session import stop_session
 
 INFO_FILE = "heterps-launch.json"
-ASK_TIMEOUT_S = 10.0
+ASK_TIMEOUT_S = 30.0  # a busy coordinator may take a while; the host is still running meanwhile
+MAX_GRACE_S = 24 * 3600.0  # a grace time the coordinator takes (a leave is for a notice, not a schedule)
 LEAVE_USAGE = "usage: heterps launch --leave --log_dir LOG (the --log_dir of the running heterps launch on this host)"
 
 
 def grace_s() -> float:
-    return float(cast(float, settings.get("HETERPS_LEAVE_GRACE_S")))
+    """HETERPS_LEAVE_GRACE_S, at most MAX_GRACE_S."""
+    return min(float(cast(float, settings.get("HETERPS_LEAVE_GRACE_S"))), MAX_GRACE_S)
+
+
+class Notice:
+    """SIGTERM to a host's launch while its round runs: the job asked, from a thread (a signal handler does no
+    I/O and takes no lock).  Accepted: the round runs on until the coordinator's word, with a safety net that stops
+    it well after the grace time; refused: the round's processes stopped, and ``refused`` set for the launch to
+    end as SIGTERM ends it."""
+
+    def __init__(self, job: HostsJob, session: int, console: Any):
+        self.job = job
+        self.session = session
+        self.console = console
+        self.taken = False
+        self.refused = False
+        self.timer: threading.Timer | None = None
+        self.lock = threading.Lock()
+
+    def take(self) -> bool:
+        """The first SIGTERM: ask (True); a second one: not taken, it stops the host at once (False)."""
+        if self.taken:
+            return False
+        self.taken = True
+        threading.Thread(target=self._ask, name="heterps-leave", daemon=True).start()
+        return True
+
+    def _ask(self) -> None:
+        grace = grace_s()
+        accepted, why = ask_to_leave(self.job, grace)
+        with self.lock:
+            if accepted:
+                self.console.error(
+                    f"heterps launch: SIGTERM: this host asked to leave the job: {why} (a second SIGTERM stops it now)"
+                )
+                # the coordinator goes on without it after the grace time at the latest, re-planning included
+                self.timer = threading.Timer(grace + 2 * host_timeout() + 60.0, stop_session, args=(self.session,))
+                self.timer.daemon = True
+                self.timer.start()
+                return
+            self.refused = True
+        self.console.error(f"heterps launch: SIGTERM: the job cannot let this host go ({why}): stopping it now")
+        stop_session(self.session)
+
+    def cancel(self) -> None:
+        with self.lock:
+            if self.timer is not None:
+                self.timer.cancel()
 
 
 def ask_to_leave(job: HostsJob, grace: float) -> tuple[bool, str]:
@@ -56,6 +106,17 @@ def write_info(log_dir: str, host: str, **fields: Any) -> None:
     os.makedirs(log_dir, exist_ok=True)
     info = {"pid": os.getpid(), "host": host, **fields}
     write_atomic(os.path.join(log_dir, INFO_FILE), json.dumps(info) + "\n")
+
+
+def is_leave(argv: list[str]) -> bool:
+    """Whether ``heterps launch ARGV`` is ``--leave``: the flag before the training script (the first ``.py``
+    word), not the script's own argument of that name."""
+    for arg in argv:
+        if arg == "--leave":
+            return True
+        if arg.endswith(".py") and not arg.startswith("-"):
+            return False
+    return False
 
 
 def leave_command(argv: list[str]) -> int:
@@ -82,7 +143,11 @@ def leave_command(argv: list[str]) -> int:
         return EXIT_INPUT_ERROR
     print(f"heterps launch --leave: asking the launch of host {info.get('host')} (pid {pid}) to leave the job")
     os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s() + 2 * host_timeout() + 120.0
     while _is_launch(pid):
+        if time.monotonic() > deadline:
+            print(f"heterps launch --leave: the launch (pid {pid}) is still running; a second SIGTERM stops it now")
+            return 1
         time.sleep(0.5)
     try:
         with open(path, encoding="utf-8") as f:

@@ -133,9 +133,13 @@ def _joined(job: Job, event: Joined, now: float) -> tuple[Job, list[Action]]:
         )
     if set(job.round.members) <= job.joined:
         actions: list[Action] = [Start(tuple(job.round.members), job.round.digest)]
+        job = replace(job, state=JobState.RUNNING)
         if job.leaving and job.rules.checkpoints:  # asked while the round was starting
             actions.append(AskCheckpoint(f"host(s) {', '.join(sorted(job.leaving))} leave"))
-        return replace(job, state=JobState.RUNNING), actions
+        elif job.leaving:
+            job, more = _leave_now(job, "the launch keeps no checkpoints: the job starts again without it")
+            actions += more
+        return job, actions
     return job, []
 
 
@@ -374,7 +378,8 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         title = f"going on without the host(s) that left (round {new.number})"
     else:
         title = f"moving to another plan (round {new.number})"
-    joined = [{"address": h, **job.extra[h]} for h in change.back if h in job.extra and h not in old.joined]
+    # the machines from outside the hosts file that this round's plan takes in for the first time since they came
+    joined = [{"address": h, **job.extra[h]} for h in job.extra if h in event.members and h not in old.members]
     record = {
         "round": new.number,
         "kind": change.kind.value,
@@ -415,6 +420,7 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         retry_settling=False,
         pending=None,
         history=history,
+        back={h: passes for h, passes in job.back.items() if h not in event.members},  # taken in: nothing to move for
     )
     return job, [
         Say(f"{PREFIX}{title}: {what}; {event.report.get('summary', '')}"),
@@ -465,23 +471,31 @@ def _trouble(job: Job, reason: str, now: float, retryable: bool = False) -> tupl
 
 
 def _settled(job: Job, now: float) -> tuple[Job, list[Action]]:
-    """The settled failure's new round: who is lost, and whether the job may go on without them."""
+    """The settled failure's new round: who is lost, who leaves (asked to: they go with it, told they left), and
+    whether the job may go on without them."""
     members = job.round.members
-    missing = job.gone | job.silent | {h for h in members if h not in job.joined} | set(job.leaving)
-    lost_now = tuple(sorted(missing & set(members)))
+    left = tuple(sorted(set(job.leaving) & set(members)))
+    missing = job.gone | job.silent | {h for h in members if h not in job.joined}
+    lost_now = tuple(sorted((missing & set(members)) - set(left)))
     reason = "; ".join(job.trouble)
     if job.round.coordinator in lost_now:
         return _abort(job, f"{reason} (the coordinator's own host cannot be replaced: the job ends)")
-    # A retry keeps the job's hosts: a host lost as well makes it a restart (or, with none left, the end).
-    retry = job.retry_settling and not lost_now
-    if not retry and job.restarts_left <= 0:
-        return _abort(job, f"{reason}; and lost host(s) {', '.join(lost_now)}: no restarts left (--restarts)")
-    lost = job.lost | frozenset(lost_now)
-    kind = Kind.RETRY if retry else Kind.RESTART
-    back = {h: passes for h, passes in job.back.items() if h not in lost_now}
-    change = Change(kind, lost, lost_now if kind is Kind.RESTART else (), reason)
+    # A host lost, or a process failure that is not Paddle's connect-timeout abort, uses up a restart; the abort
+    # alone is a retry (the same plan on the same hosts), or, when hosts leave with it, a leave (a plan without them).
+    if lost_now or not job.retry_settling:
+        kind = Kind.RESTART
+    else:
+        kind = Kind.LEAVE if left else Kind.RETRY
+    if kind is Kind.RESTART and job.restarts_left <= 0:
+        what = f"; and lost host(s) {', '.join(lost_now)}" if lost_now else ""
+        return _abort(job, f"{reason}{what}: no restarts left (--restarts)")
+    lost = job.lost | frozenset(lost_now) | frozenset(left)
+    back = {h: passes for h, passes in job.back.items() if h not in lost}
+    change = Change(kind, lost, lost_now if kind is Kind.RESTART else (), reason, left=left)
     job = replace(job, state=JobState.REPLANNING, pending=change, back=back, leaving={})
-    return job, [Replan(lost, kind, job.extra)]
+    # a retry runs the round's plan again: the machines that joined since wait for a plan that is made with them
+    joined = {h: job.extra[h] for h in job.round.joined} if kind is Kind.RETRY else job.extra
+    return job, [Replan(lost, kind, joined)]
 
 
 def _abort(job: Job, reason: str) -> tuple[Job, list[Action]]:

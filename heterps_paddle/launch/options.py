@@ -27,7 +27,7 @@ USAGE = (
     "[--join type=TYPE[,units=N][,port=P]] --log_dir LOG train.py [ARGS...]\n"
     "(across hosts, the same command on every host: docs/across-hosts.md; options in any order before train.py;\n"
     " --join: a machine that is not in the hosts file joins the running job as that)\n"
-    "   or: heterps launch --leave --hosts HOSTS [--host ADDR] [--grace S]\n"
+    "   or: heterps launch --leave --log_dir LOG   (LOG: the --log_dir of the heterps launch running on this host)\n"
     "(asks the job to let that host go: a checkpoint, then the job goes on without it; SIGTERM to its launch does "
     "the same)"
 )

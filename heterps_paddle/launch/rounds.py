@@ -37,20 +37,21 @@ def plan_maker(part: HostPart, log_dir: str) -> Callable[[RoundRequest], RoundPl
             old = plan_from_dict(request.plan_now, "the round's plan")
         else:
             old = first.plan
-        better_plan = True
         hosts = with_joined(first.hosts, joined_hosts(request.joined))
-        if request.lost != request.lost_before or frozenset(request.joined) != request.joined_before:
-            if inputs is None:
-                raise HeterPSError(
-                    "the job published no planning inputs to re-plan with (the automatic path, "
-                    "heterps_configs['cluster'], publishes them)"
-                )
+        lost_changed = request.lost != request.lost_before
+        if lost_changed and inputs is None:
+            raise HeterPSError(
+                "the job published no planning inputs to re-plan with (the automatic path, "
+                "heterps_configs['cluster'], publishes them)"
+            )
+        if inputs is not None and (lost_changed or frozenset(request.joined) != request.joined_before):
             planning = PlanningInputs.from_dict(inputs)
             replanned = replan(planning, hosts, request.lost)
             new, how = replanned.plan, replanned.note
             better_plan = better(new, old, planning.target_throughput)
         else:
-            new, how = old, "the same plan (the same hosts)"
+            # the same hosts (or only machines joined to a job that cannot re-plan): the same plan, no move for it
+            new, how, better_plan = old, "the same plan (the same hosts)", False
         path = os.path.join(log_dir, f"plan.round{request.number}.coordinator.json")
         save_plan(new, path)
         again = job_for_round(given, RoundFiles.after(first, path, request.lost, request.joined), part.address)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 from heterps_paddle.launch import driver
-from heterps_paddle.launch.leave import leave_command
+from heterps_paddle.launch.leave import is_leave, leave_command
 from heterps_paddle.launch.options import USAGE, OptionsError, parse
 
 
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(USAGE)
         return 0
-    if "--leave" in argv:
+    if is_leave(argv):
         return leave_command(argv)
     try:
         options = parse(argv)
