@@ -52,6 +52,21 @@ def write_atomic(path: str, text: str) -> None:
     replace_atomic(path, write)
 
 
+def new_lines(path: str, offset: int) -> tuple[int, list[str]]:
+    """The whole lines written to ``path`` past byte ``offset``, and the offset after them (a line still being
+    written waits for its end; a file that cannot be read has none yet)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return offset, []
+    end = data.rfind(b"\n")
+    if end < 0:
+        return offset, []
+    return offset + end + 1, data[:end].decode("utf-8", "replace").split("\n")
+
+
 def save_figure_atomic(figure: Any, path: str, dpi: int = 100) -> None:
     """A matplotlib figure to ``path`` (format from its extension, png without one), by ``replace_atomic``."""
     kind = os.path.splitext(path)[1].lstrip(".").lower() or "png"

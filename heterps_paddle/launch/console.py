@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+from heterps_paddle.files import new_lines
 from heterps_paddle.launch.member import LogForwarder
 
 OWN_PREFIX = "heterps launch:"
@@ -81,18 +82,8 @@ def _echo_once(log_dir: str, offsets: dict[str, int], last_batch: dict[str, floa
     except OSError:
         return
     for name in names:
-        path = os.path.join(log_dir, name)
-        try:
-            with open(path, "rb") as f:
-                f.seek(offsets.get(name, 0))
-                data = f.read()
-        except OSError:
-            continue
-        end = data.rfind(b"\n")
-        if end < 0:
-            continue
-        offsets[name] = offsets.get(name, 0) + end + 1
-        for line in data[:end].decode("utf-8", "replace").splitlines():
+        offsets[name], lines = new_lines(os.path.join(log_dir, name), offsets.get(name, 0))
+        for line in lines:
             show = bool(ECHO.search(line))
             if not show and BATCH_LINE.search(line):
                 now = time.monotonic()

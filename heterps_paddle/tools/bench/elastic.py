@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.files import new_lines
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 HOSTS = (A, B, C)
@@ -85,19 +86,10 @@ class Tail:
 
     def poll(self, paths: Iterable[str]) -> None:
         for path in paths:
-            try:
-                with open(path, "rb") as f:
-                    f.seek(self.offsets.get(path, 0))
-                    data = f.read()
-            except OSError:
-                continue
-            end = data.rfind(b"\n")
-            if end < 0:
-                continue
-            self.offsets[path] = self.offsets.get(path, 0) + end + 1
-            now = self.clock()
-            stamped = self.lines.setdefault(path, [])
-            stamped += [(now, line) for line in data[:end].decode("utf-8", "replace").split("\n")]
+            self.offsets[path], lines = new_lines(path, self.offsets.get(path, 0))
+            if lines:
+                now = self.clock()
+                self.lines.setdefault(path, []).extend((now, line) for line in lines)
 
     def first(self, path: str, pattern: re.Pattern[str], after: float = float("-inf")) -> float | None:
         """When the first line of ``path`` matching ``pattern`` read after ``after`` was read (None: none yet)."""
