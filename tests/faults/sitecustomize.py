@@ -28,14 +28,14 @@ if _PASS:
 
     _complete = launch_checkpoints.PassCheckpoints.complete
 
-    def _held_complete(self, passes, staging, trainers):
+    def _held_complete(self, passes, staging, *rest):  # the rest as the launch passes it, whatever it is
         marker = os.environ["HETERPS_TEST_HOLD_MARKER"]
         if passes == int(_PASS) and not os.path.exists(marker):
             with open(marker + ".tmp", "w") as f:
                 f.write(staging)
             os.replace(marker + ".tmp", marker)
             time.sleep(float(os.environ.get("HETERPS_TEST_HOLD_S", "300")))
-        return _complete(self, passes, staging, trainers)
+        return _complete(self, passes, staging, *rest)
 
     launch_checkpoints.PassCheckpoints.complete = _held_complete
 
