@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import tempfile
 from typing import Any, Callable, Iterator
@@ -169,4 +170,38 @@ def _cannot_write_in(directory: str) -> str | None:
     os.close(handle)
     with contextlib.suppress(OSError):
         os.unlink(probe)
+    return None
+
+
+# ------------------------------------------------------------------------------- a job's inputs are never written
+
+# The files a launch was given, as ``heterps launch`` tells every process of its job: a JSON object
+# of real path -> what it is (launch/options.py: LaunchOptions.inputs).
+INPUTS_ENV = "HETERPS_INPUT_FILES"
+
+
+def given_inputs(environ: Any = None) -> dict[str, str]:
+    """The launch's inputs (``INPUTS_ENV``), real paths -> what each is; {} outside a launch or when unreadable."""
+    text = (os.environ if environ is None else environ).get(INPUTS_ENV)
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def real(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def overwritten_input(outputs: dict[str, str], inputs: dict[str, str]) -> str | None:
+    """Why writing ``outputs`` (path -> what writes it) would write over one of ``inputs`` (path -> what it is),
+    naming both; None when it would not."""
+    by_path = {real(path): what for path, what in inputs.items()}
+    for path, what in outputs.items():
+        target = real(path)
+        if target in by_path:
+            return f"{what} ({path}) would write over {by_path[target]} ({target})"
     return None

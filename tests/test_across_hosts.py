@@ -359,7 +359,8 @@ def test_the_automatic_path_plans_once_for_every_host(setup, cleanup):
         # each host its own output_dir
         run.start(
             address,
-            script_argv=[SCRIPT, "--data", setup["data"], "--out", str(work / f"out_{address}"), "--cluster", cluster],
+            script_argv=[SCRIPT, "--data", setup["data"], "--out", str(work / f"out_{address}"), "--cluster", cluster]
+            + ["--output-dir", str(work / f"out_{address}")],
         )
     codes = run.wait()
     assert codes == {A: 0, B: 0, C: 0}, "\n".join(h.console()[-3000:] for h in run.hosts.values())

@@ -33,7 +33,8 @@ def test_first_launch_trains_like_plain_paddle(tmp_path_factory, heterps_cache, 
     assert len(meta.train_files) >= 8
     out = tmp / "out"
     # fc sizes no other test uses: nothing is cached for this program, so the profile is measured in this launch
-    argv = [SCRIPT, "--data", data_dir, "--out", str(out), "--cluster", "local", "--threads", "4", "--fc", "24", "24"]
+    argv = [SCRIPT, "--data", data_dir, "--out", str(out), "--output-dir", str(out), "--cluster", "local"]
+    argv += ["--threads", "4", "--fc", "24", "24"]
     result = launch(["--server_num=1", "--worker_num=1"], argv + extra, str(tmp / "log"), timeout=400)
     logs = result.logs()
     worker = logs.get("workerlog.0", "")

@@ -325,6 +325,8 @@ def test_a_host_lost_while_a_retry_settles_makes_it_a_restart():
 def test_the_abort_reason_names_what_happened():
     j, actions = m.step(job(), m.Joined(B, "x"), NOW)
     assert f"host {B} was given another plan or hosts file than {A}" in j.reason
+    # each host named with its own digest: the line reads right on the refused host's console too
+    assert f"digest x on {B}, d on {A} (the coordinator's host)" in j.reason
     j, _ = m.step(job(startup_deadline=NOW - 1, joined=frozenset({A})), m.Tick(), NOW)
     assert f"hosts {B}, {C} never joined the launch within 60 s" in j.reason
     j, _ = m.step(job(**RESTARTING), m.PlanFailed("no room"), NOW)

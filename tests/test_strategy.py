@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from conftest import run_python
 
@@ -119,3 +121,45 @@ def test_heterps_on_a_collective_job_is_an_error():
     assert result.returncode == 0, result.stderr
     assert "REFUSED strategy.heterps = True needs a parameter-server job" in result.stdout
     assert "collective" in result.stdout
+
+
+def test_the_automatic_paths_files_go_to_a_directory_of_their_own_by_default():
+    full = validate_heterps_configs({})
+    assert full["output_dir"] == "heterps_plan"
+
+
+def test_an_output_dir_that_would_write_over_a_configured_file_is_refused_naming_both(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        '{"format": 1, "feasible": true, "stages": [{"resource": "cpu", "kind": "cpu", "layers": [], "units": 1}]}'
+    )
+    with pytest.raises(HeterPSConfigError) as err:
+        validate_heterps_configs({"plan": str(plan), "output_dir": str(tmp_path)})
+    message = str(err.value)
+    assert "output_dir" in message and "the plan the job runs (plan.json)" in message
+    assert f"would write over heterps_configs['plan'] ({plan})" in message
+
+
+def test_an_output_dir_that_would_write_over_a_launch_input_is_refused_naming_both(tmp_path, monkeypatch):
+    from heterps_paddle.files import INPUTS_ENV
+    from heterps_paddle.launch.options import parse
+
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "config.yaml").write_text("")
+    (tmp_path / "hosts.yaml").write_text("")
+    (tmp_path / "plan.json").write_text("")
+    monkeypatch.chdir(tmp_path)
+    options = parse(["--hosts", "hosts.yaml", "--plan", "plan.json", "train.py", "-m", "config.yaml", "--out=x"])
+    inputs = options.inputs()
+    assert inputs == {
+        str(tmp_path / "train.py"): "the training script",
+        str(tmp_path / "config.yaml"): "the training script's argument 'config.yaml'",
+        str(tmp_path / "plan.json"): "the plan heterps launch was given (--plan)",
+        str(tmp_path / "hosts.yaml"): "the hosts file (--hosts)",
+    }
+    monkeypatch.setenv(INPUTS_ENV, json.dumps(inputs))
+    # the old default, the working directory: plan.json there is the launch's --plan
+    with pytest.raises(HeterPSConfigError) as err:
+        validate_heterps_configs({"output_dir": "."})
+    assert f"would write over the plan heterps launch was given (--plan) ({tmp_path / 'plan.json'})" in str(err.value)
+    assert validate_heterps_configs({})["output_dir"] == "heterps_plan"  # the default writes over nothing

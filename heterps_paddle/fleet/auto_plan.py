@@ -35,7 +35,16 @@ from heterps_paddle import graph_seam, rendezvous, settings
 from heterps_paddle.errors import EXIT_INFEASIBLE, HeterPSError
 from heterps_paddle.files import locked, write_atomic
 from heterps_paddle.fleet import plan_agreement
-from heterps_paddle.fleet.strategy import LOCAL_CLUSTER
+from heterps_paddle.fleet.plan_files import (
+    CLUSTER_FILE,
+    LAUNCH_FILE,
+    LOCAL_CLUSTER,
+    LOCK_FILE,
+    PLAN_FILE,
+    PROFILE_FILE,
+    REPORT_FILE,
+    overwrites_an_input,
+)
 from heterps_paddle.log import logger
 from heterps_paddle.measure.cache import cached, digest
 from heterps_paddle.measure.local_cluster import LOCAL_CPU, LOCAL_GPU, detect_local_cluster
@@ -61,13 +70,7 @@ from heterps_paddle.planning.report import JobReportInputs, job_report
 from heterps_paddle.program.job_profile import PROFILE_METHOD, JobProfile, measure_job, program_digest
 from heterps_paddle.version import __version__
 
-PLAN_FILE = "plan.json"
-REPORT_FILE = "plan_report.txt"
-PROFILE_FILE = "profile.yaml"
-CLUSTER_FILE = "cluster.yaml"  # the cluster the plan was made for (with `local`: this machine's figures)
 ADVICE_TIMEOUT_S = 600.0
-LAUNCH_FILE = "plan.launch"
-LOCK_FILE = ".heterps-plan.lock"
 # The resource types a profile measured on this machine stands for (heterps local-cluster's names).
 LOCAL_TYPES = (LOCAL_CPU, LOCAL_GPU)
 
@@ -152,6 +155,9 @@ def _cluster(configs: dict[str, Any], out_dir: str) -> tuple[Cluster, str, int |
 
 def plan_for_job(loss: Any, startup_program: Any, optimizer: Any, configs: dict[str, Any]) -> JobPlan:
     """The launch's plan (module doc); raises PlanningFailed naming what failed."""
+    overwrites = overwrites_an_input(configs)  # asked at the assignment too; the launch's inputs are known here
+    if overwrites is not None:
+        raise PlanningFailed(overwrites)
     out_dir = os.path.abspath(configs["output_dir"])
     os.makedirs(out_dir, exist_ok=True)
     this_launch = rendezvous.launch_id()

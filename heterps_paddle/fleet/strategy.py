@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.fleet.plan_files import DEFAULT_OUTPUT_DIR, LOCAL_CLUSTER, overwrites_an_input
 from heterps_paddle.measure.local_cluster import LOCAL_KINDS
 from heterps_paddle.planning.model import Plan, PlanningInputError, load_cluster, load_plan
 from heterps_paddle.planning.schedulers import SCHEDULERS
@@ -32,9 +33,6 @@ class ConfigKey:
 
     def type_names(self) -> str:
         return " or ".join(t.__name__ for t in self.types)
-
-
-LOCAL_CLUSTER = "local"  # heterps_configs["cluster"]: describe this machine (heterps local-cluster) at plan time
 
 
 def _cluster_file(value: str) -> str | None:
@@ -125,7 +123,14 @@ CONFIG_KEYS: dict[str, ConfigKey] = {
             None,
         ),
         ConfigKey("seed", (int,), 0, "seed for the scheduler and profiling", _non_negative_int),
-        ConfigKey("output_dir", (str,), ".", "where plan.json, plan_report.txt and profile.yaml are written", None),
+        ConfigKey(
+            "output_dir",
+            (str,),
+            DEFAULT_OUTPUT_DIR,
+            "where the automatic path writes plan.json, plan_report.txt and profile.yaml (never over a file the job "
+            "was given)",
+            None,  # checked against the job's inputs with the cluster and plan: validate_heterps_configs
+        ),
         ConfigKey("profile_batch_size", (int,), 512, "batch size the program is profiled with", _positive),
     )
 }
@@ -170,6 +175,9 @@ def validate_heterps_configs(configs: Any) -> dict[str, Any]:
             "strategy.heterps_configs: give 'throughput' (the cheapest plan that meets it) or 'budget' (the most "
             f"samples/s within it), not both (got throughput={full['throughput']!r}, budget={full['budget']!r})"
         )
+    overwrites = overwrites_an_input(full)
+    if overwrites is not None:
+        raise HeterPSConfigError(overwrites)
     if full["plan"] is not None:
         try:
             configured_plan(full)

@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from heterps_paddle import control, settings
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
-from heterps_paddle.files import output_dir
+from heterps_paddle.files import INPUTS_ENV, output_dir, real
 from heterps_paddle.launch import machine as m
 from heterps_paddle.launch.console import LAUNCHER_LOG, OWN_PREFIX, Console, echo_logs, keep_attempt_logs, relay
 from heterps_paddle.launch.coordinator import Coordinator
@@ -302,8 +302,13 @@ def _run_round(
     per attempt), supervised in a child process of its own session."""
     args = options.paddle_arguments()
     env = dict(os.environ)
+    inputs = options.inputs()
     if part is not None:
         env.update(part.env)
+        inputs[real(part.job.key_file)] = "the job's key"
+        if part.expansion.hosts.cluster is not None:
+            inputs.setdefault(real(part.expansion.hosts.cluster), "the cluster file the hosts file names")
+    env[INPUTS_ENV] = json.dumps(inputs)  # no process of the job writes over them (fleet/plan_files.py)
     if args.worker_num is not None:
         env[LAUNCH_ENV] = json.dumps(launch_description(args))
     if options.timeout is not None:

@@ -126,11 +126,7 @@ def _joined(job: Job, event: Joined, now: float) -> tuple[Job, list[Action]]:
         return replace(job, gone=job.gone | {host}), [Refuse(host, reason)]
     job = replace(job, joined=job.joined | {host}, gone=job.gone - {host})
     if event.digest != job.round.digest:
-        return _abort(
-            job,
-            f"host {host} was given another plan or hosts file than {job.round.coordinator} (plan and placement "
-            f"digest {event.digest} there, {job.round.digest} here): give every host the same files",
-        )
+        return _abort(job, _other_files(host, event.digest, job.round.coordinator, job.round.digest))
     if set(job.round.members) <= job.joined:
         actions: list[Action] = [Start(tuple(job.round.members), job.round.digest)]
         job = replace(job, state=JobState.RUNNING)
@@ -155,13 +151,7 @@ def _spare_joined(job: Job, event: SpareJoined, now: float) -> tuple[Job, list[A
             )
         ]
     if event.digest != job.rules.files_digest:
-        return job, [
-            Refuse(
-                host,
-                f"host {host} was given another plan or hosts file than {job.round.coordinator} (plan and placement "
-                f"digest {event.digest} there, {job.rules.files_digest} here): give every host the same files",
-            )
-        ]
+        return job, [Refuse(host, _other_files(host, event.digest, job.round.coordinator, job.rules.files_digest))]
     if host in job.spares:
         return job, [Refuse(host, f"host {host} stands by twice: a second heterps launch with --host {host}")]
     if host in job.joined:
@@ -196,6 +186,15 @@ def _spare_joined(job: Job, event: SpareJoined, now: float) -> tuple[Job, list[A
         )
     )
     return replace(job, back={**job.back, host: event.newest_checkpoint}), actions
+
+
+def _other_files(host: str, digest: str, coordinator: str, expected: str) -> str:
+    """Why a host with other files is refused: each host named with its own digest, so that the line reads the same
+    on the refused host's console as on the coordinator's."""
+    return (
+        f"host {host} was given another plan or hosts file than {coordinator}: plan and placement digest {digest} "
+        f"on {host}, {expected} on {coordinator} (the coordinator's host): give every host the same files"
+    )
 
 
 def _leave_asked(job: Job, event: LeaveAsked, now: float) -> tuple[Job, list[Action]]:

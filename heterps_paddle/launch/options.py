@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
+from heterps_paddle.files import real
 from heterps_paddle.text_numbers import ascii_float, ascii_int
 
 USAGE = (
@@ -134,6 +135,22 @@ class LaunchOptions:
         """The arguments of ``python -m paddle.distributed.launch``: its options, the script, the script's."""
         options = [f"{name}={value}" for name, value in self.paddle]
         return [*options, self.script, *self.script_args]
+
+    def inputs(self) -> dict[str, str]:
+        """The files this launch was given, real path -> what each is: the training script, every argument of it
+        that names an existing file (its config, say), and across hosts the plan, the hosts file and the cluster
+        file.  No process of the job writes over any of them (files.py: overwritten_input)."""
+        found = {real(self.script): "the training script"}
+        for arg in self.script_args:
+            value = arg.partition("=")[2] if arg.startswith("-") else arg
+            if value and os.path.isfile(value):
+                found.setdefault(real(value), f"the training script's argument {arg!r}")
+        if self.hosts is not None:
+            found[real(self.hosts.plan)] = "the plan heterps launch was given (--plan)"
+            found[real(self.hosts.hosts)] = "the hosts file (--hosts)"
+            if self.hosts.cluster is not None:
+                found[real(self.hosts.cluster)] = "the cluster file (--cluster)"
+        return found
 
     def paddle_arguments(self) -> Any:
         """Paddle's own reading of the launcher's arguments (its legacy PS launcher's parser)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -267,7 +268,13 @@ class HostLaunch:
 class HostsRun:
     """``heterps launch --hosts HOSTS --plan PLAN --host ADDR ...`` for each of ``addresses``, at once, each host
     in its own session, as if each were a machine: the tests' and ``heterps bench hosts``'s emulated hosts.
-    ``prefix`` gives a host's command a prefix (``ip netns exec NS``: a host in a network namespace)."""
+    ``prefix`` gives a host's command a prefix (``ip netns exec NS``: a host in a network namespace).
+
+    ``own_dirs``: each host works in a directory of its own, ``WORK/host_ADDR``, holding its copy of the files
+    (the hosts file, the job's key, the plan, and ``files``), made when the host first starts and kept when it
+    starts again, and runs the command ``heterps launch-args`` prints, with those names, relative to it (as a user
+    runs the job on machines that share no storage).  Otherwise every host runs in ``work_dir``, with the paths
+    given."""
 
     def __init__(
         self,
@@ -279,6 +286,8 @@ class HostsRun:
         env: dict[str, str] | None = None,
         timeout: float = 600.0,
         prefix: dict[str, list[str]] | None = None,
+        own_dirs: bool = False,
+        files: tuple[str, ...] = (),
     ):
         self.hosts_path, self.plan_path = hosts_path, plan_path
         self.script_argv = script_argv
@@ -287,9 +296,33 @@ class HostsRun:
         self.env = env
         self.timeout = timeout
         self.prefix = prefix or {}
+        self.own_dirs = own_dirs
+        self.files = files
         self.hosts: dict[str, HostLaunch] = {}
         # the job's key, as `heterps launch-args --hosts` makes it for a user: every host proves it
-        control.make_key(job_key_path(hosts_path))
+        self.key_path = job_key_path(hosts_path)
+        control.make_key(self.key_path)
+
+    def host_dir(self, address: str) -> str:
+        """Where ``address``'s launch runs (its working directory)."""
+        return os.path.join(self.work_dir, f"host_{address}") if self.own_dirs else self.work_dir
+
+    def host_files(self, address: str) -> list[str]:
+        """The files ``address`` was given, as paths in its directory (own_dirs) or as given."""
+        given = [self.hosts_path, self.key_path, self.plan_path, *self.files]
+        if not self.own_dirs:
+            return given
+        return [os.path.join(self.host_dir(address), os.path.basename(path)) for path in given]
+
+    def _copy_files(self, address: str) -> None:
+        folder = self.host_dir(address)
+        if os.path.isdir(folder):
+            return  # started again: the same files, in the same directory
+        os.makedirs(folder)
+        for source, copy in zip(
+            [self.hosts_path, self.key_path, self.plan_path, *self.files], self.host_files(address)
+        ):
+            shutil.copy2(source, copy)
 
     def start(
         self,
@@ -300,13 +333,23 @@ class HostsRun:
     ) -> HostLaunch:
         """``options``: this host's own launch options besides the run's (``--join ...``: a machine from outside
         the hosts file)."""
-        log_dir = os.path.join(self.work_dir, f"log_{address}")
+        if self.own_dirs:
+            self._copy_files(address)
+            if plan_path is not None and not os.path.exists(
+                os.path.join(self.host_dir(address), os.path.basename(plan_path))
+            ):
+                shutil.copy2(plan_path, self.host_dir(address))
+            hosts, plan = os.path.basename(self.hosts_path), os.path.basename(plan_path or self.plan_path)
+            log_dir, given_log_dir = os.path.join(self.host_dir(address), "log"), "log"
+        else:
+            hosts, plan = self.hosts_path, plan_path or self.plan_path
+            log_dir = given_log_dir = os.path.join(self.work_dir, f"log_{address}")
         os.makedirs(log_dir, exist_ok=True)
-        hosts_args = ["--hosts", self.hosts_path, "--plan", plan_path or self.plan_path, "--host", address, *options]
+        hosts_args = ["--hosts", hosts, "--plan", plan, "--host", address, *options]
         cmd = [
             *self.prefix.get(address, []),
             *launch_command(
-                self.timeout, [*hosts_args, *self.launch_options], log_dir, script_argv or self.script_argv
+                self.timeout, [*hosts_args, *self.launch_options], given_log_dir, script_argv or self.script_argv
             ),
         ]
         # a host started again (it was lost and comes back) keeps its first launch's console
@@ -315,7 +358,12 @@ class HostsRun:
         console_path = os.path.join(self.work_dir, f"console_{address}{suffix}.txt")
         with open(console_path, "w") as out:
             proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=self.work_dir, start_new_session=True
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.host_dir(address),
+                start_new_session=True,
             )
         self.hosts[address] = HostLaunch(address, proc, console_path, log_dir, time.monotonic())
         return self.hosts[address]

@@ -55,11 +55,14 @@ class Main:
         strategy.a_sync = True
         if self.args.plan or self.args.cluster:
             strategy.heterps = True
-            strategy.heterps_configs = (
-                {"plan": self.args.plan}
-                if self.args.plan
-                else {"cluster": self.args.cluster, "output_dir": self.args.out, "replan": self.args.replan}
-            )
+            if self.args.plan:
+                strategy.heterps_configs = {"plan": self.args.plan}
+            else:
+                # as a user's script opts in: the cluster, and output_dir only when asked (default: heterps_plan/)
+                configs = {"cluster": self.args.cluster, "replan": self.args.replan}
+                if self.args.output_dir:
+                    configs["output_dir"] = self.args.output_dir
+                strategy.heterps_configs = configs
         optimizer = fleet.distributed_optimizer(paddle.optimizer.Adam(self.args.lr), strategy)
         optimizer.minimize(self.model.loss)
 
@@ -189,6 +192,7 @@ def parse_args():
     parser.add_argument("--data", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--plan")
+    parser.add_argument("--output-dir", help="heterps_configs['output_dir'] (default: not set, so heterps_plan/)")
     parser.add_argument("--cluster")
     parser.add_argument("--replan", action="store_true", help="heterps_configs replan: measure and plan again")
     parser.add_argument("--epochs", type=int, default=2)
