@@ -32,6 +32,7 @@ import os
 import secrets
 import socket
 import stat
+import time
 from typing import Any, BinaryIO, Mapping
 
 from heterps_paddle.errors import HeterPSError
@@ -42,6 +43,7 @@ KEY_BYTES = 32
 NONCE_BYTES = 16
 MAX_LINE = 1 << 20  # 1 MiB: the longest line the control port reads
 AUTH_S = 5.0  # how long an unproven connection may take to prove the key
+RETRY_S = 0.5  # between tries to reach a control port that does not answer yet
 
 
 class JobKeyError(HeterPSError, ValueError):
@@ -147,8 +149,14 @@ def read_message(reader: BinaryIO, limit: int = MAX_LINE) -> dict[str, Any] | No
     return message
 
 
+def encode(message: Mapping[str, Any]) -> bytes:
+    """A message as the control port's one line of JSON."""
+    return json.dumps(message).encode() + b"\n"
+
+
 def send(writer: Any, message: Mapping[str, Any]) -> None:
-    writer.write(json.dumps(message).encode() + b"\n")
+    """``message`` as one line on a file-like writer."""
+    writer.write(encode(message))
     writer.flush()
 
 
@@ -190,6 +198,37 @@ def respond(key: bytes, reader: BinaryIO, writer: Any) -> None:
         raise Unproven("the coordinator sent no proof back")
     if not hmac.compare_digest(given, proof(key, "coordinator", mine, theirs)):
         raise Unproven("the coordinator's proof of the job's key is wrong: it is not this job's coordinator")
+
+
+def connect_until(endpoint: str, key: bytes, deadline: float, timeout: float = 5.0) -> tuple[socket.socket, BinaryIO]:
+    """:func:`connect_proven`, retried every RETRY_S while the port does not answer, until ``deadline`` (then the
+    last error).  A port that refuses this side's proof, or cannot prove its own, is not retried (Unproven): another
+    key file is no passing trouble."""
+    while True:
+        try:
+            return connect_proven(endpoint, key, timeout=timeout)
+        except Unproven:
+            raise
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(RETRY_S)
+
+
+def request(
+    endpoint: str, key: bytes, message: Mapping[str, Any], timeout: float = 10.0, deadline: float | None = None
+) -> dict[str, Any] | None:
+    """One request on the control port, the one way every client asks one: a connection that proved the key both
+    ways (retried until ``deadline`` while the port does not answer), ``message`` as one line, one JSON object line
+    back (None: the port closed without an answer).  OSError / Unproven when it cannot be asked."""
+    if deadline is None:
+        conn, reader = connect_proven(endpoint, key, timeout)
+    else:
+        conn, reader = connect_until(endpoint, key, deadline, timeout)
+    with conn, reader:
+        conn.settimeout(timeout)
+        conn.sendall(encode(message))
+        return read_message(reader)
 
 
 def connect_proven(endpoint: str, key: bytes, timeout: float = 10.0) -> tuple[socket.socket, BinaryIO]:

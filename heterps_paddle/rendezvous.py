@@ -137,10 +137,7 @@ def request(endpoint: str, message: Mapping[str, Any], timeout: float = REQUEST_
     if key is None:
         raise RendezvousError(f"no job key to prove to the launch's coordinator at {endpoint} ({control.KEY_FILE_ENV})")
     try:
-        conn, reader = control.connect_proven(endpoint, key, timeout)
-        with conn, reader:
-            conn.sendall(json.dumps(message).encode() + b"\n")
-            reply = control.read_message(reader)
+        reply = control.request(endpoint, key, message, timeout)
     except (OSError, HeterPSError) as exc:
         raise RendezvousError(f"the launch's coordinator at {endpoint} did not answer ({exc})") from None
     if reply is None:

@@ -20,7 +20,6 @@ from heterps_paddle.errors import HeterPSError
 
 JOB_ENV = "HETERPS_HOSTS_JOB"  # the launch's HostsJob, from heterps launch to the process that runs Paddle's launcher
 BEAT_S = 2.0
-JOIN_RETRY_S = 0.5
 
 
 class JobAborted(HeterPSError, RuntimeError):
@@ -102,27 +101,20 @@ def startup_timeout() -> float:
 
 
 def connect_until(endpoint: str, key: bytes, deadline: float) -> tuple[socket.socket, BinaryIO]:
-    """A connection to the coordinator at ``endpoint`` that proved the job's key both ways (heterps_paddle/control.py),
-    and its reader; retried every JOIN_RETRY_S until ``deadline`` (then the last error).  A coordinator that
-    refuses this host's proof, or cannot prove its own, is not retried: another key file is no passing trouble."""
-    while True:
-        try:
-            return control.connect_proven(endpoint, key, timeout=5.0)
-        except control.Unproven as exc:
-            raise JobAborted(f"the control port at {endpoint}: {exc}") from None
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(JOIN_RETRY_S)
+    """A proven connection to the coordinator at ``endpoint`` (control.connect_until), a refused proof as
+    JobAborted."""
+    try:
+        return control.connect_until(endpoint, key, deadline)
+    except control.Unproven as exc:
+        raise JobAborted(f"the control port at {endpoint}: {exc}") from None
 
 
 def ask_round(endpoint: str, key: bytes, deadline: float) -> dict[str, Any]:
     """The job's round as its coordinator says (a host's launch started again asks before it joins)."""
-    conn, reader = connect_until(endpoint, key, deadline)
-    with conn, reader:
-        conn.settimeout(max(5.0, deadline - time.monotonic()))
-        conn.sendall(json.dumps({"op": "round"}).encode() + b"\n")
-        answer = control.read_message(reader)
+    try:
+        answer = control.request(endpoint, key, {"op": "round"}, max(5.0, deadline - time.monotonic()), deadline)
+    except control.Unproven as exc:
+        raise JobAborted(f"the control port at {endpoint}: {exc}") from None
     if answer is None:
         raise OSError(f"the coordinator at {endpoint} closed the connection without an answer")
     return answer

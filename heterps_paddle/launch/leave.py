@@ -90,10 +90,9 @@ class Notice:
 def ask_to_leave(job: HostsJob, grace: float) -> tuple[bool, str]:
     """Ask the coordinator to let this host go within ``grace`` seconds: whether it will, and what it said."""
     try:
-        conn, reader = control.connect_proven(job.endpoint, job.key(), timeout=ASK_TIMEOUT_S)
-        with conn, reader:
-            conn.sendall(json.dumps({"op": "leave", "host": job.host, "grace_s": grace}).encode() + b"\n")
-            answer = control.read_message(reader)
+        answer = control.request(
+            job.endpoint, job.key(), {"op": "leave", "host": job.host, "grace_s": grace}, ASK_TIMEOUT_S
+        )
     except (OSError, control.Unproven) as exc:
         return False, f"the coordinator at {job.endpoint} could not be asked ({exc})"
     if not answer or answer.get("op") != "leave":

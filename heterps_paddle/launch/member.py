@@ -4,7 +4,6 @@ console lines a host sends to the coordinator's."""
 
 from __future__ import annotations
 
-import json
 import queue
 import socket
 import threading
@@ -105,7 +104,7 @@ class Member:
             if self.conn is None or self._closed.is_set():
                 return
             try:
-                self.conn.sendall(json.dumps(message).encode() + b"\n")
+                self.conn.sendall(control.encode(message))
             except OSError:
                 pass  # the reader sees the connection go
 
@@ -202,7 +201,7 @@ class LogForwarder:
             return
         with conn, reader:
             try:
-                conn.sendall(json.dumps({"op": "log", "host": self.job.host}).encode() + b"\n")
+                conn.sendall(control.encode({"op": "log", "host": self.job.host}))
                 while True:
                     line = self.lines.get()
                     if line is None:
