@@ -26,7 +26,7 @@ import time
 import pytest
 
 from heterps_paddle.data.generator import generate
-from heterps_paddle.planning.hosts import expand_files
+from heterps_paddle.launch.placement import expand_files
 from heterps_paddle.planning.launch import launch_arguments
 from heterps_paddle.planning.model import load_plan
 from heterps_paddle.tools.jobs import HostsRun, free_port_block, launch

@@ -10,17 +10,10 @@ import yaml
 from conftest import REPO, run_cli
 
 from heterps_paddle.errors import HeterPSError
-from heterps_paddle.launch.hosts import host_part
+from heterps_paddle.launch.hosts import host_round
 from heterps_paddle.launch.options import OptionsError, parse
-from heterps_paddle.planning.hosts import (
-    SERVER_RULE_DEFAULT,
-    SERVER_RULE_FILE,
-    expand,
-    expand_files,
-    hosts_from_dict,
-    hosts_to_dict,
-    load_hosts,
-)
+from heterps_paddle.launch.placement import SERVER_RULE_DEFAULT, SERVER_RULE_FILE, expand, expand_files
+from heterps_paddle.planning.hosts import hosts_from_dict, hosts_to_dict, load_hosts
 from heterps_paddle.planning.model import PlanningInputError, load_cluster, load_model_profile, plan_from_dict
 from heterps_paddle.planning.planner import make_plans
 
@@ -248,7 +241,7 @@ def test_heterps_launch_finds_its_part_from_its_address(tmp_path, capsys):
     argv = ["--quiet", "--hosts", hosts_path, f"--plan={plan}", "--timeout", "60", "--log_dir", "log", str(train), "-x"]
     assert parse(["--log_dir", "log", str(train)]).hosts is None
     options = parse(argv)
-    expanded = host_part(options, {"POD_IP": "127.0.0.3"})
+    expanded = host_round(options, {"POD_IP": "127.0.0.3"})
     assert not expanded.spare and not expanded.nothing and expanded.env == {"POD_IP": "127.0.0.3"}
     assert expanded.options.quiet and expanded.options.timeout == 60
     assert expanded.options.launcher_argv() == [
@@ -263,12 +256,12 @@ def test_heterps_launch_finds_its_part_from_its_address(tmp_path, capsys):
     ]
     assert "this host is 127.0.0.3 (cpu): CPU trainer 0" in capsys.readouterr().out
     # --host wins over POD_IP, wherever it stands before the script; the same arguments on every host
-    server = host_part(parse(argv[:3] + ["--host", "127.0.0.2"] + argv[3:]), {"POD_IP": "127.0.0.3"})
+    server = host_round(parse(argv[:3] + ["--host", "127.0.0.2"] + argv[3:]), {"POD_IP": "127.0.0.3"})
     assert server.options.launcher_argv() == expanded.options.launcher_argv() and server.env == {"POD_IP": "127.0.0.2"}
-    idle = host_part(options, {"POD_IP": "127.0.0.4"})
+    idle = host_round(options, {"POD_IP": "127.0.0.4"})
     assert idle.nothing and "127.0.0.4 runs nothing of this plan" in capsys.readouterr().out
     with pytest.raises(HeterPSError, match=r"this host's address 127\.0\.0\.9 is not in it \(hosts: 127\.0\.0\.2, "):
-        host_part(options, {"POD_IP": "127.0.0.9"})
+        host_round(options, {"POD_IP": "127.0.0.9"})
     with pytest.raises(OptionsError, match="needs --plan"):
         parse(["--hosts", hosts_path, str(train)])
 

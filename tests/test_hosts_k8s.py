@@ -10,7 +10,8 @@ import pytest
 import yaml
 from conftest import REPO, run_cli
 
-from heterps_paddle.planning.hosts import expand, load_hosts, process_env
+from heterps_paddle.launch.placement import expand, process_env
+from heterps_paddle.planning.hosts import load_hosts
 from heterps_paddle.planning.launch import LAUNCH_ENV
 from heterps_paddle.planning.model import load_cluster, plan_from_dict
 from heterps_paddle.tools.k8s import HOST_LABEL, ManifestError, manifests

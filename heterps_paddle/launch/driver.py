@@ -29,7 +29,7 @@ from heterps_paddle.files import INPUTS_ENV, output_dir, real
 from heterps_paddle.launch import machine as m
 from heterps_paddle.launch.console import LAUNCHER_LOG, OWN_PREFIX, Console, echo_logs, keep_attempt_logs, relay
 from heterps_paddle.launch.coordinator import Coordinator
-from heterps_paddle.launch.hosts import HostPart, host_part
+from heterps_paddle.launch.hosts import HostRound, host_round
 from heterps_paddle.launch.job import JOB_ENV, JobAborted, ask_round, startup_timeout
 from heterps_paddle.launch.leave import Notice, ask_to_leave, grace_s, write_info
 from heterps_paddle.launch.member import LogForwarder, Member
@@ -149,7 +149,7 @@ def _drive(job: m.Job, event: m.Event, console: Console) -> tuple[m.Job, list[m.
 def _across_hosts(options: LaunchOptions, console: Console) -> tuple[int, str]:
     """This host's part of the job, round after round, as the coordinator says."""
     try:
-        part = host_part(options, os.environ)
+        part = host_round(options, os.environ)
         key = part.job.key()  # no insecure default: a launch across hosts proves the job's key (control.py)
     except HeterPSError as exc:
         print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
@@ -173,7 +173,7 @@ LEFT = -1  # this host left the job on notice (its launch ends 0)
 
 
 def _rounds(
-    options: LaunchOptions, console: Console, first: HostPart, part: HostPart, number: int, key: bytes
+    options: LaunchOptions, console: Console, first: HostRound, part: HostRound, number: int, key: bytes
 ) -> tuple[int, str]:
     """This host's rounds of the job until its end, or until this host left it (LEFT)."""
     coordinator: Coordinator | None = None
@@ -217,7 +217,7 @@ def _rounds(
     return (ran.code if ran.code > 0 else FAILED_EXIT), ran.log_dir
 
 
-def _coordinate(part: HostPart, key: bytes, console: Console) -> Coordinator | None:
+def _coordinate(part: HostRound, key: bytes, console: Console) -> Coordinator | None:
     """Server 0's host serves the launch's coordinator for the job's life (None: it could not, said why)."""
     log_dir = part.options.log_dir
     try:
@@ -236,7 +236,7 @@ def _coordinate(part: HostPart, key: bytes, console: Console) -> Coordinator | N
         return None
 
 
-def _join_the_round(options: LaunchOptions, first: HostPart, key: bytes, console: Console) -> tuple[HostPart, int]:
+def _join_the_round(options: LaunchOptions, first: HostRound, key: bytes, console: Console) -> tuple[HostRound, int]:
     """A launch that may restart (``--restarts``) asks the coordinator which round the job is in: a host started
     again after it was lost finds the job in a later round, runs nothing of its plan, and stands by (the coordinator
     counts it back).  A coordinator that does not answer is the join's to report."""
@@ -255,7 +255,7 @@ def _join_the_round(options: LaunchOptions, first: HostPart, key: bytes, console
     return part_of_round(options, first.expansion, log_dir, number, answer["plan"], lost, os.environ, joined), number
 
 
-def _stand_by(part: HostPart, files_digest: str, console: Console) -> Ran:
+def _stand_by(part: HostRound, files_digest: str, console: Console) -> Ran:
     """A spare host: no process of this round's plan runs here; wait for the coordinator's word."""
     log_dir = part.options.log_dir
     os.makedirs(log_dir, exist_ok=True)
@@ -295,7 +295,7 @@ def _run_round(
     number: int,
     retries_left: int,
     deadline: float | None,
-    part: HostPart | None = None,
+    part: HostRound | None = None,
     coordinator: Coordinator | None = None,
 ) -> Ran:
     """One run of Paddle's launcher (a launch across hosts with restarts may run several, and a one-host launch one

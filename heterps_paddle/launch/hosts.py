@@ -1,7 +1,7 @@
 """This host's part of a launch across hosts: ``heterps launch --hosts HOSTS --plan PLAN [--host ADDR] ... TRAIN.py``,
 the same command on every host.
 
-The hosts options (launch/options.py: HostsOptions) expand (planning/hosts.py: ``expand``) into the
+The hosts options (launch/options.py: HostsOptions) expand (launch/placement.py: ``expand``) into the
 ``paddle.distributed.launch`` arguments every host runs, and ``POD_IP`` is set to the host's address for Paddle's
 launcher, which otherwise takes ``gethostbyname(gethostname())`` (``launch_utils.py:
 ParameterServerLauncher.get_role_endpoints``).  The hosts' launches then run as one job through a coordinator on
@@ -20,7 +20,8 @@ from heterps_paddle import control, settings
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.launch.job import HostsJob
 from heterps_paddle.launch.options import HostsOptions, LaunchOptions
-from heterps_paddle.planning.hosts import Expansion, Host, expand_files, joined_hosts, joined_spec, load_hosts
+from heterps_paddle.launch.placement import Expansion, expand_files
+from heterps_paddle.planning.hosts import Host, joined_hosts, joined_spec, load_hosts
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class RoundFiles:
     lost: frozenset[str] = frozenset()
     http_port: int | None = None
     control_port: int | None = None
-    known_types: frozenset[str] = frozenset()  # the first round's plan's (planning/hosts.py: expand)
+    known_types: frozenset[str] = frozenset()  # the first round's plan's (launch/placement.py: expand)
     joined: tuple[Host, ...] = ()  # machines from outside the hosts file, after its own (heterps launch --join)
 
     @staticmethod
@@ -46,7 +47,7 @@ class RoundFiles:
 
 
 @dataclass(frozen=True)
-class HostPart:
+class HostRound:
     """This host's part of a round: what to run (``options``, with the expanded launcher arguments), or to stand
     by (``spare``), or nothing at all (``nothing``)."""
 
@@ -107,7 +108,7 @@ def job_for_round(given: HostsOptions, files: RoundFiles, address: str) -> Hosts
     return job
 
 
-def host_part(options: LaunchOptions, environ: Mapping[str, str], files: RoundFiles | None = None) -> HostPart:
+def host_round(options: LaunchOptions, environ: Mapping[str, str], files: RoundFiles | None = None) -> HostRound:
     """This host's part of the round ``files`` describes (default: the first, from ``--plan``); HeterPSError when
     the files or this host's address do not fit."""
     given = options.hosts
@@ -126,7 +127,7 @@ def host_part(options: LaunchOptions, environ: Mapping[str, str], files: RoundFi
                 "the hosts file: it stands by, and the job moves to a plan with it at its next checkpoint, if better",
                 flush=True,
             )
-            return HostPart(
+            return HostRound(
                 options,
                 address,
                 job_of(expansion, address, given.restarts),
@@ -142,11 +143,11 @@ def host_part(options: LaunchOptions, environ: Mapping[str, str], files: RoundFi
         if given.restarts > 0 or joining is not None:
             # A spare: a later round's plan may use it; heterps launch waits for the coordinator.
             print(f"heterps launch: {address} runs nothing of this plan; it stands by for a restart", flush=True)
-            return HostPart(options, address, job, expansion, files, spare=True, joining=joining)
+            return HostRound(options, address, job, expansion, files, spare=True, joining=joining)
         print(f"heterps launch: {address} runs nothing of this plan; nothing started", flush=True)
-        return HostPart(options, address, job, expansion, files, nothing=True)
+        return HostRound(options, address, job, expansion, files, nothing=True)
     expanded = options.with_paddle(_pairs(expansion.arguments()))
-    return HostPart(expanded, address, job, expansion, files, env={"POD_IP": address})
+    return HostRound(expanded, address, job, expansion, files, env={"POD_IP": address})
 
 
 def _joining(given: HostsOptions, files: RoundFiles, expansion: Expansion, address: str) -> dict[str, Any]:

@@ -13,14 +13,15 @@ import os
 from typing import Any, Callable, Mapping
 
 from heterps_paddle.errors import HeterPSError
-from heterps_paddle.launch.hosts import HostPart, RoundFiles, host_part, job_for_round
+from heterps_paddle.launch.hosts import HostRound, RoundFiles, host_round, job_for_round
 from heterps_paddle.launch.job import RoundPlan, RoundRequest
 from heterps_paddle.launch.options import LaunchOptions
-from heterps_paddle.planning.hosts import Expansion, joined_hosts, joined_spec, with_joined
+from heterps_paddle.launch.placement import Expansion
+from heterps_paddle.planning.hosts import joined_hosts, joined_spec, with_joined
 from heterps_paddle.planning.model import Plan, plan_from_dict, save_plan
 
 
-def plan_maker(part: HostPart, log_dir: str) -> Callable[[RoundRequest], RoundPlan]:
+def plan_maker(part: HostRound, log_dir: str) -> Callable[[RoundRequest], RoundPlan]:
     """The coordinator's re-planning: the plan for the hosts the job has, written beside the coordinator's logs."""
     from heterps_paddle.planning.replan import PlanningInputs, better, replan
 
@@ -79,13 +80,13 @@ def part_of_round(
     lost: frozenset[str],
     environ: Mapping[str, str],
     joined: Mapping[str, Mapping[str, Any]] | None = None,
-) -> HostPart:
+) -> HostRound:
     """This host's part of round ``number`` of the job whose first round ``first`` placed: ``plan`` (the
     coordinator's document) written beside this host's logs, with the machines ``joined`` from outside the hosts
     file and without the ``lost`` hosts."""
     plan_path = os.path.join(log_dir, f"plan.round{number}.json")
     save_plan(plan_from_dict(plan, f"round {number}'s plan from the coordinator"), plan_path)
-    return host_part(options, environ, RoundFiles.after(first, plan_path, lost, joined))
+    return host_round(options, environ, RoundFiles.after(first, plan_path, lost, joined))
 
 
 def joined_of(message: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -1,9 +1,9 @@
 """Kubernetes manifests for a plan across hosts (``heterps launch-args PLAN --hosts HOSTS --k8s DIR``).
 
 One plain ``batch/v1`` Job per process of the job and one headless Service, made from the same expansion as the
-per-host commands (planning/hosts.py).  Each pod runs ``python -u TRAIN.py ARGS`` itself, as Paddle's launcher
+per-host commands (launch/placement.py).  Each pod runs ``python -u TRAIN.py ARGS`` itself, as Paddle's launcher
 would start that process, with the environment the launcher (and ``heterps launch``) would give it
-(``planning.hosts.process_env``); so no launcher runs in a pod, and no pod's role is Paddle's ``HETER`` role of
+(``launch.placement.process_env``); so no launcher runs in a pod, and no pod's role is Paddle's ``HETER`` role of
 PaddleFlow (Paddle 2.6.2 accepts only ``TRAINER``, ``PSERVER`` and ``HETER_TRAINER``).
 
 Paddle's endpoints are the hosts file's IP addresses, so every pod runs on its host's own network
@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from heterps_paddle.errors import HeterPSError
-from heterps_paddle.planning.hosts import Expansion, Process, process_env
+from heterps_paddle.launch.placement import Expansion, Process, process_env
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _ROLE_NAMES = {"server": "ps", "trainer": "trainer", "heter_trainer": "heter"}

@@ -7,7 +7,7 @@ heterogeneous trainers (``--heter_worker_num "n2;n3"``, ``--heter_devices "gpu;c
 only when the installed Paddle can use a GPU (``--devices auto``, the default); with the CPU wheel it runs on
 ``cpu``.  The plan does not size the parameter servers: ``--server-num`` (default 1).
 
-Across hosts (``--hosts HOSTS.yaml``, planning/hosts.py): the one command each host runs, every port explicit, the
+Across hosts (``--hosts HOSTS.yaml``, launch/placement.py): the one command each host runs, every port explicit, the
 parameter servers placed by the stated rule (printed); ``--json`` gives the same as one object.  ``--devices auto``
 then reads the plan (a GPU stage runs on ``gpu``: the hosts are not this machine, and every host must compute the
 same arguments).  ``--k8s DIR --image IMAGE`` writes Kubernetes manifests (a Job per process and a headless
@@ -29,7 +29,7 @@ import sys
 from heterps_paddle import control
 from heterps_paddle.files import input_file, output_dir, output_file, write_atomic
 from heterps_paddle.launch.hosts import job_key_path
-from heterps_paddle.planning.hosts import Expansion, expand_files
+from heterps_paddle.launch.placement import Expansion, expand_files
 from heterps_paddle.planning.launch import heter_device_for, launch_arguments
 from heterps_paddle.planning.model import PlanningInputError, load_plan
 
