@@ -289,7 +289,13 @@ def test_paddles_connect_timeout_abort_starts_every_host_again(setup, cleanup):
     consoles = run_every_host_to_its_end(run)
     assert marker.exists(), "the fault never fired"
     assert run.leftovers() == []
-    assert re.search(r"FAILED: stage 2 heterogeneous trainer 0 .*Paddle's HeterClient gave up connecting", consoles[C])
+    # The host says what failed, as "aborted": the job went on (it said FAILED before the coordinator decided, when
+    # only the one-host launch knew it would retry)
+    assert re.search(r"aborted: stage 2 heterogeneous trainer 0 .*Paddle's HeterClient gave up connecting", consoles[C])
+    (failed,) = run.hosts[C].events("host_failed", round=0)
+    assert failed["connect_timeout"] is True and "heterogeneous trainer 0" in failed["failure"]
+    (decided,) = run.hosts[A].events("round_planned")
+    assert decided["kind"] == "retry" and decided["round"] == 1 and decided["lost"] == [], decided
     assert "retry 1 after Paddle's connect-timeout abort (1 left; round 1)" in consoles[A], consoles[A][-3000:]
     with open(os.path.join(run.hosts[A].log_dir, "restarts.json")) as f:
         (event,) = json.load(f)["restarts"]

@@ -1,4 +1,4 @@
-"""``heterps bench elastic`` (tools/bench/elastic.py): its reading of console and log lines, the split of a recovery
+"""``heterps bench elastic`` (tools/bench/elastic.py): its reading of the event log and of log lines, the split of a recovery
 into phases, the checkpoints' figures from the barrier's files, on canned lines and files (no launch); and one small
 real run (launched), whose JSON is checked for its shape and that its phases add up, never for a time."""
 
@@ -11,15 +11,20 @@ from heterps_paddle.tools.bench import elastic
 from heterps_paddle.tools.cli import build_parser
 
 KILL = 100.0
-# A coordinator's console as tests/test_host_restarts.py's job prints it, the heterogeneous host killed.
-CONSOLE = [
-    "heterps launch: every host joined (127.0.0.2, 127.0.0.3, 127.0.0.4; plan and placement digest ab12); the job starts",
-    "[127.0.0.3] [workerlog.0] worker 1 epoch 0: train auc 0.6",
-    "heterps launch: host 127.0.0.4's heterps launch went away (its connection to the coordinator closed: the process "
-    "was killed, or the machine or its network is gone); the job will start again (1 restart(s) left)",
-    "heterps launch: host 127.0.0.2: trainer 0 FAILED; the job will start again (1 restart(s) left)",
-    "heterps launch: restart 1 (0 left; round 1): lost 127.0.0.4; 2 x cpu_small | 1 x gpu_fast (4/h) -> 2 x cpu_small",
-    "heterps launch: every host joined (127.0.0.2, 127.0.0.3; plan and placement digest cd34); the job starts",
+WALL = 1_764_000_000.0  # the event log's clock, this far ahead of the harness's
+# A coordinator's event log as tests/test_host_restarts.py's job writes it, the heterogeneous host killed at KILL.
+EVENTS = [
+    {"t": WALL + KILL - 10, "type": "round_started", "round": 0, "hosts": ["127.0.0.2", "127.0.0.3", "127.0.0.4"]},
+    {
+        "t": WALL + KILL + 0.05,
+        "type": "settling",
+        "reason": "host 127.0.0.4's heterps launch went away",
+        "kind": "restart",
+    },
+    {"t": WALL + KILL + 0.3, "type": "settling", "reason": "host 127.0.0.2: trainer 0 FAILED", "kind": "restart"},
+    {"t": WALL + KILL + 7.4, "type": "replanning", "kind": "restart", "lost": ["127.0.0.4"]},
+    {"t": WALL + KILL + 7.5, "type": "round_planned", "round": 1, "kind": "restart", "lost": ["127.0.0.4"]},
+    {"t": WALL + KILL + 9.0, "type": "round_started", "round": 1, "hosts": ["127.0.0.2", "127.0.0.3"]},
 ]
 
 
@@ -31,33 +36,39 @@ class Clock:
         return self.now
 
 
+def test_the_marks_of_the_jobs_life_come_from_the_event_log():
+    assert elastic.first_event(EVENTS, elastic.DETECTED, KILL, WALL) == pytest.approx(KILL + 0.05)
+    assert elastic.first_event(EVENTS, elastic.DECIDED, KILL, WALL) == pytest.approx(KILL + 7.5)
+    assert elastic.first_event(EVENTS, elastic.LEFT, KILL, WALL) is None  # a restart, not a leave
+    assert elastic.first_event(EVENTS, elastic.STARTS, 0.0, WALL) == pytest.approx(KILL - 10)  # the first round's
+    assert elastic.first_event(EVENTS, elastic.STARTS, KILL + 7.5, WALL) == pytest.approx(KILL + 9.0)  # the new one's
+    assert elastic.first_event(EVENTS, elastic.STARTS, KILL + 10, WALL) is None
+    left = [{**EVENTS[4], "kind": "leave"}]
+    assert elastic.first_event(left, elastic.LEFT, KILL, WALL) == pytest.approx(KILL + 7.5)
+
+
 def test_a_tail_stamps_each_whole_line_when_it_is_read_and_finds_the_first_after_a_time(tmp_path):
-    path = str(tmp_path / "console.txt")
+    path = str(tmp_path / "workerlog.0")
     clock = Clock(KILL - 10)
     tail = elastic.Tail(clock)
+    batch = "time: [2026-11-25 14:20:40], batch: [1], loss[1]:[0.69]"
     with open(path, "w") as f:
-        f.write(CONSOLE[0] + "\n" + CONSOLE[1] + "\n")
+        f.write("worker 1 epoch 0: train auc 0.6\n" + batch + "\n")
     tail.poll([path, str(tmp_path / "not-yet")])
     clock.now = KILL + 0.05
     with open(path, "a") as f:
-        f.write(CONSOLE[2] + "\n" + CONSOLE[3] + "\nheterps launch: resta")  # a half line waits for its end
+        f.write("heterps: pass 2\ntime: [2026-11-25 14:21:40], ba")  # a half line waits for its end
     tail.poll([path])
     clock.now = KILL + 7.5
     with open(path, "a") as f:
-        f.write(CONSOLE[4][len("heterps launch: resta") :] + "\n")
+        f.write("tch: [2], loss[1]:[0.69]\n")
     tail.poll([path])
-    clock.now = KILL + 9.0
-    with open(path, "a") as f:
-        f.write(CONSOLE[5] + "\n")
-    tail.poll([path])
-    assert [t for t, _ in tail.lines[path]] == [KILL - 10, KILL - 10, KILL + 0.05, KILL + 0.05, KILL + 7.5, KILL + 9.0]
-    assert tail.lines[path][4][1] == CONSOLE[4]
-    assert tail.first(path, elastic.DETECTED, KILL) == KILL + 0.05
-    assert tail.first(path, elastic.DECIDED, KILL) == KILL + 7.5
-    assert tail.matches(path, elastic.DECIDED)[0].group(1) == "1"
-    assert tail.first(path, elastic.STARTS) == KILL - 10  # the first round's start
-    assert tail.first(path, elastic.STARTS, KILL + 7.5) == KILL + 9.0  # the new round's
-    assert tail.first(path, elastic.STARTS, KILL + 10) is None
+    assert [t for t, _ in tail.lines[path]] == [KILL - 10, KILL - 10, KILL + 0.05, KILL + 7.5]
+    assert tail.lines[path][3][1] == "time: [2026-11-25 14:21:40], batch: [2], loss[1]:[0.69]"
+    assert tail.first(path, elastic.BATCH) == KILL - 10
+    assert tail.first(path, elastic.BATCH, KILL) == KILL + 7.5
+    assert tail.first(path, elastic.BATCH, KILL + 8) is None
+    assert len(tail.matches(path, elastic.BATCH)) == 2
 
 
 def test_the_log_lines_the_benchmark_reads():
@@ -65,12 +76,6 @@ def test_the_log_lines_the_benchmark_reads():
     assert not elastic.BATCH.search("worker 0 epoch 1: train auc 0.7")
     assert elastic.RESUMING.search(
         "heterps: init_server: resuming from the launch's checkpoint /d/pass-000001 (1 passes done)"
-    )
-    assert elastic.LEAVE_ASKED.search(
-        "heterps launch: host 127.0.0.4 asks to leave: a checkpoint at the end of the running pass, then the job goes on"
-    )
-    assert elastic.LEFT.search(
-        "heterps launch: going on without the host(s) that left (round 1): host(s) 127.0.0.4 left"
     )
     assert elastic.RESTORED.search("heterps: init_server(/d/pass-000001): 3 dense tables restored (same layout)")
     assert elastic.pass_starts(["x", "elastic-bench: pass 2 starts at 1764080000.250", "pass 3"]) == {2: 1764080000.25}

@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 
 from heterps_paddle import control
-from heterps_paddle.launch.coordinator import MAX_UNPROVEN, Coordinator
+from heterps_paddle.launch.control_server import MAX_UNPROVEN
+from heterps_paddle.launch.coordinator import Coordinator
 from heterps_paddle.launch.job import HostsJob, RoundPlan, ask_round
 from heterps_paddle.tools.jobs import free_port_block
 
@@ -105,7 +106,9 @@ def test_members_join_start_and_a_retry_tells_every_host_the_new_round(tmp_path)
         joined = [connect(coord.job.endpoint, {"op": "join", "host": h, "digest": "digest"}) for h in (A, B)]
         for _, reader in joined:
             assert json.loads(reader.readline())["op"] == "start"
-        joined[1][0].sendall(json.dumps({"op": "failed", "reason": "aborted", "retryable": True}).encode() + b"\n")
+        joined[1][0].sendall(
+            json.dumps({"op": "failed", "reason": "aborted", "connect_timeout": True}).encode() + b"\n"
+        )
         for _, reader in joined:
             told = next_op(reader)
             assert told["op"] == "restart" and told["round"] == 1 and told["lost"] == [], told
@@ -231,7 +234,7 @@ def test_a_stranger_without_the_key_can_end_block_or_write_nothing():
         half.sendall(b'{"op": "auth", "nonce": "ab')
         assert half_reader.readline() == b""  # closed (its 5 s to prove the key ran out), not held open
         # nothing of that reached the job: it is still joining, and the genuine hosts start and end it
-        assert coord.machine.state.value == "joining" and not coord.peers
+        assert coord.machine.state.value == "joining" and not coord.members
         members = [connect(endpoint, {"op": "join", "host": h, "digest": "digest"}) for h in (A, B)]
         for _, reader in members:
             assert next_op(reader)["op"] == "start"
@@ -256,8 +259,8 @@ def test_a_flood_of_unproven_connections_does_not_lock_a_host_out():
         members = [connect(coord.job.endpoint, {"op": "join", "host": h, "digest": "digest"}) for h in (A, B)]
         for _, reader in members:
             assert next_op(reader)["op"] == "start"
-        with coord.connections_lock:
-            unproven = sum(1 for _, proven in coord.connections.values() if not proven)
+        with coord.server.lock:
+            unproven = sum(1 for _, proven in coord.server.connections.values() if not proven)
         assert unproven <= MAX_UNPROVEN
     finally:
         for conn, reader in flood:
@@ -282,7 +285,7 @@ def test_a_members_bad_line_is_that_hosts_failure_not_a_hung_job():
 
 
 def test_the_board_plan_is_written_once_a_round_by_its_writer_and_records_are_bounded():
-    from heterps_paddle.launch.coordinator import MAX_BOARD, MAX_RECORD
+    from heterps_paddle.launch.board import MAX_BOARD, MAX_RECORD
 
     coord = coordinator([], restarts=0)
     try:
@@ -295,10 +298,10 @@ def test_the_board_plan_is_written_once_a_round_by_its_writer_and_records_are_bo
         assert "written by 127.0.0.2 (stage 1's trainer 0), not 6.6.6.6" in put("plan", {"x": 1}, "6.6.6.6")["error"]
         assert put("plan", {"x": 1}, A) == {"ok": True}
         assert "written already" in put("plan", {"x": 2}, A)["error"]
-        too_big = coord._board({"op": "put", "key": "big", "value": "x" * MAX_RECORD, "host": B})
+        too_big = coord.board.answer({"op": "put", "key": "big", "value": "x" * MAX_RECORD, "host": B})
         assert f"board record 'big' from {B}:" in too_big["error"] and "over" in too_big["error"]
         for i in range(MAX_BOARD // (MAX_RECORD // 2) + 1):
-            answer = coord._board({"op": "put", "key": f"k{i}", "value": "x" * (MAX_RECORD // 2), "host": B})
+            answer = coord.board.answer({"op": "put", "key": f"k{i}", "value": "x" * (MAX_RECORD // 2), "host": B})
         assert "the board is full" in answer["error"]
         conn, reader = connect(coord.job.endpoint, {"op": "get", "key": "plan"})
         with conn, reader:

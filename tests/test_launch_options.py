@@ -1,6 +1,7 @@
 """``heterps launch``'s command line (launch/options.py) against Paddle's own parser, and its path options: each bad
 one is a one-line error naming the option (exit 2), before anything starts."""
 
+import os
 import subprocess
 import sys
 
@@ -122,5 +123,9 @@ def test_leave_without_a_running_launch_is_an_error_naming_the_directory(tmp_pat
 
     assert leave_command(["--leave", "--log_dir", str(tmp_path)]) == 2
     assert leave_command(["--leave"]) == 2
-    (tmp_path / "heterps-launch.json").write_text('{"pid": 1, "host": "127.0.0.2", "ended": "exit status 0"}')
-    assert leave_command(["--leave", f"--log_dir={tmp_path}"]) == 2
+    from heterps_paddle.launch.event_log import EventLog
+
+    log = EventLog(str(tmp_path))
+    log.write("launch_started", host="127.0.0.2", pid=os.getpid(), across_hosts=True, version="x")
+    log.write("host_ended", how="finished", code=0, reason="")
+    assert leave_command(["--leave", f"--log_dir={tmp_path}"]) == 2  # it ended

@@ -1,9 +1,11 @@
 """The process that runs Paddle's launcher for one round (or one attempt) of a host's launch, supervised.
 
-``heterps launch`` (launch/driver.py) starts it in a session of its own, with the launcher's arguments; it writes a
-RunResult (launch/result.py) for the driver and exits.  Across hosts it is the coordinator's member for this round
-(launch/member.py): it joins before anything starts and carries out what the coordinator says (start, abort, end,
-a new round).
+``heterps launch`` (launch/driver.py) starts it in a session of its own, with the launcher's arguments; it sends a
+RunResult (launch/result.py: facts, how the round ended here) to the driver and exits.  Across hosts it is the
+coordinator's member for this round (launch/member.py): it joins before anything starts, reports what happened
+(done, or a failure and whether it was Paddle's connect-timeout abort) and carries out what the coordinator says
+(start, abort, end, a new round); after a failure it waits for that word, which only the coordinator's machine
+decides.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from heterps_paddle import settings
 from heterps_paddle.launch.job import HostsJob, JobAborted
 from heterps_paddle.launch.member import Member
-from heterps_paddle.launch.result import RESULT_ENV, RETRIES_LEFT_ENV, RunResult, RunState
+from heterps_paddle.launch.result import RESULT_FD_ENV, Outcome, RunResult
 from heterps_paddle.launch.supervisor import OWN_PREFIX, POLL_S, Failure, Supervisor, say
 from heterps_paddle.rendezvous import LAUNCH_ID_ENV, RENDEZVOUS_ENV
 from heterps_paddle.runtime import patches
@@ -23,11 +25,10 @@ from heterps_paddle.runtime.seam import PaddleBehaviourChanged
 
 
 def main(launch_argv: list[str]) -> int:
+    result_fd = os.environ.pop(RESULT_FD_ENV, None)  # not for the job's processes (Paddle logs their environment)
     result = run(launch_argv)
-    path = os.environ.get(RESULT_ENV)
-    if path:
-        result.write(path)
-    return 0 if result.state is RunState.SUCCEEDED else 1
+    result.send(result_fd)
+    return 0 if result.outcome is Outcome.SUCCEEDED else 1
 
 
 def run(launch_argv: list[str]) -> RunResult:
@@ -41,9 +42,8 @@ def run(launch_argv: list[str]) -> RunResult:
         try:
             launch = member.join()
         except JobAborted as exc:
-            say(f"{OWN_PREFIX} FAILED: the launch across hosts did not start: {exc}")
             member.close()
-            return RunResult(RunState.FAILED, str(exc))
+            return RunResult(Outcome.FAILED, f"the launch across hosts did not start: {exc}")
         # Every process of the job reads the launch's board there, and names the launch by the coordinator's id.
         os.environ[RENDEZVOUS_ENV] = job.endpoint
         os.environ[LAUNCH_ID_ENV] = launch
@@ -54,16 +54,14 @@ def run(launch_argv: list[str]) -> RunResult:
     # the coordinator's own host reported as never joined within a test's 8 s).
     from paddle.distributed.fleet import launch as paddle_launch
 
-    retries_left = int(os.environ.get(RETRIES_LEFT_ENV) or 0) if member is None else 0
-    supervisor = Supervisor(float(timeout) if timeout else None, member, retries_left)
+    supervisor = Supervisor(float(timeout) if timeout else None, member)
     sys.argv = ["paddle.distributed.launch", *launch_argv]
     try:
         # Paddle's launcher tells the supervisor the processes it starts; its class is restored when it returns.
         with patches.supervised_launcher(supervisor.attach, supervisor.workers_started):
             paddle_launch.launch()
     except PaddleBehaviourChanged as exc:
-        say(f"{OWN_PREFIX} {exc}")
-        return RunResult(RunState.FAILED, str(exc))
+        return RunResult(Outcome.FAILED, str(exc))
     finally:
         supervisor.stop()
     if supervisor.failure is None and supervisor.launcher is not None and (member is None or member.restart is None):
@@ -72,20 +70,24 @@ def run(launch_argv: list[str]) -> RunResult:
             supervisor.fail(failure)
         supervisor.stop_all()
     if member is not None:
-        if member.restart is None and supervisor.failure is not None and member.job.may_start_again:
-            # The coordinator may start the job again rather than end it: wait for its word.
+        if member.restart is None and supervisor.failure is not None:
+            # What follows a failure is the coordinator's word (a new round, or the end): wait for it.
             while not member.settled():
                 time.sleep(POLL_S)
         _end_membership(supervisor, member)
-        if member.restart is not None:
-            member.close()
-            return RunResult(RunState.NEW_ROUND, restart=member.restart)
     failure = supervisor.failure
-    if failure is None:
-        return RunResult(RunState.SUCCEEDED)
-    if failure.connect_timeout is not None and retries_left > 0:
-        return RunResult(RunState.RETRYABLE, failure.message)
-    return RunResult(RunState.FAILED, failure.message)
+    told = None if member is None else member.restart
+    if member is not None and told is not None:
+        member.close()
+    if failure is None and told is None:
+        return RunResult(Outcome.SUCCEEDED)
+    return RunResult(
+        Outcome.FAILED if told is None else Outcome.NEW_ROUND,
+        failure=None if failure is None else failure.message,
+        log=None if failure is None else failure.log,
+        connect_timeout=failure is not None and failure.connect_timeout is not None,
+        told=told,
+    )
 
 
 def _end_membership(supervisor: Supervisor, member: Member) -> None:

@@ -106,3 +106,21 @@ def keep_attempt_logs(log_dir: str, attempt: int) -> str:
         if (PROCESS_LOG.fullmatch(name) or name == LAUNCHER_LOG) and os.path.isfile(os.path.join(log_dir, name)):
             os.replace(os.path.join(log_dir, name), os.path.join(kept, name))
     return kept
+
+
+def failure_lines(failure: str, log: str | None, job_goes_on: bool) -> list[str]:
+    """What a failure of this host's processes is on its console: ``aborted`` when the job starts again after it
+    (a retry, a restart), ``FAILED`` when it ends the job here; then the failed process's log's last lines."""
+    lines = [f"{OWN_PREFIX} {'aborted' if job_goes_on else 'FAILED'}: {failure}"]
+    if log:
+        lines.append(log_tail(log))
+    return lines
+
+
+def log_tail(path: str, lines: int = 12) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            tail = [line.rstrip() for line in f.readlines()[-lines:]]
+    except OSError:
+        return f"{OWN_PREFIX} {path}: unreadable"
+    return f"{OWN_PREFIX} last {len(tail)} lines of {path}:\n" + "\n".join(f"{OWN_PREFIX} | {t}" for t in tail)

@@ -1,12 +1,18 @@
-"""``heterps launch``: a host's launch, round after round (one host, or its part of a launch across hosts).
+"""``heterps launch``: this host's rounds of the job, in one loop, one host or many.
 
-Each round runs Paddle's launcher in a child process of its own session (launch/child.py), which writes how it
-ended (launch/result.py); what comes next is the job's state machine's (launch/machine.py): on one host, this
-module drives it with one member, this host (Paddle's connect-timeout abort starts the job again, at most
-``HETERPS_CONNECT_RETRIES`` times); across hosts, the coordinator on server 0's host drives it for every host
-(launch/coordinator.py) and this module carries out its word on this host: the next round's part, standing by, the
-end.  Whatever is left in a round's session when it ends is stopped (launch/session.py), and the launch tells every
-process of the job what was launched (``HETERPS_LAUNCH``: Paddle tells a process only its own stage's device).
+Each round runs Paddle's launcher in a child process of its own session (launch/child.py), which reports what
+happened (launch/result.py: it succeeded; it failed, naming what, and whether that was Paddle's connect-timeout
+abort; it was told a new round).  What comes next is the job's state machine's alone (launch/machine.py):
+
+- **one host** is a job of one member, this host: the machine runs here (``OneHost``), with the same rules as
+  across hosts (a connect-timeout abort starts the job again, at most ``HETERPS_CONNECT_RETRIES`` times);
+- **across hosts** the machine runs in the coordinator on server 0's host (launch/coordinator.py, served from this
+  process there), and this host carries out its word (``HostOfJob``): the next round's part, standing by, the end.
+
+The loop (``_rounds``) is the same for both: run the round (or stand by), ask the shell what the job decided, say
+it, go on or end.  Whatever is left in a round's session when it ends is stopped (launch/session.py), and the
+launch tells every process of the job what was launched (``HETERPS_LAUNCH``: Paddle tells a process only its own
+stage's device).  Every launch appends its life to the event log (launch/event_log.py).
 """
 
 from __future__ import annotations
@@ -20,42 +26,98 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, cast
 
 from heterps_paddle import control, settings
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
 from heterps_paddle.files import INPUTS_ENV, output_dir, real
 from heterps_paddle.launch import machine as m
-from heterps_paddle.launch.console import LAUNCHER_LOG, OWN_PREFIX, Console, echo_logs, keep_attempt_logs, relay
+from heterps_paddle.launch import render
+from heterps_paddle.launch.console import (
+    LAUNCHER_LOG,
+    OWN_PREFIX,
+    Console,
+    echo_logs,
+    failure_lines,
+    keep_attempt_logs,
+    relay,
+)
 from heterps_paddle.launch.coordinator import Coordinator
+from heterps_paddle.launch.event_log import EventLog
 from heterps_paddle.launch.hosts import HostRound, host_round
 from heterps_paddle.launch.job import JOB_ENV, JobAborted, ask_round, startup_timeout
-from heterps_paddle.launch.leave import Notice, ask_to_leave, grace_s, write_info
+from heterps_paddle.launch.leave import Notice, ask_to_leave, grace_s
 from heterps_paddle.launch.member import LogForwarder, Member
 from heterps_paddle.launch.options import LaunchOptions
 from heterps_paddle.launch.ports import PortBlock, claim_port_block
-from heterps_paddle.launch.result import RESULT_ENV, RETRIES_LEFT_ENV, RunResult, RunState
+from heterps_paddle.launch.result import RESULT_FD_ENV, Outcome, RunResult
 from heterps_paddle.launch.rounds import joined_of, part_of_round, plan_maker
 from heterps_paddle.launch.session import stop_session
 from heterps_paddle.planning.launch import LAUNCH_ENV
 from heterps_paddle.rendezvous import LAUNCH_ID_ENV, launch_files_dir
 from heterps_paddle.runtime.checkpoint_choice import prepare_launch
 from heterps_paddle.runtime.checkpoint_files import CheckpointError
+from heterps_paddle.version import __version__
 
 LOCAL_ADDRESS = "127.0.0.1"  # Paddle's launcher's address for the processes of a one-host job
 FAILED_EXIT = 1
-RESULT_FILE = ".heterps-run-result.json"  # in a round's log directory, while its child runs
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One round of this host: its number, the launcher's options, and across hosts this host's part of it."""
+
+    number: int
+    options: LaunchOptions
+    part: HostRound | None = None  # None: one host
+
+    @property
+    def spare(self) -> bool:
+        return self.part is not None and self.part.spare
 
 
 @dataclass(frozen=True)
 class Ran:
-    """One round (or attempt) of this host: how it ended, where its logs are, the child's exit status."""
+    """One round of this host, as its child reported it: the facts, where its logs are, the child's exit status."""
 
     result: RunResult
     log_dir: str
     code: int
-    left: bool = False  # a spare that left the job on notice
+
+
+@dataclass(frozen=True)
+class HostEnd:
+    """How the job ended for this host: its launch's exit status, and what the event log says of it."""
+
+    code: int
+    how: str  # finished | left | failed
+    log_dir: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the job decided after a round of this host: the next round, or this host's end; the lines that say it."""
+
+    next: Turn | None = None
+    end: HostEnd | None = None
+    lines: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()  # the same, for stderr
+
+
+class Shell(Protocol):
+    """Where the job's decisions come from (module doc)."""
+
+    def first(self) -> Turn | HostEnd: ...
+
+    def stand_by(self, turn: Turn) -> Ran: ...
+
+    def coordinator(self) -> Coordinator | None: ...
+
+    def after(self, turn: Turn, ran: Ran) -> Verdict: ...
+
+    def close(self) -> None: ...
 
 
 def run(options: LaunchOptions) -> int:
@@ -68,238 +130,296 @@ def run(options: LaunchOptions) -> int:
         print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_INPUT_ERROR
     console = Console()
+    log = EventLog(options.log_dir)
+    address = LOCAL_ADDRESS if options.hosts is None else options.hosts.host or os.environ.get("POD_IP", "")
+    log.write(
+        "launch_started", host=address, pid=os.getpid(), across_hosts=options.hosts is not None, version=__version__
+    )
     started = time.time()
+    end = HostEnd(FAILED_EXIT, "failed", options.log_dir, "heterps launch was stopped")
     try:
-        if options.hosts is None:
-            code, log_dir = _one_host(options, console)
-        else:
-            code, log_dir = _across_hosts(options, console)
+        shell: Shell = OneHost(options, console, log) if options.hosts is None else HostOfJob(options, console, log)
+        end = _rounds(shell, console, log)
+    except SystemExit as exc:  # a signal stopped this launch (launch/driver.py: _run_round's handler)
+        end = HostEnd(int(exc.code or 0), "failed", options.log_dir, "heterps launch was stopped by a signal")
+        raise
     finally:
         console.close()
+        log.write("host_ended", how=end.how, code=end.code, reason=end.reason)
     seconds = time.time() - started
-    if code == 0:
-        console.line(f"heterps launch: job finished in {seconds:.1f} s (logs in {log_dir})")
+    if end.code == 0:
+        console.line(f"heterps launch: job finished in {seconds:.1f} s (logs in {end.log_dir})")
         return 0
-    if code != EXIT_INPUT_ERROR:
-        console.error(f"heterps launch: job FAILED (exit status {code}) after {seconds:.1f} s (logs in {log_dir})")
-    return code
+    if end.code != EXIT_INPUT_ERROR:
+        console.error(
+            f"heterps launch: job FAILED (exit status {end.code}) after {seconds:.1f} s (logs in {end.log_dir})"
+        )
+    return end.code
+
+
+def _rounds(shell: Shell, console: Console, log: EventLog) -> HostEnd:
+    """This host's rounds until the job ends for it: run each (or stand by), then what the job decided."""
+    first = shell.first()
+    if isinstance(first, HostEnd):
+        return first
+    turn = first
+    try:
+        while True:
+            log.write(
+                "host_round",
+                round=turn.number,
+                part="stands_by" if turn.spare else "runs",
+                log_dir=turn.options.log_dir,
+            )
+            ran = shell.stand_by(turn) if turn.spare else _run_round(turn, console, shell.coordinator())
+            if ran.result.failure:  # the facts first: the machine's decision follows from them
+                log.write(
+                    "host_failed",
+                    round=turn.number,
+                    failure=ran.result.failure,
+                    log=ran.result.log,
+                    connect_timeout=ran.result.connect_timeout,
+                )
+            verdict = shell.after(turn, ran)
+            if ran.result.failure:
+                for line in failure_lines(ran.result.failure, ran.result.log, verdict.next is not None):
+                    console.error(line)
+            for line in verdict.errors:
+                console.error(line)
+            for line in verdict.lines:
+                console.line(line)
+            if verdict.next is None:
+                assert verdict.end is not None
+                return verdict.end
+            turn = verdict.next
+    finally:
+        shell.close()
 
 
 # ------------------------------------------------------------------------------------------------ one host
 
 
-def _one_host(options: LaunchOptions, console: Console) -> tuple[int, str]:
-    """One host is the job's machine with one member, this host: its re-planning keeps the plan."""
-    retries = int(cast(int, settings.get("HETERPS_CONNECT_RETRIES")))
-    rules = m.Rules(connect_retries=retries, settle_s=0.0, checkpoints=options.checkpoint_dir is not None)
-    here = m.Round(0, {LOCAL_ADDRESS: True}, LOCAL_ADDRESS, "")
-    job = m.first_job(rules, here, time.monotonic())
-    # --timeout bounds the whole launch of a one-host job, its attempts together
-    deadline = None if options.timeout is None else time.monotonic() + options.timeout
-    while True:
-        job, _ = _drive(job, m.Joined(LOCAL_ADDRESS, ""), console)  # this host is every host of the round
-        ran = _run_round(options, console, job.round.number, job.retries_left, deadline)
-        if ran.code == EXIT_INPUT_ERROR:  # refused before anything started
-            return ran.code, ran.log_dir
-        number = job.round.number
-        if ran.result.state is RunState.SUCCEEDED:
-            job, _ = _drive(job, m.Done(LOCAL_ADDRESS, number), console)
-        else:
-            retryable = ran.result.state is RunState.RETRYABLE
-            # the failure itself is on the console already (the supervisor's FAILED / aborted line)
-            reason = "Paddle's connect-timeout abort" if retryable else (ran.result.failure or "the job failed")
-            job, _ = _drive(job, m.ProcessFailed(LOCAL_ADDRESS, number, reason, retryable), console)
-            job, _ = _drive(job, m.Tick(), console)
-        if job.state is m.JobState.ENDED:
-            return 0, ran.log_dir
-        if job.state is m.JobState.ABORTED:
-            return (ran.code if ran.code > 0 else FAILED_EXIT), ran.log_dir
-        # a retry: the job starts again on new ports, from the newest complete checkpoint with --checkpoint-dir
-        kept = keep_attempt_logs(ran.log_dir, number + 1)
-        console.error(
-            f"heterps launch: starting the job again (retry {job.round.retries_used} of {retries}, "
-            f"HETERPS_CONNECT_RETRIES): attempt {number + 1} was aborted by Paddle on a connect timeout; its logs "
-            f"are in {kept}"
+class OneHost:
+    """One host is the job's machine with one member, this host; its re-planning keeps the plan (the launch itself
+    is the plan's)."""
+
+    def __init__(self, options: LaunchOptions, console: Console, log: EventLog):
+        self.options = options
+        self.console = console
+        self.log = log
+        rules = m.Rules(
+            connect_retries=int(cast(int, settings.get("HETERPS_CONNECT_RETRIES"))),
+            settle_s=0.0,
+            checkpoints=options.checkpoint_dir is not None,
         )
+        self.job = m.first_job(rules, m.Round(0, {LOCAL_ADDRESS: True}, LOCAL_ADDRESS, ""), time.monotonic())
+        # --timeout bounds the whole launch of a one-host job, its attempts together
+        self.deadline = None if options.timeout is None else time.monotonic() + options.timeout
 
+    def first(self) -> Turn:
+        self._drive(m.Joined(LOCAL_ADDRESS, ""))  # this host is every host of the round
+        return Turn(0, self._timed(self.options))
 
-def _drive(job: m.Job, event: m.Event, console: Console) -> tuple[m.Job, list[m.Action]]:
-    """One host's machine: ``event`` and what follows from it; the console lines said.  Re-planning one host keeps
-    its plan (the launch itself is the plan's)."""
-    queue: list[m.Event] = [event]
-    done: list[m.Action] = []
-    while queue:
-        job, actions = m.step(job, queue.pop(0), time.monotonic())
-        for action in actions:
-            if isinstance(action, m.Say):
-                console.error(action.text)
-            elif isinstance(action, m.Replan):
-                report = {"summary": "the same plan (one host)", "how": "the launch's"}
-                round_ = job.round
-                queue.append(
-                    m.Planned({}, round_.members, round_.coordinator, round_.digest, report, {}, time.strftime("%c"))
-                )
-        done += actions
-    return job, done
+    def stand_by(self, turn: Turn) -> Ran:
+        raise AssertionError("one host never stands by")
+
+    def coordinator(self) -> Coordinator | None:
+        return None
+
+    def after(self, turn: Turn, ran: Ran) -> Verdict:
+        if ran.code == EXIT_INPUT_ERROR:  # refused before anything started
+            return Verdict(end=HostEnd(ran.code, "failed", ran.log_dir, ran.result.failure or ""))
+        number = self.job.round.number
+        if ran.result.outcome is Outcome.SUCCEEDED:
+            lines = self._drive(m.Done(LOCAL_ADDRESS, number))
+        else:
+            # the failure itself is said with the verdict (failure_lines); the machine's reason names it short
+            reason = (
+                "Paddle's connect-timeout abort"
+                if ran.result.connect_timeout
+                else (ran.result.failure or "the job failed")
+            )
+            lines = self._drive(m.ProcessFailed(LOCAL_ADDRESS, number, reason, ran.result.connect_timeout))
+            lines += self._drive(m.Tick())
+        if self.job.state is m.JobState.ENDED:
+            return Verdict(end=HostEnd(0, "finished", ran.log_dir), errors=tuple(lines))
+        if self.job.state is m.JobState.ABORTED:
+            code = ran.code if ran.code > 0 else FAILED_EXIT
+            return Verdict(end=HostEnd(code, "failed", ran.log_dir, self.job.reason or ""), errors=tuple(lines))
+        # a new round (a retry): the job starts again on new ports, from the newest complete checkpoint with
+        # --checkpoint-dir; the attempt's logs are kept aside
+        kept = keep_attempt_logs(ran.log_dir, number + 1)
+        lines.append(
+            f"heterps launch: starting the job again (retry {self.job.round.retries_used} of "
+            f"{self.job.rules.connect_retries}, HETERPS_CONNECT_RETRIES): attempt {number + 1} was aborted by Paddle "
+            f"on a connect timeout; its logs are in {kept}"
+        )
+        lines += self._drive(m.Joined(LOCAL_ADDRESS, ""))
+        return Verdict(next=Turn(self.job.round.number, self._timed(self.options)), errors=tuple(lines))
+
+    def close(self) -> None:
+        pass
+
+    def _timed(self, options: LaunchOptions) -> LaunchOptions:
+        """A later attempt has what the earlier ones left of --timeout."""
+        if self.deadline is None:
+            return options
+        return replace(options, timeout=max(1.0, self.deadline - time.monotonic()))
+
+    def _drive(self, event: m.Event) -> list[str]:
+        """``event`` through this host's machine, and what follows from it; the console lines it says."""
+        queue: list[m.Event] = [event]
+        lines: list[str] = []
+        while queue:
+            self.job, actions = m.step(self.job, queue.pop(0), time.monotonic())
+            self.log.actions(actions, self.job)
+            for action in actions:
+                line = render.line(action, self.job)
+                if line is not None and not isinstance(action, m.Start):
+                    lines.append(line)
+                if isinstance(action, m.Replan):
+                    report = {"summary": "the same plan (one host)", "how": "the launch's"}
+                    r = self.job.round
+                    queue.append(m.Planned({}, r.members, r.coordinator, r.digest, report, {}, time.strftime("%c")))
+        return lines
 
 
 # ------------------------------------------------------------------------------------------------ across hosts
 
 
-def _across_hosts(options: LaunchOptions, console: Console) -> tuple[int, str]:
-    """This host's part of the job, round after round, as the coordinator says."""
-    try:
-        part = host_round(options, os.environ)
-        key = part.job.key()  # no insecure default: a launch across hosts proves the job's key (control.py)
-    except HeterPSError as exc:
-        print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
-        return EXIT_INPUT_ERROR, options.log_dir
-    if part.nothing:
-        return 0, options.log_dir
-    first = part
-    number = 0
-    write_info(options.log_dir, part.address)
-    if not part.job.is_coordinator and (part.job.restarts > 0 or part.joining is not None):
-        part, number = _join_the_round(options, first, key, console)
-    code, log_dir = FAILED_EXIT, options.log_dir
-    try:
-        code, log_dir = _rounds(options, console, first, part, number, key)
-    finally:
-        write_info(options.log_dir, first.address, ended="left" if code == LEFT else f"exit status {code}")
-    return max(code, 0), log_dir
+class HostOfJob:
+    """This host's part of a job across hosts, round after round, as the coordinator says (on server 0's host, this
+    process serves the coordinator too)."""
 
+    def __init__(self, options: LaunchOptions, console: Console, log: EventLog):
+        self.options = options
+        self.console = console
+        self.log = log
+        self.firsts: HostRound | None = None  # the first round's part (from the launch's files)
+        self.key = b""
+        self.served: Coordinator | None = None
 
-LEFT = -1  # this host left the job on notice (its launch ends 0)
+    def first(self) -> Turn | HostEnd:
+        try:
+            part = host_round(self.options, os.environ)
+            self.key = part.job.key()  # no insecure default: a launch across hosts proves the job's key (control.py)
+        except HeterPSError as exc:
+            print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
+            return HostEnd(EXIT_INPUT_ERROR, "failed", self.options.log_dir, str(exc))
+        self.firsts = part
+        if part.nothing:
+            return HostEnd(0, "finished", self.options.log_dir, "it runs nothing of the plan")
+        assert self.options.hosts is not None
+        if part.job.is_coordinator or not self.options.hosts.may_stand_by:
+            return Turn(0, part.options, part)
+        # A host that may stand by (--restarts, --join) asks which round the job is in: started again after it was
+        # lost, it finds the job in a later round, runs nothing of its plan, and stands by (the coordinator counts
+        # it back).  A coordinator that does not answer is the join's to report.
+        try:
+            answer = ask_round(part.job.endpoint, self.key, time.monotonic() + startup_timeout())
+        except (OSError, HeterPSError):
+            return Turn(0, part.options, part)
+        number = int(answer.get("round") or 0)
+        if number == 0 or not answer.get("plan"):
+            return Turn(0, part.options, part)
+        lost = frozenset(answer.get("lost") or ()) - {part.address}
+        self.console.line(
+            f"heterps launch: the job is in round {number} (hosts lost: {', '.join(sorted(lost)) or 'none'})"
+        )
+        later = self._part_of(number, answer, lost, self.options.log_dir)
+        return later if isinstance(later, HostEnd) else Turn(number, later.options, later)
 
+    def coordinator(self) -> Coordinator | None:
+        """Server 0's host serves the launch's coordinator for the job's life (None: not this host)."""
+        assert self.firsts is not None
+        if self.served is None and self.firsts.job.is_coordinator:
+            log_dir = self.options.log_dir
+            os.makedirs(log_dir, exist_ok=True)
+            self.served = Coordinator(
+                self.firsts.job,
+                self.console.remote,
+                self.key,
+                restarts=self.firsts.job.restarts,
+                next_round=plan_maker(self.firsts, log_dir),
+                restarts_path=os.path.join(log_dir, "restarts.json"),
+                checkpoint_dir=self.options.checkpoint_dir,
+                log=self.log,
+            ).start()
+        return self.served
 
-def _rounds(
-    options: LaunchOptions, console: Console, first: HostRound, part: HostRound, number: int, key: bytes
-) -> tuple[int, str]:
-    """This host's rounds of the job until its end, or until this host left it (LEFT)."""
-    coordinator: Coordinator | None = None
-    try:
-        while True:
-            if part.spare:
-                ran = _stand_by(part, first.job.digest, console)
-            else:
-                if part.job.is_coordinator and coordinator is None:
-                    coordinator = _coordinate(part, key, console)
-                    if coordinator is None:
-                        return FAILED_EXIT, part.options.log_dir
-                ran = _run_round(part.options, console, number, 0, None, part, coordinator)
-            if ran.result.state is not RunState.NEW_ROUND:
-                break
-            # The job starts again (launch/machine.py): this host runs its part of the new round's plan.
-            restart = ran.result.restart or {}
-            number = int(restart["round"])
-            if first.address in (restart.get("left") or ()):
-                console.line(f"heterps launch: this host left the job; it goes on without it (round {number})")
-                return LEFT, ran.log_dir
-            try:
-                part = part_of_round(
-                    options,
-                    first.expansion,
-                    ran.log_dir,
-                    number,
-                    restart["plan"],
-                    frozenset(restart["lost"]),
-                    os.environ,
-                    joined_of(restart),
-                )
-            except HeterPSError as exc:
-                print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
-                return EXIT_INPUT_ERROR, ran.log_dir
-    finally:
-        if coordinator is not None:
-            coordinator.close()
-    if ran.result.state is RunState.SUCCEEDED:
-        return (LEFT if ran.left else 0), ran.log_dir
-    return (ran.code if ran.code > 0 else FAILED_EXIT), ran.log_dir
-
-
-def _coordinate(part: HostRound, key: bytes, console: Console) -> Coordinator | None:
-    """Server 0's host serves the launch's coordinator for the job's life (None: it could not, said why)."""
-    log_dir = part.options.log_dir
-    try:
+    def stand_by(self, turn: Turn) -> Ran:
+        """A spare host: no process of this round's plan runs here; wait for the coordinator's word."""
+        assert turn.part is not None and self.firsts is not None
+        part = turn.part
+        log_dir = part.options.log_dir
         os.makedirs(log_dir, exist_ok=True)
-        return Coordinator(
-            part.job,
-            console.remote,
-            key,
-            restarts=part.job.restarts,
-            next_round=plan_maker(part, log_dir),
-            restarts_path=os.path.join(log_dir, "restarts.json"),
-            checkpoint_dir=part.options.checkpoint_dir,
-        ).start()
-    except JobAborted as exc:
-        console.error(f"heterps launch: FAILED: {exc}")
-        return None
+        self.console.line(f"heterps launch: standing by for a restart (coordinator at {part.job.endpoint})")
 
+        def leave(signum: int, frame: Any) -> None:
+            accepted, why = ask_to_leave(part.job, grace_s())  # a spare goes at once: the coordinator lets it go
+            if not accepted:
+                self.console.error(f"heterps launch: SIGTERM: the job cannot let this host go ({why}): it stops now")
+                sys.exit(128 + signum)
 
-def _join_the_round(options: LaunchOptions, first: HostRound, key: bytes, console: Console) -> tuple[HostRound, int]:
-    """A launch that may restart (``--restarts``) asks the coordinator which round the job is in: a host started
-    again after it was lost finds the job in a later round, runs nothing of its plan, and stands by (the coordinator
-    counts it back).  A coordinator that does not answer is the join's to report."""
-    try:
-        answer = ask_round(first.job.endpoint, key, time.monotonic() + startup_timeout())
-    except (OSError, HeterPSError):
-        return first, 0  # the join says why
-    number = int(answer.get("round") or 0)
-    if number == 0 or not answer.get("plan"):
-        return first, 0
-    log_dir = options.log_dir
-    os.makedirs(log_dir, exist_ok=True)
-    lost = frozenset(answer.get("lost") or ()) - {first.address}
-    console.line(f"heterps launch: the job is in round {number} (hosts lost: {', '.join(sorted(lost)) or 'none'})")
-    joined = joined_of(answer)
-    return part_of_round(options, first.expansion, log_dir, number, answer["plan"], lost, os.environ, joined), number
+        signal.signal(signal.SIGTERM, leave)
+        try:
+            message = Member(part.job).standby(self.firsts.job.digest, part.joining)
+        except JobAborted as exc:
+            return Ran(RunResult(Outcome.FAILED, str(exc)), log_dir, FAILED_EXIT)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if message["op"] == "restart":
+            return Ran(RunResult(Outcome.NEW_ROUND, told=message), log_dir, 0)
+        if message["op"] == "end":
+            return Ran(RunResult(Outcome.SUCCEEDED, told=message), log_dir, 0)
+        failure = f"the launch across hosts ended: {message.get('reason')}"
+        return Ran(RunResult(Outcome.FAILED, failure, told=message), log_dir, FAILED_EXIT)
 
+    def after(self, turn: Turn, ran: Ran) -> Verdict:
+        assert turn.part is not None
+        result, told = ran.result, ran.result.told or {}
+        if result.outcome is Outcome.NEW_ROUND:
+            number = int(told["round"])
+            if turn.part.address in (told.get("left") or ()):
+                line = f"heterps launch: this host left the job; it goes on without it (round {number})"
+                return Verdict(end=HostEnd(0, "left", ran.log_dir), lines=(line,))
+            later = self._part_of(number, told, frozenset(told["lost"]), ran.log_dir)
+            if isinstance(later, HostEnd):
+                return Verdict(end=later)
+            return Verdict(next=Turn(number, later.options, later))
+        if result.outcome is Outcome.SUCCEEDED:
+            if told.get("why") == render.LEFT_WHY:
+                return Verdict(
+                    end=HostEnd(0, "left", ran.log_dir), lines=("heterps launch: this host, standing by, left the job",)
+                )
+            return Verdict(end=HostEnd(0, "finished", ran.log_dir))
+        return Verdict(
+            end=HostEnd(ran.code if ran.code > 0 else FAILED_EXIT, "failed", ran.log_dir, result.failure or "")
+        )
 
-def _stand_by(part: HostRound, files_digest: str, console: Console) -> Ran:
-    """A spare host: no process of this round's plan runs here; wait for the coordinator's word."""
-    log_dir = part.options.log_dir
-    os.makedirs(log_dir, exist_ok=True)
-    console.line(f"heterps launch: standing by for a restart (coordinator at {part.job.endpoint})")
+    def close(self) -> None:
+        if self.served is not None:
+            self.served.close()
 
-    def leave(signum: int, frame: Any) -> None:
-        accepted, why = ask_to_leave(part.job, grace_s())  # a spare goes at once: the coordinator lets it go
-        if not accepted:
-            console.error(f"heterps launch: SIGTERM: the job cannot let this host go ({why}): it stops now")
-            sys.exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, leave)
-    try:
-        message = Member(part.job).standby(files_digest, part.joining)
-    except JobAborted as exc:
-        console.error(f"heterps launch: FAILED: {exc}")
-        return Ran(RunResult(RunState.FAILED, str(exc)), log_dir, FAILED_EXIT)
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if message["op"] == "restart":
-        return Ran(RunResult(RunState.NEW_ROUND, restart=message), log_dir, 0)
-    if message["op"] == "end":
-        left = message.get("why") == m.LEFT_WHY
-        if left:
-            console.line("heterps launch: this host, standing by, left the job")
-        return Ran(RunResult(RunState.SUCCEEDED), log_dir, 0, left)
-    console.error(f"heterps launch: FAILED: the launch across hosts ended: {message.get('reason')}")
-    return Ran(RunResult(RunState.FAILED, str(message.get("reason"))), log_dir, FAILED_EXIT)
+    def _part_of(self, number: int, told: Any, lost: frozenset[str], log_dir: str) -> HostRound | HostEnd:
+        """This host's part of round ``number`` (the coordinator's ``told``: its plan and joined machines)."""
+        assert self.firsts is not None
+        try:
+            return part_of_round(
+                self.options, self.firsts.expansion, log_dir, number, told["plan"], lost, os.environ, joined_of(told)
+            )
+        except HeterPSError as exc:
+            print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
+            return HostEnd(EXIT_INPUT_ERROR, "failed", log_dir, str(exc))
 
 
 # ------------------------------------------------------------------------------------------------ one round
 
 
-def _run_round(
-    options: LaunchOptions,
-    console: Console,
-    number: int,
-    retries_left: int,
-    deadline: float | None,
-    part: HostRound | None = None,
-    coordinator: Coordinator | None = None,
-) -> Ran:
+def _run_round(turn: Turn, console: Console, coordinator: Coordinator | None) -> Ran:
     """One run of Paddle's launcher (a launch across hosts with restarts may run several, and a one-host launch one
     per attempt), supervised in a child process of its own session."""
+    options, part, number = turn.options, turn.part, turn.number
     args = options.paddle_arguments()
     env = dict(os.environ)
     inputs = options.inputs()
@@ -312,17 +432,13 @@ def _run_round(
     if args.worker_num is not None:
         env[LAUNCH_ENV] = json.dumps(launch_description(args))
     if options.timeout is not None:
-        # a later attempt has what the earlier ones left of it (``deadline``)
-        timeout_left = options.timeout if deadline is None else max(1.0, deadline - time.monotonic())
-        env["HETERPS_LAUNCH_TIMEOUT"] = str(timeout_left)
-    if part is None:
-        env[RETRIES_LEFT_ENV] = str(retries_left)
+        env["HETERPS_LAUNCH_TIMEOUT"] = str(options.timeout)
     if options.checkpoint_dir is not None or options.checkpoint_every is not None:
         try:
             checkpoint_env, lines = prepare_launch(options.checkpoint_dir, options.checkpoint_every)
         except CheckpointError as exc:
             print(f"{OWN_PREFIX} {exc}", file=sys.stderr)
-            return Ran(RunResult(RunState.FAILED), options.log_dir, EXIT_INPUT_ERROR)
+            return Ran(RunResult(Outcome.FAILED), options.log_dir, EXIT_INPUT_ERROR)
         env.update(checkpoint_env)
         for line in lines:
             print(f"{OWN_PREFIX} {line}", flush=True)
@@ -331,8 +447,7 @@ def _run_round(
         try:
             ports, options = with_claimed_ports(args, options)
         except HeterPSError as exc:
-            print(f"{OWN_PREFIX} {exc}", file=sys.stderr)
-            return Ran(RunResult(RunState.FAILED, str(exc)), options.log_dir, FAILED_EXIT)
+            return Ran(RunResult(Outcome.FAILED, str(exc)), options.log_dir, FAILED_EXIT)
     board_dir = None
     if part is None and not env.get(LAUNCH_ID_ENV):
         # One host: the launch's board is a directory of the cache (rendezvous.py), named by this id rather than by
@@ -346,27 +461,35 @@ def _run_round(
         options = options.with_paddle({"--log_dir": log_dir})
     os.makedirs(log_dir, exist_ok=True)
     started = time.time()
-    result_path = os.path.join(log_dir, RESULT_FILE)
-    env[RESULT_ENV] = result_path
     if part is not None:
         env[JOB_ENV] = part.job.to_json()
         env[control.KEY_FILE_ENV] = os.path.abspath(part.job.key_file)  # the board's clients prove it too
         if not part.job.is_coordinator and console.forwarder is None:
             console.forwarder = LogForwarder(part.job)
     launch_argv = options.launcher_argv()
+    # The child's result comes back through a pipe of its own (launch/result.py), read while it runs.
+    result_read, result_write = os.pipe()
+    env[RESULT_FD_ENV] = str(result_write)
     # Paddle's launcher prints its arguments and every process's environment: that goes to launcher.log; the
     # console gets heterps launch's own lines and the job's progress.
-    child = subprocess.Popen(
-        [sys.executable, "-m", "heterps_paddle.launch.child", *launch_argv],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    own_lines = threading.Thread(
-        target=relay, args=(child.stdout, os.path.join(log_dir, LAUNCHER_LOG), console), daemon=True
-    )
-    own_lines.start()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "heterps_paddle.launch.child", *launch_argv],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(result_write,),
+        )
+    finally:
+        os.close(result_write)
+    said = _Collected()
+    readers = [
+        threading.Thread(target=relay, args=(child.stdout, os.path.join(log_dir, LAUNCHER_LOG), console), daemon=True),
+        threading.Thread(target=said.collect, args=(result_read,), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
     print(
         f"heterps launch: {' '.join(launch_argv)} (Paddle's launcher output: {os.path.join(log_dir, LAUNCHER_LOG)})",
         flush=True,
@@ -391,7 +514,6 @@ def _run_round(
     handlers = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         code = child.wait()
-        own_lines.join(timeout=5)
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
@@ -401,6 +523,9 @@ def _run_round(
         if echo is not None:
             echo.join(timeout=2)
         left = stop_session(child.pid)
+        for reader in readers:
+            reader.join(timeout=5)
+        os.close(result_read)
         if ports is not None:
             ports.release()
         if board_dir is not None:
@@ -411,13 +536,32 @@ def _run_round(
         console.error(
             f"heterps launch: stopped what was still running in the job's session at its end: {'; '.join(left)}"
         )
-    result = RunResult.read(result_path, code)
-    if result.state is RunState.NEW_ROUND and result.restart is not None:
+    result = RunResult.parse(said.data, code)
+    if result.outcome is Outcome.NEW_ROUND and result.told is not None:
         console.line(
-            f"heterps launch: this host starts again with the job (round {result.restart['round']}) after "
+            f"heterps launch: this host starts again with the job (round {result.told['round']}) after "
             f"{time.time() - started:.1f} s"
         )
     return Ran(result, log_dir, code)
+
+
+@dataclass
+class _Collected:
+    """What the child wrote to its result pipe, read until its end."""
+
+    data: bytes = field(default=b"")
+
+    def collect(self, fd: int) -> None:
+        chunks = []
+        try:
+            while True:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except OSError:
+            pass
+        self.data = b"".join(chunks)
 
 
 def launch_description(args: Any) -> dict[str, Any]:

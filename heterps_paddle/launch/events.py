@@ -1,12 +1,14 @@
-"""The job's state machine's vocabulary (launch/machine.py): the events it takes (what the shells saw) and the
-actions it asks for (what they carry out).  Frozen records, no behaviour."""
+"""The job's state machine's vocabulary (launch/machine.py): the events it takes (what the shells saw: facts) and
+the actions it asks for (what they carry out).  Frozen records, no behaviour, no wording: the shells render wire
+messages, console lines and event-log records from the actions (launch/render.py)."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
-from heterps_paddle.launch.state import Kind, Round
+from heterps_paddle.launch.state import Change, Kind, Round
 
 # ------------------------------------------------------------------------------------------------ the events
 
@@ -44,12 +46,13 @@ class LeaveAsked:
 
 @dataclass(frozen=True)
 class ProcessFailed:
-    """A process of ``host`` failed; ``retryable``: it was Paddle's connect-timeout abort."""
+    """A process of ``host`` failed; ``connect_timeout``: the first that failed was Paddle's connect-timeout abort
+    (launch/paddle_aborts.py), which a fresh start gets past."""
 
     host: str
     round: int
     reason: str
-    retryable: bool = False
+    connect_timeout: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,9 +108,9 @@ class Planned:
     members: Mapping[str, bool]
     coordinator: str
     digest: str
-    report: Mapping[str, Any]  # old and new plans, how the new one was chosen (restarts.json)
-    checkpoint: Mapping[str, Any]  # the checkpoint the round resumes from and the work redone (restarts.json)
-    at: str  # the time, as restarts.json writes it
+    report: Mapping[str, Any]  # old and new plans, how the new one was chosen (the event log, restarts.json)
+    checkpoint: Mapping[str, Any]  # the checkpoint the round resumes from and the work redone
+    at: str  # the time, as the event log writes it
     better: bool = True
 
 
@@ -133,15 +136,19 @@ Event = Union[
     Planned,
     PlanFailed,
 ]
+EVENTS: tuple[type, ...] = Event.__args__  # type: ignore[attr-defined]
 
 # ------------------------------------------------------------------------------------------------ the actions
+# What to tell a connection, a round's hosts or the spares; what to do; and the facts worth a console line and a
+# record of the event log (the notes at the end).
 
 
-@dataclass(frozen=True)
-class Say:
-    """A line for the coordinator's console."""
+class Dismissal(enum.Enum):
+    """Why a connection is told the job is over for it."""
 
-    text: str
+    ENDED = "ended"  # the job ended
+    ABORTED = "aborted"  # the job ended on a failure
+    LEFT = "left"  # the host left the job on notice
 
 
 @dataclass(frozen=True)
@@ -153,11 +160,29 @@ class Refuse:
 
 
 @dataclass(frozen=True)
-class Reply:
-    """Answer a standing-by host."""
+class StandBy:
+    """Answer a spare that joined: it stands by in round ``round``."""
 
     host: str
-    message: Mapping[str, Any]
+    round: int
+
+
+@dataclass(frozen=True)
+class LeaveAnswer:
+    """Answer ``host``'s request to leave."""
+
+    host: str
+    accepted: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Dismiss:
+    """Tell ``host`` (standing by, or of the round) that the job is over for it, and why."""
+
+    host: str
+    why: Dismissal
+    reason: str = ""  # the abort's
 
 
 @dataclass(frozen=True)
@@ -174,19 +199,15 @@ class Beat:
 
 
 @dataclass(frozen=True)
-class Tell:
-    """Tell every connected host of the round ``message``; ``spares`` too (who are then let go)."""
-
-    message: Mapping[str, Any]
-    spares: bool = True
+class EndAll:
+    """Every host's CPU trainers finished: tell every host of the round, and every spare, the end."""
 
 
 @dataclass(frozen=True)
-class LetGo:
-    """Tell ``host`` (standing by, or of the round) ``message``: the job goes on without it."""
+class AbortAll:
+    """The launch ends on a failure: tell every host of the round, and every spare, why."""
 
-    host: str
-    message: Mapping[str, Any]
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -208,11 +229,94 @@ class Replan:
 
 @dataclass(frozen=True)
 class NextRound:
-    """Start ``round``: write the history (restarts.json), tell every host and spare ``message``, a new board."""
+    """Start ``round`` (``change`` led to it; ``joined``: every machine from outside the hosts file, as every host
+    expands them): tell every host and spare, write the history, a new board."""
 
     round: Round
-    message: Mapping[str, Any]
-    history: tuple[Mapping[str, Any], ...]
+    change: Change
+    summary: str  # the old plan -> the new plan, how it was chosen
+    joined: tuple[Mapping[str, Any], ...]
 
 
-Action = Union[Say, Refuse, Reply, Start, Beat, Tell, LetGo, AskCheckpoint, Replan, NextRound]
+# ---- notes: facts of the job's life, for the console and the event log
+
+
+@dataclass(frozen=True)
+class Settling:
+    """A failure was seen: the job will start again after settling, as a ``kind`` (retry or restart), with
+    ``left`` of that kind left."""
+
+    reason: str
+    kind: Kind
+    left: int
+
+
+@dataclass(frozen=True)
+class HostBack:
+    """A lost host stands by again, or a machine from outside the hosts file joined (``joining``: what it is);
+    ``moves``: the job moves to a plan with it at the next checkpoint, if better (it keeps checkpoints)."""
+
+    host: str
+    joining: Mapping[str, Any] | None
+    moves: bool
+
+
+@dataclass(frozen=True)
+class SpareLeft:
+    """A standing-by host left the job on notice."""
+
+    host: str
+
+
+@dataclass(frozen=True)
+class SpareLost:
+    """A standing-by host went away: counted as lost."""
+
+    host: str
+
+
+@dataclass(frozen=True)
+class LeaveNoted:
+    """A host of the round asked to leave: a checkpoint, then the job goes on without it (within ``grace_s``)."""
+
+    host: str
+    grace_s: float
+
+
+@dataclass(frozen=True)
+class MoveDeclined:
+    """With ``hosts`` back, the plan would be ``plan`` (summary), no better than the running one: no move."""
+
+    hosts: tuple[str, ...]
+    plan: str
+
+
+@dataclass(frozen=True)
+class MoveImpossible:
+    """No plan with ``hosts`` back (``detail``): the job goes on."""
+
+    hosts: tuple[str, ...]
+    detail: str
+
+
+Action = Union[
+    Refuse,
+    StandBy,
+    LeaveAnswer,
+    Dismiss,
+    Start,
+    Beat,
+    EndAll,
+    AbortAll,
+    AskCheckpoint,
+    Replan,
+    NextRound,
+    Settling,
+    HostBack,
+    SpareLeft,
+    SpareLost,
+    LeaveNoted,
+    MoveDeclined,
+    MoveImpossible,
+]
+NOTES: tuple[type, ...] = (Settling, HostBack, SpareLeft, SpareLost, LeaveNoted, MoveDeclined, MoveImpossible)

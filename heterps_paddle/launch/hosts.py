@@ -140,7 +140,7 @@ def host_round(options: LaunchOptions, environ: Mapping[str, str], files: RoundF
     print(f"heterps launch: this host is {part.describe()}", flush=True)
     job = job_of(expansion, address, given.restarts)
     if not part.processes:
-        if given.restarts > 0 or joining is not None:
+        if given.may_stand_by:
             # A spare: a later round's plan may use it; heterps launch waits for the coordinator.
             print(f"heterps launch: {address} runs nothing of this plan; it stands by for a restart", flush=True)
             return HostRound(options, address, job, expansion, files, spare=True, joining=joining)

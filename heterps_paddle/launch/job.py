@@ -35,7 +35,7 @@ class HostsJob:
     coordinator: str  # server 0's host, where the coordinator runs
     digest: str  # of the plan and its placement (every host must have the same)
     members: Mapping[str, bool]  # every host that runs a process of the plan -> whether it runs CPU trainers
-    restarts: int = 0  # --restarts N: a failure then waits for the coordinator's word (restart or end)
+    restarts: int = 0  # --restarts N (the coordinator's rules)
     # HETERPS_CONNECT_RETRIES: starts of the job again after Paddle's connect-timeout abort (launch/paddle_aborts.py)
     connect_retries: int = 0
     key_file: str = ""  # the job's key (heterps_paddle/control.py): every connection to the coordinator proves it
@@ -44,12 +44,6 @@ class HostsJob:
 
     def key(self) -> bytes:
         return control.load_key(self.key_file)
-
-    @property
-    def may_start_again(self) -> bool:
-        """Whether a failure can end in a new round rather than the launch's end: a host that failed then waits
-        for the coordinator's word (closing its connection would count it as lost)."""
-        return self.restarts > 0 or self.connect_retries > 0
 
     @property
     def is_coordinator(self) -> bool:

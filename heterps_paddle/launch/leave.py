@@ -8,13 +8,13 @@ the other hosts again from that checkpoint (launch/machine.py), and this host's 
 without it.  A coordinator that refuses (this host is the coordinator's, the job has ended, ...) or cannot be
 reached leaves SIGTERM its old meaning: the host's processes are stopped at once.
 
-Each running launch writes ``LOG/heterps-launch.json`` (its pid, this host's address, and at its end how it
-ended), which is how ``--leave`` finds it.
+Each launch's event log (``LOG/heterps-events.jsonl``, launch/event_log.py) says its pid and this host's address
+(``launch_started``) and, at its end, how it ended (``host_ended``): that is how ``--leave`` finds it and learns
+whether the host left.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -26,11 +26,10 @@ import psutil
 
 from heterps_paddle import control, settings
 from heterps_paddle.errors import EXIT_INPUT_ERROR
-from heterps_paddle.files import write_atomic
+from heterps_paddle.launch import event_log
 from heterps_paddle.launch.job import HostsJob, host_timeout
 from heterps_paddle.launch.session import stop_session
 
-INFO_FILE = "heterps-launch.json"
 ASK_TIMEOUT_S = 30.0  # a busy coordinator may take a while; the host is still running meanwhile
 MAX_GRACE_S = 24 * 3600.0  # a grace time the coordinator takes (a leave is for a notice, not a schedule)
 LEAVE_USAGE = "usage: heterps launch --leave --log_dir LOG (the --log_dir of the running heterps launch on this host)"
@@ -100,13 +99,6 @@ def ask_to_leave(job: HostsJob, grace: float) -> tuple[bool, str]:
     return bool(answer.get("accepted")), str(answer.get("reason", ""))
 
 
-def write_info(log_dir: str, host: str, **fields: Any) -> None:
-    """This running launch, for ``heterps launch --leave`` (module doc); ``fields``: how it ended, at its end."""
-    os.makedirs(log_dir, exist_ok=True)
-    info = {"pid": os.getpid(), "host": host, **fields}
-    write_atomic(os.path.join(log_dir, INFO_FILE), json.dumps(info) + "\n")
-
-
 def is_leave(argv: list[str]) -> bool:
     """Whether ``heterps launch ARGV`` is ``--leave``: the flag before the training script (the first ``.py``
     word), not the script's own argument of that name."""
@@ -129,18 +121,20 @@ def leave_command(argv: list[str]) -> int:
     if not log_dir:
         print(f"heterps launch --leave: {LEAVE_USAGE}", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    path = os.path.join(log_dir, INFO_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            info = json.load(f)
-        pid = int(info["pid"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"heterps launch --leave: no running heterps launch in {log_dir} ({path}: {exc})", file=sys.stderr)
+    records = event_log.this_launch(event_log.read(log_dir))
+    started = event_log.of_type(records, "launch_started")
+    if not started:
+        print(
+            f"heterps launch --leave: no heterps launch in {log_dir} (its event log {event_log.path_in(log_dir)} "
+            "says none started there)",
+            file=sys.stderr,
+        )
         return EXIT_INPUT_ERROR
-    if "ended" in info or not _is_launch(pid):
+    pid, host = int(started[-1]["pid"]), started[-1].get("host")
+    if event_log.of_type(records, "host_ended") or not _is_launch(pid):
         print(f"heterps launch --leave: the launch in {log_dir} (pid {pid}) is not running", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    print(f"heterps launch --leave: asking the launch of host {info.get('host')} (pid {pid}) to leave the job")
+    print(f"heterps launch --leave: asking the launch of host {host} (pid {pid}) to leave the job")
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s() + 2 * host_timeout() + 120.0
     while _is_launch(pid):
@@ -148,15 +142,13 @@ def leave_command(argv: list[str]) -> int:
             print(f"heterps launch --leave: the launch (pid {pid}) is still running; a second SIGTERM stops it now")
             return 1
         time.sleep(0.5)
-    try:
-        with open(path, encoding="utf-8") as f:
-            ended = json.load(f).get("ended")
-    except (OSError, ValueError):
-        ended = None
-    if ended == "left":
-        print(f"heterps launch --leave: host {info.get('host')} left the job; the job goes on without it")
+    ended = event_log.of_type(event_log.this_launch(event_log.read(log_dir)), "host_ended")
+    how = ended[-1].get("how") if ended else None
+    if how == "left":
+        print(f"heterps launch --leave: host {host} left the job; the job goes on without it")
         return 0
-    print(f"heterps launch --leave: the launch of host {info.get('host')} ended: {ended or 'unknown'}", file=sys.stderr)
+    what = f"{how} (exit status {ended[-1].get('code')})" if ended else "unknown"
+    print(f"heterps launch --leave: the launch of host {host} ended: {what}", file=sys.stderr)
     return 1
 
 

@@ -31,6 +31,10 @@ The rounds, in short:
   redone and no restart used.  Past the host's grace time it goes without one (from the newest checkpoint); a host
   that dies first is an ordinary loss.
 - **The end.**  When every host that runs CPU trainers has finished, the job ends on every host.
+
+The machine speaks in facts and typed actions (launch/events.py): it builds no wire message and no console line;
+the shells render those (launch/render.py).  Every (state, event) pair is decided: a transition of the table in
+tests/test_launch_machine.py, or named there as ignored with the reason.
 """
 
 from __future__ import annotations
@@ -40,70 +44,91 @@ from typing import Any, Callable
 
 # the vocabulary, re-exported: the shells and tests speak to the machine as machine.Joined, machine.Job, ...
 from heterps_paddle.launch.events import (
+    EVENTS,
+    NOTES,
+    AbortAll,
     Action,
     AskCheckpoint,
     Beat,
     CheckpointComplete,
+    Dismiss,
+    Dismissal,
     Done,
+    EndAll,
     Event,
+    HostBack,
     HostGone,
     HostSilent,
     Joined,
+    LeaveAnswer,
     LeaveAsked,
-    LetGo,
+    LeaveNoted,
+    MoveDeclined,
+    MoveImpossible,
     NextRound,
     PlanFailed,
     Planned,
     ProcessFailed,
     Refuse,
     Replan,
-    Reply,
-    Say,
+    Settling,
     SpareGone,
     SpareJoined,
+    SpareLeft,
+    SpareLost,
+    StandBy,
     Start,
-    Tell,
     Tick,
 )
-from heterps_paddle.launch.state import Change, Job, JobState, Kind, Round, Rules, first_job
+from heterps_paddle.launch.state import Change, Job, JobState, Kind, Round, RoundChange, Rules, Seen, first_job
 
 __all__ = [
+    "EVENTS",
+    "NOTES",
+    "AbortAll",
     "Action",
     "AskCheckpoint",
     "Beat",
     "Change",
     "CheckpointComplete",
+    "Dismiss",
+    "Dismissal",
     "Done",
+    "EndAll",
     "Event",
+    "HostBack",
     "HostGone",
     "HostSilent",
     "Job",
     "JobState",
     "Joined",
     "Kind",
+    "LeaveAnswer",
     "LeaveAsked",
-    "LetGo",
+    "LeaveNoted",
+    "MoveDeclined",
+    "MoveImpossible",
     "NextRound",
     "PlanFailed",
     "Planned",
     "ProcessFailed",
     "Refuse",
     "Replan",
-    "Reply",
     "Round",
+    "RoundChange",
     "Rules",
-    "Say",
+    "Seen",
+    "Settling",
     "SpareGone",
     "SpareJoined",
+    "SpareLeft",
+    "SpareLost",
+    "StandBy",
     "Start",
-    "Tell",
     "Tick",
     "first_job",
     "step",
 ]
-
-PREFIX = "heterps launch: "
-LEFT_WHY = "it left the job"  # the word to a spare that left (launch/driver.py reads it)
 
 # ------------------------------------------------------------------------------------------------ the rules
 
@@ -114,22 +139,27 @@ def step(job: Job, event: Event, now: float) -> tuple[Job, list[Action]]:
     return handler(job, event, now)
 
 
+def _seen(job: Job, **changes: Any) -> Job:
+    """``job`` with what its round has seen changed."""
+    return replace(job, seen=replace(job.seen, **changes))
+
+
 def _joined(job: Job, event: Joined, now: float) -> tuple[Job, list[Action]]:
-    host = event.host
+    host, seen = event.host, job.seen
     if host not in job.round.members:
         listed = ", ".join(job.round.members)
         return job, [Refuse(host, f"{host} runs nothing of this launch's plan (its hosts: {listed})")]
-    if host in job.joined:
+    if host in seen.joined:
         return job, [Refuse(host, f"host {host} joined twice: a second heterps launch with --host {host}")]
     if job.state is not JobState.JOINING:
         reason = job.reason or f"host {host} joined a launch that had started"
-        return replace(job, gone=job.gone | {host}), [Refuse(host, reason)]
-    job = replace(job, joined=job.joined | {host}, gone=job.gone - {host})
+        return _seen(job, gone=seen.gone | {host}), [Refuse(host, reason)]
+    job = _seen(job, joined=seen.joined | {host}, gone=seen.gone - {host})
     if event.digest != job.round.digest:
         return _abort(job, _other_files(host, event.digest, job.round.coordinator, job.round.digest))
-    if set(job.round.members) <= job.joined:
+    if set(job.round.members) <= job.seen.joined:
         actions: list[Action] = [Start(tuple(job.round.members), job.round.digest)]
-        job = replace(job, state=JobState.RUNNING)
+        job = _seen(replace(job, state=JobState.RUNNING), started=True)
         if job.leaving and job.rules.checkpoints:  # asked while the round was starting
             actions.append(AskCheckpoint(f"host(s) {', '.join(sorted(job.leaving))} leave"))
         elif job.leaving:
@@ -137,6 +167,15 @@ def _joined(job: Job, event: Joined, now: float) -> tuple[Job, list[Action]]:
             actions += more
         return job, actions
     return job, []
+
+
+def _other_files(host: str, digest: str, coordinator: str, expected: str) -> str:
+    """Why a host with other files is refused: each host named with its own digest, so that the line reads the same
+    on the refused host's console as on the coordinator's."""
+    return (
+        f"host {host} was given another plan or hosts file than {coordinator}: plan and placement digest {digest} "
+        f"on {host}, {expected} on {coordinator} (the coordinator's host): give every host the same files"
+    )
 
 
 def _spare_joined(job: Job, event: SpareJoined, now: float) -> tuple[Job, list[Action]]:
@@ -152,93 +191,63 @@ def _spare_joined(job: Job, event: SpareJoined, now: float) -> tuple[Job, list[A
         ]
     if event.digest != job.rules.files_digest:
         return job, [Refuse(host, _other_files(host, event.digest, job.round.coordinator, job.rules.files_digest))]
-    if host in job.spares:
+    if host in job.seen.spares:
         return job, [Refuse(host, f"host {host} stands by twice: a second heterps launch with --host {host}")]
-    if host in job.joined:
+    if host in job.seen.joined:
         return job, [Refuse(host, f"host {host} runs a part of this round: it cannot stand by as well")]
     if job.state is JobState.ABORTED:
-        return job, [Reply(host, {"op": "abort", "reason": job.reason})]
+        return job, [Dismiss(host, Dismissal.ABORTED, job.reason or "")]
     if job.state is JobState.ENDED:
-        return job, [Reply(host, {"op": "end"})]
-    job = replace(job, spares=job.spares | {host})
-    actions: list[Action] = [Reply(host, {"op": "standby", "round": job.round.number})]
+        return job, [Dismiss(host, Dismissal.ENDED)]
+    job = _seen(job, spares=job.seen.spares | {host})
+    actions: list[Action] = [StandBy(host, job.round.number)]
+    joining = None
     if outside and host not in job.extra:
         assert event.joining is not None
-        job = replace(job, extra={**job.extra, host: dict(event.joining)})
-        what = f"{event.joining.get('units', 1)} x {event.joining.get('type')}"
-        came = f"host {host} ({what}) joined the job from outside the hosts file"
+        joining = dict(event.joining)
+        job = replace(job, extra={**job.extra, host: joining})
     elif host in job.lost:
         job = replace(job, lost=job.lost - {host})
-        came = f"host {host} is back"
     else:
-        return job, actions
+        return job, actions  # a spare of the file, never lost: it waits for a round that needs it
+    actions.append(HostBack(host, joining, moves=job.rules.checkpoints))
     if not job.rules.checkpoints:
-        actions.append(
-            Say(
-                f"{PREFIX}{came} and stands by; without --checkpoint-dir the job stays on its plan (a restart's plan "
-                "may use it)"
-            )
-        )
         return job, actions
-    actions.append(
-        Say(
-            f"{PREFIX}{came} and stands by; at the next checkpoint the job moves to a plan with it, if that plan is better"
-        )
-    )
     return replace(job, back={**job.back, host: event.newest_checkpoint}), actions
-
-
-def _other_files(host: str, digest: str, coordinator: str, expected: str) -> str:
-    """Why a host with other files is refused: each host named with its own digest, so that the line reads the same
-    on the refused host's console as on the coordinator's."""
-    return (
-        f"host {host} was given another plan or hosts file than {coordinator}: plan and placement digest {digest} "
-        f"on {host}, {expected} on {coordinator} (the coordinator's host): give every host the same files"
-    )
 
 
 def _leave_asked(job: Job, event: LeaveAsked, now: float) -> tuple[Job, list[Action]]:
     """A host asks to go (module doc): a spare goes at once; a host of the round at the next checkpoint."""
     host = event.host
-
-    def answer(accepted: bool, text: str) -> Reply:
-        return Reply(host, {"op": "leave", "accepted": accepted, "reason": text})
-
     if job.state.over:
-        return job, [answer(False, f"the job has {job.state.value}")]
-    if host in job.spares:
-        job = replace(job, spares=job.spares - {host}, lost=job.lost | {host}, back=_without(job.back, host))
+        return job, [LeaveAnswer(host, False, f"the job has {job.state.value}")]
+    if host in job.seen.spares:
+        job = replace(job, lost=job.lost | {host}, back=_without(job.back, host))
+        job = _seen(job, spares=job.seen.spares - {host})
         return job, [
-            answer(True, "it stood by: it leaves now"),
-            LetGo(host, {"op": "end", "why": LEFT_WHY}),
-            Say(f"{PREFIX}host {host}, standing by, left the job"),
+            LeaveAnswer(host, True, "it stood by: it leaves now"),
+            Dismiss(host, Dismissal.LEFT),
+            SpareLeft(host),
         ]
     if host not in job.round.members or host in job.lost:
-        return job, [answer(False, f"{host} runs nothing of the job's round {job.round.number}")]
+        return job, [LeaveAnswer(host, False, f"{host} runs nothing of the job's round {job.round.number}")]
     if host == job.round.coordinator:
-        return job, [
-            answer(False, f"{host} is the coordinator's host (server 0): it cannot leave without ending the job")
-        ]
+        why = f"{host} is the coordinator's host (server 0): it cannot leave without ending the job"
+        return job, [LeaveAnswer(host, False, why)]
     if host in job.leaving:
-        return job, [answer(True, "it leaves at the next checkpoint (asked already)")]
+        return job, [LeaveAnswer(host, True, "it leaves at the next checkpoint (asked already)")]
     deadline = now + max(0.0, event.grace_s)
     job = replace(job, leaving={**job.leaving, host: (deadline, event.newest_checkpoint)})
     if not job.rules.checkpoints:
-        actions: list[Action] = [answer(True, "no checkpoints (--checkpoint-dir): it leaves now")]
+        actions: list[Action] = [LeaveAnswer(host, True, "no checkpoints (--checkpoint-dir): it leaves now")]
         if job.state is JobState.RUNNING:
             job, more = _leave_now(job, "the launch keeps no checkpoints: the job starts again without it")
             actions += more
         return job, actions
-    actions = [
-        answer(
-            True,
-            f"a checkpoint at the end of the running pass, then the job goes on without it ({event.grace_s:.0f} s at most)",
-        ),
-        Say(
-            f"{PREFIX}host {host} asks to leave: a checkpoint at the end of the running pass, then the job goes on "
-            f"without it (within {event.grace_s:.0f} s, else from the newest checkpoint)"
-        ),
-    ]
+    how = (
+        f"a checkpoint at the end of the running pass, then the job goes on without it ({event.grace_s:.0f} s at most)"
+    )
+    actions = [LeaveAnswer(host, True, how), LeaveNoted(host, event.grace_s)]
     if job.state is JobState.RUNNING:
         actions.append(AskCheckpoint(f"host {host} leaves"))
     return job, actions
@@ -249,7 +258,7 @@ def _leave_now(job: Job, how: str) -> tuple[Job, list[Action]]:
     hosts = tuple(sorted(job.leaving))
     lost = job.lost | frozenset(hosts)
     change = Change(Kind.LEAVE, lost, (), f"host(s) {', '.join(hosts)} left on notice ({how})", left=hosts)
-    job = replace(job, leaving={}, back={}, state=JobState.REPLANNING, pending=change)
+    job = _seen(replace(job, leaving={}, back={}, state=JobState.REPLANNING), pending=change)
     return job, [Replan(lost, Kind.LEAVE, job.extra)]
 
 
@@ -259,25 +268,25 @@ def _without(mapping: Any, key: str) -> dict[Any, Any]:
 
 def _spare_gone(job: Job, event: SpareGone, now: float) -> tuple[Job, list[Action]]:
     host = event.host
-    if host not in job.spares:
+    if host not in job.seen.spares:
         return job, []  # told to go (a restart, the end) before its connection closed
-    job = replace(job, spares=job.spares - {host}, back=_without(job.back, host))
+    job = _seen(replace(job, back=_without(job.back, host)), spares=job.seen.spares - {host})
     if job.state.over:
         return job, []
     # gone while standing by: a later round must not wait for it
-    return replace(job, lost=job.lost | {host}), [Say(f"{PREFIX}host {host}, standing by, went away: counted as lost")]
+    return replace(job, lost=job.lost | {host}), [SpareLost(host)]
 
 
 def _process_failed(job: Job, event: ProcessFailed, now: float) -> tuple[Job, list[Action]]:
     if event.round != job.round.number:
         return job, []  # a host of an earlier round: it starts again, or was dropped
-    return _trouble(job, f"host {event.host}: {event.reason}", now, event.retryable)
+    return _trouble(job, f"host {event.host}: {event.reason}", now, event.connect_timeout)
 
 
 def _host_gone(job: Job, event: HostGone, now: float) -> tuple[Job, list[Action]]:
     if event.round != job.round.number:
         return job, []
-    job = replace(job, joined=job.joined - {event.host}, gone=job.gone | {event.host})
+    job = _seen(job, joined=job.seen.joined - {event.host}, gone=job.seen.gone | {event.host})
     why = event.why or (
         "went away (its connection to the coordinator closed: the process was killed, or the machine or its network "
         "is gone)"
@@ -286,9 +295,9 @@ def _host_gone(job: Job, event: HostGone, now: float) -> tuple[Job, list[Action]
 
 
 def _host_silent(job: Job, event: HostSilent, now: float) -> tuple[Job, list[Action]]:
-    if event.round != job.round.number or event.host in job.gone:
+    if event.round != job.round.number or event.host in job.seen.gone:
         return job, []
-    job = replace(job, silent=job.silent | {event.host})
+    job = _seen(job, silent=job.seen.silent | {event.host})
     if job.state is not JobState.RUNNING:
         return job, []  # before the start the startup deadline rules; while settling, the settling counts it lost
     return _trouble(
@@ -301,10 +310,10 @@ def _host_silent(job: Job, event: HostSilent, now: float) -> tuple[Job, list[Act
 def _done(job: Job, event: Done, now: float) -> tuple[Job, list[Action]]:
     if event.round != job.round.number:
         return job, []
-    job = replace(job, done=job.done | {event.host})
-    if job.state.over or not job.round.trainer_hosts <= job.done:
+    job = _seen(job, done=job.seen.done | {event.host})
+    if job.state.over or not job.round.trainer_hosts <= job.seen.done:
         return job, []
-    return replace(job, state=JobState.ENDED), [Tell({"op": "end"})]
+    return replace(job, state=JobState.ENDED), [EndAll()]
 
 
 def _checkpoint_complete(job: Job, event: CheckpointComplete, now: float) -> tuple[Job, list[Action]]:
@@ -320,14 +329,16 @@ def _checkpoint_complete(job: Job, event: CheckpointComplete, now: float) -> tup
     joined = [h for h in hosts if h in job.extra and h not in job.round.joined]
     what = f"host(s) {', '.join(hosts)} back" if not joined else f"host(s) {', '.join(hosts)} joined or back"
     change = Change(Kind.MOVE, job.lost, (), what, back=hosts)
-    return replace(job, back={}, state=JobState.REPLANNING, pending=change), [Replan(job.lost, Kind.MOVE, job.extra)]
+    job = _seen(replace(job, back={}, state=JobState.REPLANNING), pending=change)
+    return job, [Replan(job.lost, Kind.MOVE, job.extra)]
 
 
 def _tick(job: Job, event: Tick, now: float) -> tuple[Job, list[Action]]:
-    if job.state is JobState.SETTLING and job.settle_at is not None and now >= job.settle_at:
+    seen = job.seen
+    if job.state is JobState.SETTLING and seen.settle_at is not None and now >= seen.settle_at:
         return _settled(job, now)
-    if job.state is JobState.JOINING and now > job.startup_deadline:
-        missing = [h for h in job.round.members if h not in job.joined]
+    if job.state is JobState.JOINING and now > seen.startup_deadline:
+        missing = [h for h in job.round.members if h not in seen.joined]
         return _abort(
             job,
             f"host{'s' * (len(missing) != 1)} {', '.join(missing)} never joined the launch within "
@@ -342,17 +353,12 @@ def _tick(job: Job, event: Tick, now: float) -> tuple[Job, list[Action]]:
 
 
 def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
-    change = job.pending
+    change = job.seen.pending
     if job.state is not JobState.REPLANNING or change is None:
         return job, []
     if change.kind is Kind.MOVE and not event.better:
-        return replace(job, state=JobState.RUNNING, pending=None), [
-            Say(
-                f"{PREFIX}with host(s) {', '.join(change.back)} back the plan would be "
-                f"{event.report.get('new_summary', '?')}, no better than the one running: the job goes on with it "
-                "(the host(s) stand by)"
-            )
-        ]
+        job = _seen(replace(job, state=JobState.RUNNING), pending=None)
+        return job, [MoveDeclined(change.back, str(event.report.get("new_summary", "?")))]
     old = job.round
     new = Round(
         number=old.number + 1,
@@ -366,122 +372,82 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         retries_used=old.retries_used + (change.kind is Kind.RETRY),
         restarts_used=old.restarts_used + (change.kind is Kind.RESTART),
     )
-    if change.kind is Kind.RETRY:
-        title = (
-            f"retry {new.retries_used} after Paddle's connect-timeout abort "
-            f"({job.rules.connect_retries - new.retries_used} left; round {new.number})"
-        )
-    elif change.kind is Kind.RESTART:
-        title = f"restart {new.restarts_used} ({job.rules.restarts - new.restarts_used} left; round {new.number})"
-    elif change.kind is Kind.LEAVE:
-        title = f"going on without the host(s) that left (round {new.number})"
-    else:
-        title = f"moving to another plan (round {new.number})"
-    # the machines from outside the hosts file that this round's plan takes in for the first time since they came
-    joined = [{"address": h, **job.extra[h]} for h in job.extra if h in event.members and h not in old.members]
-    record = {
-        "round": new.number,
-        "kind": change.kind.value,
-        "at": event.at,
-        "why": change.reason,
-        "lost": list(change.lost_now),
-        "lost_so_far": sorted(change.lost),
-        "left": list(change.left),
-        "joined": joined,
-        "hosts": sorted(event.members),
-        **dict(event.checkpoint),
-        **dict(event.report),
-    }
-    what = f"lost {', '.join(change.lost_now)}" if change.lost_now else change.reason
-    message = {
-        "op": "restart",
-        "round": new.number,
-        "plan": dict(event.plan),
-        "lost": sorted(change.lost),
-        "why": change.reason,
-        "joined": _joined_hosts(job),
-        "left": list(change.left),
-    }
-    history = (*job.history, record)
+    record = RoundChange(
+        round=new.number,
+        kind=change.kind,
+        at=event.at,
+        why=change.reason,
+        lost=change.lost_now,
+        lost_so_far=tuple(sorted(change.lost)),
+        left=change.left,
+        # the machines from outside the hosts file that this round's plan takes in for the first time since they came
+        joined=tuple({"address": h, **job.extra[h]} for h in job.extra if h in event.members and h not in old.members),
+        hosts=tuple(sorted(event.members)),
+        checkpoint=dict(event.checkpoint),
+        report=dict(event.report),
+    )
     job = replace(
         job,
         round=new,
+        # a fresh round: nothing seen yet; the spares were told with every host: they start again too, and stand by
+        # anew if the plan skips them
+        seen=Seen(startup_deadline=now + job.rules.startup_s),
         state=JobState.JOINING,
-        startup_deadline=now + job.rules.startup_s,
         lost=change.lost,
-        joined=frozenset(),
-        gone=frozenset(),
-        silent=frozenset(),
-        done=frozenset(),
-        spares=frozenset(),  # told with every host: they start again too, and stand by anew if the plan skips them
-        trouble=(),
-        settle_at=None,
-        retry_settling=False,
-        pending=None,
-        history=history,
+        history=(*job.history, record),
         back={h: passes for h, passes in job.back.items() if h not in event.members},  # taken in: nothing to move for
     )
-    return job, [
-        Say(f"{PREFIX}{title}: {what}; {event.report.get('summary', '')}"),
-        NextRound(new, message, history),
-    ]
-
-
-def _joined_hosts(job: Job) -> list[dict[str, Any]]:
-    """The machines from outside the hosts file, as every host expands them (planning/hosts.py: with_joined)."""
-    return [{"address": host, **spec} for host, spec in job.extra.items()]
+    joined = tuple({"address": host, **spec} for host, spec in job.extra.items())
+    return job, [NextRound(new, change, str(event.report.get("summary", "")), joined)]
 
 
 def _plan_failed(job: Job, event: PlanFailed, now: float) -> tuple[Job, list[Action]]:
-    change = job.pending
+    change = job.seen.pending
     if job.state is not JobState.REPLANNING or change is None:
         return job, []
     if change.kind is Kind.MOVE:  # the job runs on as it was: its plan still works
-        return replace(job, state=JobState.RUNNING, pending=None), [
-            Say(f"{PREFIX}no plan with host(s) {', '.join(change.back)} back ({event.detail}); the job goes on")
-        ]
-    job = replace(job, pending=None)
+        return _seen(replace(job, state=JobState.RUNNING), pending=None), [MoveImpossible(change.back, event.detail)]
+    job = _seen(job, pending=None)
     if event.expected:
         return _abort(job, f"{change.reason}; the job cannot go on with what is left: {event.detail}")
     return _abort(job, f"{change.reason}; re-planning failed ({event.detail})")
 
 
-def _trouble(job: Job, reason: str, now: float, retryable: bool = False) -> tuple[Job, list[Action]]:
+def _trouble(job: Job, reason: str, now: float, connect_timeout: bool = False) -> tuple[Job, list[Action]]:
     """A failure ends the launch, or, once it had started, begins the settling that ends in a new round: a restart
     (with restarts left), or a retry when the first failure is Paddle's connect-timeout abort and retries are left.
-    What fails while a failure settles is counted with it."""
+    What fails while a failure settles is counted with it.  The one home of the retry rule."""
     if job.state.over or job.state is JobState.REPLANNING:
         return job, []
     if job.state is JobState.JOINING or not job.rules.can_replan:
         return _abort(job, reason)
     actions: list[Action] = []
     if job.state is JobState.RUNNING:
-        retry = retryable and job.retries_left > 0
+        retry = connect_timeout and job.retries_left > 0
         if job.restarts_left <= 0 and not retry:
             return _abort(job, reason)
-        left = (
-            f"{job.retries_left} retry(-ies) of this abort left, HETERPS_CONNECT_RETRIES"
-            if retry
-            else f"{job.restarts_left} restart(s) left"
-        )
-        job = replace(job, state=JobState.SETTLING, settle_at=now + job.rules.settle_s, retry_settling=retry)
-        actions.append(Say(f"{PREFIX}{reason}; the job will start again ({left})"))
-    return replace(job, trouble=(*job.trouble, reason)), actions
+        if retry:
+            actions.append(Settling(reason, Kind.RETRY, job.retries_left))
+        else:
+            actions.append(Settling(reason, Kind.RESTART, job.restarts_left))
+        job = replace(job, state=JobState.SETTLING)
+        job = _seen(job, settle_at=now + job.rules.settle_s, connect_timeout=retry)
+    return _seen(job, trouble=(*job.seen.trouble, reason)), actions
 
 
 def _settled(job: Job, now: float) -> tuple[Job, list[Action]]:
     """The settled failure's new round: who is lost, who leaves (asked to: they go with it, told they left), and
     whether the job may go on without them."""
-    members = job.round.members
+    members, seen = job.round.members, job.seen
     left = tuple(sorted(set(job.leaving) & set(members)))
-    missing = job.gone | job.silent | {h for h in members if h not in job.joined}
+    missing = seen.gone | seen.silent | {h for h in members if h not in seen.joined}
     lost_now = tuple(sorted((missing & set(members)) - set(left)))
-    reason = "; ".join(job.trouble)
+    reason = "; ".join(seen.trouble)
     if job.round.coordinator in lost_now:
         return _abort(job, f"{reason} (the coordinator's own host cannot be replaced: the job ends)")
     # A host lost, or a process failure that is not Paddle's connect-timeout abort, uses up a restart; the abort
     # alone is a retry (the same plan on the same hosts), or, when hosts leave with it, a leave (a plan without them).
-    if lost_now or not job.retry_settling:
+    if lost_now or not seen.connect_timeout:
         kind = Kind.RESTART
     else:
         kind = Kind.LEAVE if left else Kind.RETRY
@@ -491,7 +457,7 @@ def _settled(job: Job, now: float) -> tuple[Job, list[Action]]:
     lost = job.lost | frozenset(lost_now) | frozenset(left)
     back = {h: passes for h, passes in job.back.items() if h not in lost}
     change = Change(kind, lost, lost_now if kind is Kind.RESTART else (), reason, left=left)
-    job = replace(job, state=JobState.REPLANNING, pending=change, back=back, leaving={})
+    job = _seen(replace(job, state=JobState.REPLANNING, back=back, leaving={}), pending=change)
     # a retry runs the round's plan again: the machines that joined since wait for a plan that is made with them
     joined = {h: job.extra[h] for h in job.round.joined} if kind is Kind.RETRY else job.extra
     return job, [Replan(lost, kind, joined)]
@@ -501,7 +467,8 @@ def _abort(job: Job, reason: str) -> tuple[Job, list[Action]]:
     """The first reason ends the launch on every host."""
     if job.state.over:
         return job, []
-    return replace(job, state=JobState.ABORTED, reason=reason, pending=None), [Tell({"op": "abort", "reason": reason})]
+    job = _seen(replace(job, state=JobState.ABORTED, reason=reason), pending=None)
+    return job, [AbortAll(reason)]
 
 
 _HANDLERS: dict[type, Any] = {

@@ -146,9 +146,10 @@ class Member:
         while not self._closed.wait(BEAT_S):
             self._send({"op": "beat"})
 
-    def report_failure(self, reason: str, retryable: bool = False) -> None:
-        """``retryable``: the failure is Paddle's connect-timeout abort (launch/paddle_aborts.py)."""
-        self._send({"op": "failed", "reason": reason, "retryable": retryable})
+    def report_failure(self, reason: str, connect_timeout: bool = False) -> None:
+        """``connect_timeout``: the failure began with Paddle's connect-timeout abort (launch/paddle_aborts.py); what
+        follows from it is the coordinator's to decide."""
+        self._send({"op": "failed", "reason": reason, "connect_timeout": connect_timeout})
 
     def report_done(self) -> None:
         self._send({"op": "done"})

@@ -105,6 +105,12 @@ class HostsOptions:
     # --join type=TYPE[,units=N][,port=P]: this machine is not in the hosts file and joins the running job as that
     join: Mapping[str, Any] | None = None
 
+    @property
+    def may_stand_by(self) -> bool:
+        """Whether this host, when a round's plan runs nothing on it, stands by for a later round's (the job may
+        start again, or it joins from outside the hosts file) rather than end at once.  The one home of that rule."""
+        return self.restarts > 0 or self.join is not None
+
 
 @dataclass(frozen=True)
 class LaunchOptions:

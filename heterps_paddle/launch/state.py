@@ -1,5 +1,6 @@
-"""The job's state as its state machine (launch/machine.py) keeps it: the state enum, the rules the launch allows,
-the frozen record of a round, and the job.  Frozen records, no behaviour."""
+"""The job's state as its state machine (launch/machine.py) keeps it, in records by how long they last: the rules
+(the job's whole life, fixed), the job (its whole life), a round (its plan, fixed when it is decided) and what a
+round has seen so far (replaced whole when the next round starts).  Frozen records, no behaviour."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ class JobState(enum.Enum):
 
 
 class Kind(enum.Enum):
-    """Why a round follows another (``kind`` in restarts.json)."""
+    """Why a round follows another (``kind`` in the event log and restarts.json)."""
 
     RESTART = "restart"  # hosts were lost or a process failed: re-planned for what is left, uses up --restarts
     RETRY = "retry"  # Paddle's connect-timeout abort: the same plan on the same hosts, uses up a retry only
@@ -50,7 +51,8 @@ class Rules:
 
 @dataclass(frozen=True)
 class Round:
-    """One round of the job: its plan and placement, the hosts out, and what was used up to get here."""
+    """One round of the job: its plan and placement, the hosts out, and what was used up to get here.  Fixed when
+    the round is decided."""
 
     number: int
     members: Mapping[str, bool]  # every host that runs a process of the plan -> whether it runs CPU trainers
@@ -81,31 +83,72 @@ class Change:
 
 
 @dataclass(frozen=True)
+class RoundChange:
+    """One change of round, as the job's history keeps it (the event log's ``round_planned`` record, and
+    restarts.json, derived from it)."""
+
+    round: int  # the new round's number
+    kind: Kind
+    at: str  # when it was decided, as the log writes times
+    why: str
+    lost: tuple[str, ...]  # the hosts this change lost
+    lost_so_far: tuple[str, ...]  # every host lost when it was decided
+    left: tuple[str, ...]  # the hosts that left on notice with it
+    joined: tuple[Mapping[str, Any], ...]  # machines from outside the hosts file it takes in (address, type, ...)
+    hosts: tuple[str, ...]  # the hosts the new round runs on
+    checkpoint: Mapping[str, Any]  # the checkpoint it resumes from, and the work redone
+    report: Mapping[str, Any]  # the old and new plans, how the new one was chosen
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "kind": self.kind.value,
+            "at": self.at,
+            "why": self.why,
+            "lost": list(self.lost),
+            "lost_so_far": list(self.lost_so_far),
+            "left": list(self.left),
+            "joined": [dict(j) for j in self.joined],
+            "hosts": list(self.hosts),
+            **dict(self.checkpoint),
+            **dict(self.report),
+        }
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the running round has seen so far.  A new round starts from a fresh one: nothing of it carries over."""
+
+    startup_deadline: float = 0.0  # every host of the round joins before it
+    started: bool = False  # every host joined and was told to start
+    joined: frozenset[str] = frozenset()  # the round's hosts connected
+    gone: frozenset[str] = frozenset()  # the round's hosts whose connection closed (or that were refused late)
+    silent: frozenset[str] = frozenset()  # the round's hosts that stopped answering
+    done: frozenset[str] = frozenset()  # the round's hosts whose CPU trainers finished
+    spares: frozenset[str] = frozenset()  # hosts standing by (they run nothing of this round)
+    trouble: tuple[str, ...] = ()  # the failures being settled
+    settle_at: float | None = None
+    connect_timeout: bool = False  # the failure being settled began with Paddle's connect-timeout abort
+    pending: Change | None = None  # the new round asked for (state REPLANNING)
+
+
+@dataclass(frozen=True)
 class Job:
-    """The job as the machine knows it.  Build the first with :func:`first_job`."""
+    """The job as the machine knows it, for its whole life.  Build the first with :func:`first_job`."""
 
     rules: Rules
     round: Round
+    seen: Seen
     state: JobState = JobState.JOINING
-    startup_deadline: float = 0.0
     lost: frozenset[str] = frozenset()  # every host lost and not back
-    joined: frozenset[str] = frozenset()  # this round's hosts connected
-    gone: frozenset[str] = frozenset()  # this round's hosts whose connection closed (or that were refused late)
-    silent: frozenset[str] = frozenset()  # this round's hosts that stopped answering
-    done: frozenset[str] = frozenset()  # this round's hosts whose CPU trainers finished
-    spares: frozenset[str] = frozenset()  # hosts standing by (they run nothing of this round)
     back: Mapping[str, int] = field(default_factory=dict)  # lost hosts back -> newest checkpoint's passes then
     # machines that joined from outside the hosts file (heterps launch --join) -> what they said they are: type,
     # units, port (planning/hosts.py: Host); for the job's life, lost or not
     extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # hosts that asked to leave -> (the time they go at the latest, the newest checkpoint's passes when they asked)
     leaving: Mapping[str, tuple[float, int]] = field(default_factory=dict)
-    trouble: tuple[str, ...] = ()  # the failures being settled
-    settle_at: float | None = None
-    retry_settling: bool = False  # the failure being settled began with Paddle's connect-timeout abort
-    pending: Change | None = None
     reason: str | None = None  # why the launch aborted
-    history: tuple[Mapping[str, Any], ...] = ()  # every change of round, as restarts.json reports it
+    history: tuple[RoundChange, ...] = ()  # every change of round
 
     @property
     def restarts_left(self) -> int:
@@ -117,4 +160,4 @@ class Job:
 
 
 def first_job(rules: Rules, round_: Round, now: float) -> Job:
-    return Job(rules, round_, startup_deadline=now + rules.startup_s)
+    return Job(rules, round_, Seen(startup_deadline=now + rules.startup_s))

@@ -44,9 +44,8 @@ class Failure:
 class Supervisor:
     """Watches the processes of Paddle's ParameterServerLauncher (module doc)."""
 
-    def __init__(self, timeout: float | None, member: Member | None = None, retries_left: int = 0):
+    def __init__(self, timeout: float | None, member: Member | None = None):
         self.launcher: Any = None
-        self.retries_left = retries_left  # one host: whether heterps launch starts the job again
         self.member = member  # this host's part of a launch across hosts (launch/member.py), or None
         self.failure: Failure | None = None
         self.first_seen: dict[tuple[str, int], float] = {}
@@ -186,18 +185,16 @@ class Supervisor:
         return None
 
     def fail(self, failure: Failure, report: bool = True) -> None:
-        # The first process that ended badly: an abort a fresh start gets past (launch/paddle_aborts.py)?
+        """Record the failure (the first process that ended badly: was it an abort a fresh start gets past,
+        launch/paddle_aborts.py?), tell the coordinator across hosts, and stop every process.  What follows, and the
+        line that says it, is heterps launch's (launch/driver.py), once the job's machine has decided."""
         failure.connect_timeout = connect_timeout_abort(failure.log)
         if failure.connect_timeout is not None:
             failure.message += f" ({failure.connect_timeout.describe()})"
         self.failure = failure
-        if self.member is not None and report:
-            self.member.report_failure(failure.message, retryable=failure.connect_timeout is not None)
-        retrying = failure.connect_timeout is not None and self.retries_left > 0
         try:
-            say(f"{OWN_PREFIX} {'aborted' if retrying else 'FAILED'}: {failure.message}")
-            if failure.log:
-                say(_tail(failure.log))
+            if self.member is not None and report:
+                self.member.report_failure(failure.message, connect_timeout=failure.connect_timeout is not None)
         finally:
             self.stop_all()
 
@@ -230,12 +227,3 @@ def _status(code: int) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with status {code}"
-
-
-def _tail(path: str, lines: int = 12) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            tail = [line.rstrip() for line in f.readlines()[-lines:]]
-    except OSError:
-        return f"{OWN_PREFIX} {path}: unreadable"
-    return f"{OWN_PREFIX} last {len(tail)} lines of {path}:\n" + "\n".join(f"{OWN_PREFIX} | {t}" for t in tail)

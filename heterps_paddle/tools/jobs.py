@@ -23,6 +23,7 @@ import psutil
 
 from heterps_paddle import control
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.launch import event_log
 from heterps_paddle.launch.hosts import job_key_path
 from heterps_paddle.launch.ports import PortBlock, claim_port_block
 
@@ -263,6 +264,14 @@ class HostLaunch:
 
     def logs(self) -> dict[str, str]:
         return Launched(self.returncode or 0, 0.0, "", self.log_dir).logs()
+
+    def events(self, *kinds: str, **fields: Any) -> list[dict[str, Any]]:
+        """This host's event log's records of its newest launch (launch/event_log.py), of ``kinds`` (all: none
+        given) whose ``fields`` are as given."""
+        records = event_log.this_launch(event_log.read(self.log_dir))
+        return [
+            r for r in records if (not kinds or r["type"] in kinds) and all(r.get(k) == v for k, v in fields.items())
+        ]
 
 
 class HostsRun:

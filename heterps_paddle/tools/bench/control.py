@@ -178,7 +178,7 @@ def measure(members: int, knockers: int, beat_s: float) -> dict[str, Any]:
         while not sampling.wait(0.5):
             now = time.monotonic()
             with coordinator.lock:
-                ages = [now - peer.last_seen for peer in coordinator.peers.values() if not peer.gone]
+                ages = [now - peer.last_seen for peer in coordinator.members.values() if not peer.gone]
             if ages:
                 gaps.append(max(ages))
 
@@ -195,8 +195,8 @@ def measure(members: int, knockers: int, beat_s: float) -> dict[str, Any]:
         loss_at = time.monotonic()
         parent.send("lose one")
         lost = parent.recv()
-        with coordinator.connections_lock:
-            refused = coordinator.refused
+        with coordinator.server.lock:
+            refused = coordinator.server.refused
         return {
             "joined": started["joined"],
             "join_to_start_s": round(started["join_to_start_s"], 3),

@@ -13,8 +13,9 @@ pass 1 reads a large generated set (``--rows``), which fills the sparse table; e
 - **leave**: SIGTERM to that host's launch (a leave on notice) to the other hosts' first batch of the next round;
   ``null`` with the reason while the launch has no leave (``leave_support``).
 
-The console and log lines carry no clock: each is stamped when this harness reads it (``Tail``, every ``POLL_S``);
-the barrier's files and the checkpoints by their mtimes.  Every host's session is killed on any exit; a phase that
+The job's life (a failure settling, a new round decided and started, a leave asked) is read from the coordinator's
+event log, whose records carry their time; the processes' log lines carry no clock: each is stamped when this
+harness reads it (``Tail``, every ``POLL_S``); the barrier's files and the checkpoints by their mtimes.  Every host's session is killed on any exit; a phase that
 does not happen within ``--timeout`` fails the benchmark, naming it.  No Paddle import at module level.
 """
 
@@ -32,10 +33,11 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Dict, Iterable, NamedTuple, Sequence, Tuple
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import new_lines
+from heterps_paddle.launch import event_log
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 HOSTS = (A, B, C)
@@ -58,11 +60,13 @@ INCREMENTAL_GOAL = 0.1  # an incremental checkpoint's bytes over a full one's
 OVERHEAD_GOAL = 0.01  # checkpoint seconds over job seconds
 PHASES = ("detection", "settling", "replanning", "restart", "restore")
 
-DETECTED = re.compile(r"heterps launch: .*; the job will start again \(")
-DECIDED = re.compile(r"heterps launch: restart \d+ \(\d+ left; round (\d+)\)")
-LEFT = re.compile(r"heterps launch: going on without the host\(s\) that left \(round \d+\)")
-LEAVE_ASKED = re.compile(r"heterps launch: host \S+ asks to leave")
-STARTS = re.compile(r"heterps launch: every host joined \(.*\); the job starts")
+# the job's life, from the coordinator's event log (launch/event_log.py): record type, and what else must hold
+Record = Tuple[str, Dict[str, Any]]  # a record type and the fields it must have
+DETECTED: Record = ("settling", {})
+DECIDED: Record = ("round_planned", {"kind": "restart"})
+LEFT: Record = ("round_planned", {"kind": "leave"})
+LEAVE_ASKED: Record = ("leave_asked", {})
+STARTS: Record = ("round_started", {})
 BATCH = re.compile(r"\bbatch: \[\d+\]")
 RESUMING = re.compile(r"init_server: resuming from the launch's checkpoint")
 RESTORED = re.compile(r"init_server\(.*\): \d+ dense tables restored")
@@ -97,6 +101,17 @@ class Tail:
 
     def matches(self, path: str, pattern: re.Pattern[str]) -> list[re.Match[str]]:
         return [m for _, line in self.lines.get(path, []) for m in [pattern.search(line)] if m]
+
+
+def first_event(records: Iterable[dict[str, Any]], which: Record, after: float, wall: float) -> float | None:
+    """When the first of ``records`` (an event log's) of type ``which[0]``, with ``which[1]``'s fields, happened at
+    or after ``after`` on a clock ``wall`` seconds behind the log's (None: none)."""
+    kind, fields = which
+    for record in records:
+        at = float(record["t"]) - wall
+        if record["type"] == kind and at >= after and all(record.get(k) == v for k, v in fields.items()):
+            return at
+    return None
 
 
 # ------------------------------------------------------------------------------------------ the phases (pure)
@@ -323,6 +338,7 @@ class Job:
         options = (*"--devices cpu --restarts 1 --checkpoint-every 1".split(), "--checkpoint-dir", self.checkpoints)
         self.run = HostsRun(hosts, setup.plan, argv, self.work, options, env=setup.env, timeout=args.timeout)
         self.tail = Tail()
+        self.wall = time.time() - time.monotonic()  # the event log's clock (unix seconds) on this harness's
         self.deadline = time.monotonic() + args.timeout
         self.sizes: dict[int, int] = {}
         self.seen: dict[int, float] = {}
@@ -360,6 +376,12 @@ class Job:
                 why = "in time" if ended is None else f"the coordinator's launch ended first, exit {ended}"
                 raise PhaseMissing(f"bench elastic: {self.name}: {what} did not happen ({why}){self.tails()}")
             time.sleep(POLL_S)
+
+    def event(self, which: Record, after: float) -> float | None:
+        """When the first record of the coordinator's event log of type ``which[0]`` (with ``which[1]``'s fields)
+        happened at or after ``after`` (this harness's clock; None: none yet)."""
+        records = event_log.this_launch(event_log.read(os.path.join(self.work, f"log_{A}")))
+        return first_event(records, which, after, self.wall)
 
     def first(self, pattern: re.Pattern[str], after: float, name: str = "workerlog.0") -> float | None:
         """The first line of a new round's logs of the CPU hosts matching ``pattern``, read after ``after``."""
@@ -417,24 +439,23 @@ def disrupted(setup: Setup, name: str) -> dict[str, Any]:
     from heterps_paddle.launch.coordinator import SETTLE_S
 
     job = Job(setup, name)
-    console = job.run.hosts[A].console_path
     try:
         job.wait("checkpoint 1", lambda: job.seen.get(1))
         job.run.hosts[C].proc.send_signal(signal.SIGTERM) if name == "leave" else job.run.kill(C)
         at = time.monotonic()
         marks: dict[str, float | None] = {"kill" if name == "recovery" else "notice": at}
         if name == "recovery":
-            marks["detected"] = job.wait("the loss's detection", lambda: job.tail.first(console, DETECTED, at))
+            marks["detected"] = job.wait("the loss's detection", lambda: job.event(DETECTED, at))
         else:
             newer = lambda: min((t for k, t in job.seen.items() if k > 1), default=None)  # noqa: E731
             marks["saved"] = job.wait("the checkpoint after the notice", newer)
         decided = DECIDED if name == "recovery" else LEFT
-        marks["decided"] = job.wait("the new round's decision", lambda: job.tail.first(console, decided, at))
-        joined = job.wait("the new round's start", lambda: job.tail.first(console, STARTS, at))
+        marks["decided"] = job.wait("the new round's decision", lambda: job.event(decided, at))
+        joined = job.wait("the new round's start", lambda: job.event(STARTS, at))
         marks["first_batch"] = job.wait("the new round's first batch", lambda: job.first(BATCH, joined))
         marks.update(joined=joined, resuming=job.first(RESUMING, at, "serverlog.0"))
         marks["restored"] = job.first(RESTORED, at, "serverlog.0")
-        marks["asked"] = job.tail.first(console, LEAVE_ASKED, at) if name == "leave" else None
+        marks["asked"] = job.event(LEAVE_ASKED, at) if name == "leave" else None
     finally:
         left = job.stop()
     if name == "recovery":

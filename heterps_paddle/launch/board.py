@@ -1,0 +1,58 @@
+"""The launch's board across hosts, as the coordinator serves it: who may write what.
+
+The records themselves (rendezvous.py: BoardStore) are the plan the round runs, the side channels' endpoints, the
+servers' word that they restored a checkpoint.  The rules here: the plan record is written once a round, by stage 1's
+trainer 0's host (fleet/plan_agreement.py publishes it there); every record, and the board as a whole, is bounded.
+A new round gets a new board.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from heterps_paddle import control
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.rendezvous import BoardStore
+
+MAX_RECORD = control.MAX_LINE  # a board record (one line)
+MAX_BOARD = 16 << 20  # the board, all records together
+PLAN_KEY = "plan"
+
+
+class Board:
+    """One round's board: ``plan_writer`` is the host that may write its plan record."""
+
+    def __init__(self, plan_writer: str):
+        self.plan_writer = plan_writer
+        self.store = BoardStore()
+
+    def answer(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """A board request (put / get / entries), as the rules allow; an error answer names what was refused."""
+        if message.get("op") == "put":
+            key, host = message.get("key"), message.get("host")
+            if key == PLAN_KEY:
+                if host != self.plan_writer:
+                    return {
+                        "error": f"the plan record is written by {self.plan_writer} (stage 1's trainer 0), not {host}"
+                    }
+                if self.published() is not None:
+                    return {"error": f"the plan record of this round was written already (refused from {host})"}
+            size = len(json.dumps(message.get("value")))
+            if size > MAX_RECORD:
+                return {"error": f"board record {key!r} from {host}: {size} bytes, over {MAX_RECORD}"}
+            if self.store.size() + size > MAX_BOARD:
+                return {"error": f"board record {key!r} from {host}: the board is full ({MAX_BOARD} bytes)"}
+        try:
+            return self.store.answer(message)
+        except (KeyError, HeterPSError) as exc:
+            return {"error": str(exc)}
+
+    def published(self) -> Any | None:
+        """The plan record of this round (fleet/plan_agreement.py), or None."""
+        return self.store.answer({"op": "get", "key": PLAN_KEY})["value"]
+
+    def cluster_types(self) -> list[str]:
+        """The resource types of the cluster the published plan was made on ([] when it published none)."""
+        cluster = ((self.published() or {}).get("inputs") or {}).get("cluster") or {}
+        return [str(t.get("name")) for t in cluster.get("resource_types") or () if isinstance(t, Mapping)]

@@ -1,0 +1,157 @@
+"""The job's event log: everything a tool or a test needs to know about a launch's life, as JSON lines.
+
+``LOG_DIR/heterps-events.jsonl`` on every host: each ``heterps launch`` appends its own records (it started, each
+round it ran or stood by in, how it ended), and the launch that runs the job's state machine (the coordinator's
+host across hosts; the one host otherwise) appends the job's (rounds started and planned, failures settling, hosts
+back, leaves, checkpoints asked, the end).  Nothing parses console wording: ``heterps bench elastic``, ``heterps
+launch --leave`` and the tests read this log.  ``restarts.json`` (the coordinator's) is derived from its
+``round_planned`` records.
+
+Every record is one JSON object on one line: ``{"v": 1, "t": <unix seconds>, "type": <type>, ...}``; the types and
+their fields are documented in docs/event-log.md (``SCHEMA`` below is that list, checked by the tests).  A record is
+written whole (one ``write`` of one line, flushed); a reader skips a last line still being written.  A launch that
+appends to a log an earlier launch wrote begins with its own ``launch_started``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, Iterable, Mapping
+
+from heterps_paddle.launch import events as e
+from heterps_paddle.launch.state import Job
+
+FILE = "heterps-events.jsonl"
+VERSION = 1
+
+# type -> its fields besides v, t and type (docs/event-log.md)
+SCHEMA: dict[str, tuple[str, ...]] = {
+    # a host's own launch
+    "launch_started": ("host", "pid", "across_hosts", "version"),
+    "host_round": ("round", "part", "log_dir"),  # part: "runs" | "stands_by"
+    "host_failed": ("round", "failure", "log", "connect_timeout"),
+    "host_ended": ("how", "code", "reason"),  # how: "finished" | "left" | "failed"
+    # the job's, written where its state machine runs
+    "round_started": ("round", "hosts", "digest"),
+    "settling": ("reason", "kind", "left"),
+    "replanning": ("kind", "lost"),
+    "round_planned": (
+        "round",
+        "kind",
+        "at",
+        "why",
+        "lost",
+        "lost_so_far",
+        "left",
+        "joined",
+        "hosts",
+    ),  # and the checkpoint's and the re-planning's report's fields (restarts.json's record)
+    "host_back": ("host", "joined", "moves"),
+    "spare_left": ("host",),
+    "spare_lost": ("host",),
+    "leave_asked": ("host", "grace_s"),
+    "move_declined": ("hosts", "plan"),
+    "move_impossible": ("hosts", "detail"),
+    "checkpoint_asked": ("reason",),
+    "refused": ("host", "reason"),
+    "job_ended": (),
+    "job_aborted": ("reason",),
+}
+
+
+def path_in(log_dir: str) -> str:
+    return os.path.join(log_dir, FILE)
+
+
+class EventLog:
+    """Appends records to one launch's log (module doc); safe to share between threads."""
+
+    def __init__(self, log_dir: str):
+        os.makedirs(log_dir, exist_ok=True)
+        self.path = path_in(log_dir)
+        self.lock = threading.Lock()
+
+    def write(self, kind: str, /, **fields: Any) -> dict[str, Any]:
+        if kind not in SCHEMA:
+            raise ValueError(f"event log: no record type {kind!r}")
+        record = {"v": VERSION, "t": round(time.time(), 3), "type": kind, **fields}
+        line = json.dumps(record, default=str) + "\n"
+        with self.lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+        return record
+
+    def actions(self, actions: Iterable[Any], job: Job) -> None:
+        """The job's records of the machine's ``actions`` (``job``: the machine's job after the step)."""
+        for action in actions:
+            found = record_of(action, job)
+            if found is not None:
+                kind, fields = found
+                self.write(kind, **fields)
+
+
+def record_of(action: Any, job: Job) -> tuple[str, dict[str, Any]] | None:
+    """The event-log record of one of the machine's actions (None: it is not one of the job's facts)."""
+    if isinstance(action, e.Start):
+        return "round_started", {"round": job.round.number, "hosts": list(action.hosts), "digest": action.digest}
+    if isinstance(action, e.Settling):
+        return "settling", {"reason": action.reason, "kind": action.kind.value, "left": action.left}
+    if isinstance(action, e.Replan):
+        return "replanning", {"kind": action.kind.value, "lost": sorted(action.lost)}
+    if isinstance(action, e.NextRound):
+        return "round_planned", job.history[-1].to_dict()
+    if isinstance(action, e.HostBack):
+        joined = None if action.joining is None else dict(action.joining)
+        return "host_back", {"host": action.host, "joined": joined, "moves": action.moves}
+    if isinstance(action, e.SpareLeft):
+        return "spare_left", {"host": action.host}
+    if isinstance(action, e.SpareLost):
+        return "spare_lost", {"host": action.host}
+    if isinstance(action, e.LeaveNoted):
+        return "leave_asked", {"host": action.host, "grace_s": action.grace_s}
+    if isinstance(action, e.MoveDeclined):
+        return "move_declined", {"hosts": list(action.hosts), "plan": action.plan}
+    if isinstance(action, e.MoveImpossible):
+        return "move_impossible", {"hosts": list(action.hosts), "detail": action.detail}
+    if isinstance(action, e.AskCheckpoint):
+        return "checkpoint_asked", {"reason": action.reason}
+    if isinstance(action, e.Refuse):
+        return "refused", {"host": action.host, "reason": action.reason}
+    if isinstance(action, e.EndAll):
+        return "job_ended", {}
+    if isinstance(action, e.AbortAll):
+        return "job_aborted", {"reason": action.reason}
+    return None
+
+
+def read(log_dir_or_path: str) -> list[dict[str, Any]]:
+    """Every whole record of a log (a directory: its FILE), oldest first; [] when there is none.  A line that is
+    not a record of this schema's version (cut, foreign) is skipped."""
+    path = log_dir_or_path if log_dir_or_path.endswith(".jsonl") else path_in(log_dir_or_path)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return []
+    records = []
+    for line in text.split("\n")[: -1 if not text.endswith("\n") else None]:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("v") == VERSION and record.get("type") in SCHEMA:
+            records.append(record)
+    return records
+
+
+def this_launch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the newest launch that appended to a log (from its ``launch_started`` on)."""
+    starts = [i for i, r in enumerate(records) if r["type"] == "launch_started"]
+    return records[starts[-1] :] if starts else records
+
+
+def of_type(records: Iterable[Mapping[str, Any]], *kinds: str) -> list[Mapping[str, Any]]:
+    return [r for r in records if r.get("type") in kinds]
