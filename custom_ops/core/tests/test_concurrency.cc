@@ -1,6 +1,9 @@
 // Several threads pull and push overlapping keys while the budget forces spills and promotions.
 // SGD with lr 1, integer gradients and zero init makes every row's final value exactly -(number of
 // pushes that touched it), whatever the interleaving: any lost or torn update shows.
+// Meanwhile other threads move rows out and back in through the host tier's batch calls (take_rows,
+// put_rows), which run each batch's shards on the table's own pool of host_threads workers: every such
+// round trip adds 1 to its rows, so those rows end at exactly the number of round trips.
 #include <sys/stat.h>
 
 #include <atomic>
@@ -14,8 +17,9 @@
 int main(int argc, char** argv) {
   std::string tmp = argc > 1 ? argv[1] : "/tmp/heterps-test";
   ::mkdir(tmp.c_str(), 0755);
-  auto c = heterps::TableConfig::parse("dim=4;optimizer=sgd;lr=1;init_range=0;shards=8;memory_budget_bytes=" +
-                                       std::to_string(300 * 48) + ";ssd_dir=" + tmp + "/ssd-conc");
+  auto c = heterps::TableConfig::parse("dim=4;optimizer=sgd;lr=1;init_range=0;shards=8;host_threads=3;" +
+                                       std::string("memory_budget_bytes=") + std::to_string(300 * 48) +
+                                       ";ssd_dir=" + tmp + "/ssd-conc");
   heterps::SparseTable t(c);
   const int kThreads = 4, kSteps = 600, kKeys = 2000;
   std::vector<std::vector<int>> counts(kThreads, std::vector<int>(kKeys, 0));
@@ -40,8 +44,48 @@ int main(int argc, char** argv) {
       }
     });
   }
+  // Tier threads: keys of their own range (kTierBase + w * kTierKeys ...), taken in batches with repeats
+  // (a repeated key's later copies get the initial row, zeros: only the first copy is put back) and put back
+  // with 1 added.
+  const int kTierThreads = 2, kTierKeys = 500, kTierRounds = 60;
+  const int64_t kTierBase = 1000000;
+  std::vector<std::vector<int>> trips(kTierThreads, std::vector<int>(kTierKeys, 0));
+  for (int w = 0; w < kTierThreads; ++w) {
+    th.emplace_back([&, w] {
+      std::mt19937 rng(100 + w);
+      for (int r = 0; r < kTierRounds; ++r) {
+        std::vector<int64_t> k(200);
+        for (auto& x : k) x = kTierBase + w * kTierKeys + static_cast<int64_t>(rng() % kTierKeys);
+        std::vector<float> rows(k.size() * 4);
+        t.take_rows(k.data(), k.size(), rows.data());
+        std::vector<int64_t> back;
+        std::vector<float> back_rows;
+        std::vector<char> seen(kTierKeys, 0);
+        for (size_t i = 0; i < k.size(); ++i) {
+          const int64_t local = k[i] - kTierBase - w * kTierKeys;
+          if (seen[local]) continue;
+          seen[local] = 1;
+          ++trips[w][local];
+          back.push_back(k[i]);
+          for (int j = 0; j < 4; ++j) back_rows.push_back(rows[i * 4 + j] + 1.0f);
+        }
+        t.put_rows(back.data(), back.size(), back_rows.data(), nullptr);
+      }
+    });
+  }
   for (auto& x : th) x.join();
   CHECK(bad.load() == 0);
+  for (int w = 0; w < kTierThreads; ++w) {
+    std::vector<int64_t> k(kTierKeys);
+    for (int i = 0; i < kTierKeys; ++i) k[i] = kTierBase + w * kTierKeys + i;
+    std::vector<float> rows(kTierKeys * 4);
+    std::vector<uint8_t> found(kTierKeys);
+    t.peek(k.data(), k.size(), rows.data(), found.data());
+    for (int i = 0; i < kTierKeys; ++i) {
+      if (trips[w][i] == 0) continue;
+      CHECK(found[i] != 0 && rows[i * 4] == static_cast<float>(trips[w][i]) && rows[i * 4 + 3] == rows[i * 4]);
+    }
+  }
   std::vector<int64_t> all(kKeys);
   for (int i = 0; i < kKeys; ++i) all[i] = i;
   std::vector<float> out(kKeys * 4);
