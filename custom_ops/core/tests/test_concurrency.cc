@@ -7,14 +7,64 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "check.h"
 #include "heterps/table.h"
+#include "task_pool.h"  // internal (custom_ops/core/src): the threads of take_rows / put_rows
+
+// The pool itself: run(n, fn) runs every task once, on several threads at once (the tasks below wait for one
+// another, so a pool that ran them one after another would fail the check after 10 s instead of hanging), from
+// several callers at once, and rethrows a task's exception after every task has run.
+static void test_task_pool() {
+  heterps::TaskPool pool(4);
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  bool all_met = true;
+  std::set<std::thread::id> ids;
+  pool.run(4, [&](size_t) {
+    std::unique_lock<std::mutex> lock(mu);
+    ids.insert(std::this_thread::get_id());
+    ++arrived;
+    cv.notify_all();
+    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return arrived == 4; })) all_met = false;
+  });
+  CHECK(all_met && ids.size() == 4);
+
+  std::vector<std::atomic<int>> hits(1000);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c)
+    callers.emplace_back([&, c] { pool.run(1000, [&, c](size_t i) { hits[i] += 1 << (8 * c); }); });
+  for (auto& t : callers) t.join();
+  int wrong = 0;
+  for (auto& h : hits) wrong += h.load() != (1 | 1 << 8 | 1 << 16);
+  CHECK(wrong == 0);  // every task of every caller exactly once
+
+  std::atomic<int> ran{0};
+  CHECK_THROWS_WITH(pool.run(50,
+                             [&](size_t i) {
+                               ++ran;
+                               if (i == 7) throw heterps::TableError("task 7 failed");
+                             }),
+                    "task 7 failed");
+  CHECK(ran.load() == 50);
+
+  heterps::TaskPool inline_pool(1);  // one thread: every task on the caller's
+  std::set<std::thread::id> where;
+  inline_pool.run(5, [&](size_t) { where.insert(std::this_thread::get_id()); });
+  CHECK(where.size() == 1 && *where.begin() == std::this_thread::get_id());
+  CHECK(heterps::usable_cpus() >= 1);
+}
 
 int main(int argc, char** argv) {
+  test_task_pool();
   std::string tmp = argc > 1 ? argv[1] : "/tmp/heterps-test";
   ::mkdir(tmp.c_str(), 0755);
   auto c = heterps::TableConfig::parse("dim=4;optimizer=sgd;lr=1;init_range=0;shards=8;host_threads=3;" +
