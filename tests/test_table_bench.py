@@ -90,6 +90,7 @@ def test_bench_table_host_tier_json(tmp_path):
     assert {(r["dim"], r["threads"]) for r in report["results"]} == {(d, t) for d in (8, 16) for t in (1, 2, 3)}
     for r in report["results"]:
         assert r["take_rows_per_s"] > 0 and r["put_rows_per_s"] > 0 and r["identical_to_1_thread"] is True
+        assert r["cores_busy"] > 0
         if r["threads"] == 1:
             assert r["take_vs_1_thread"] == 1.0 and r["put_vs_1_thread"] == 1.0
 

@@ -348,9 +348,11 @@ def run_host_tier(args: argparse.Namespace) -> int:
                     table.put_rows(ids, rows)
             take_s: dict[int, list[float]] = {t: [] for t in threads}
             put_s: dict[int, list[float]] = {t: [] for t in threads}
+            busy: dict[int, list[float]] = {t: [] for t in threads}  # this process's CPU seconds per wall second
             for b in range(args.batches + 1):  # the first batch warms up (threads started, buffers faulted in)
                 ids = rng.choice(args.rows, size=args.batch, replace=False).astype(np.int64)
                 for t, table in tables.items():
+                    cpu_start = time.process_time()
                     start = time.perf_counter()
                     taken = table.take_rows(ids)
                     middle = time.perf_counter()
@@ -359,6 +361,7 @@ def run_host_tier(args: argparse.Namespace) -> int:
                     if b:
                         take_s[t].append(middle - start)
                         put_s[t].append(end - middle)
+                        busy[t].append((time.process_time() - cpu_start) / (end - start))
             everything = np.arange(args.rows, dtype=np.int64)
             reference, where = tables[1].peek(everything)
             for t in threads:
@@ -373,6 +376,7 @@ def run_host_tier(args: argparse.Namespace) -> int:
                         "put_rows_per_s": args.batch / _median(put_s[t]),
                         "take_vs_1_thread": _median([a / b for a, b in zip(take_s[1], take_s[t])]),
                         "put_vs_1_thread": _median([a / b for a, b in zip(put_s[1], put_s[t])]),
+                        "cores_busy": _median(busy[t]),
                         "identical_to_1_thread": identical,
                     }
                 )
@@ -398,6 +402,7 @@ def run_host_tier(args: argparse.Namespace) -> int:
             "threads": threads,
             "ids": "distinct, uniform over the rows",
             "rates": "median batch; ratios: median of per-batch time ratios against host_threads=1",
+            "cores_busy": "this process's CPU seconds per wall second during a batch's take and put (median)",
         },
         "results": results,
         "identical": all_identical,
@@ -409,11 +414,14 @@ def run_host_tier(args: argparse.Namespace) -> int:
             f"host tier batch calls: {args.rows} rows, batches of {args.batch} distinct ids, optimizer "
             f"{args.optimizer}, {cpus} usable CPUs ({cpu_model})"
         )
-        print(f"{'dim':>4} {'threads':>7} {'take rows/s':>13} {'put rows/s':>13} {'take vs 1':>9} {'put vs 1':>9}")
+        print(
+            f"{'dim':>4} {'threads':>7} {'take rows/s':>13} {'put rows/s':>13} {'take vs 1':>9} {'put vs 1':>9} "
+            f"{'cores busy':>10}"
+        )
         for r in results:
             print(
                 f"{r['dim']:>4} {r['threads']:>7} {r['take_rows_per_s']:>13.3g} {r['put_rows_per_s']:>13.3g} "
-                f"{r['take_vs_1_thread']:>9.2f} {r['put_vs_1_thread']:>9.2f}"
+                f"{r['take_vs_1_thread']:>9.2f} {r['put_vs_1_thread']:>9.2f} {r['cores_busy']:>10.2f}"
                 + ("" if r["identical_to_1_thread"] else "  ROWS DIFFER from 1 thread")
             )
     if not all_identical:
