@@ -428,6 +428,10 @@ def test_take_and_put_rows_refuse_bad_input():
         with pytest.raises(SparseTableError, match="reserved"):
             t.take_rows(np.array([1, -(2**63)], dtype=np.int64))
         assert len(t) == 2  # the refused take took nothing
-        assert np.array_equal(t.take_rows([2, 1]), np.ones((2, 4), np.float32)) and len(t) == 0
+        with pytest.raises(SparseTableError, match="out must be"):
+            t.take_rows([1, 2], out=np.empty((2, 3), np.float32))
+        buffer = np.full((2, 4), 9.0, np.float32)
+        assert t.take_rows([2, 1], out=buffer) is buffer
+        assert np.array_equal(buffer, np.ones((2, 4), np.float32)) and len(t) == 0
     finally:
         t.close()

@@ -336,13 +336,20 @@ class SparseTable:
         _check(_core().heterps_table_assign(self.bname, keys.ctypes.data, keys.size, r.ctypes.data))
         gpu_call("heterps_gpu_table_drop", self.bname)
 
-    def take_rows(self, ids: Any) -> npt.NDArray[np.float32]:
+    def take_rows(self, ids: Any, out: Optional[npt.NDArray[np.float32]] = None) -> npt.NDArray[np.float32]:
         """Remove the rows of ``ids`` (one dimension) and return them whole: ``(len, stride)`` float32, weights then
         optimizer state; an absent id gives its initial row, a repeated id its row once and then its initial row.
         The host tier's side of a promotion into an upper tier (the GPU table), batched over the shards on
-        ``host_threads`` threads.  A bad spilled record takes nothing (the id is lost, see ``lost_ids``)."""
+        ``host_threads`` threads.  A bad spilled record takes nothing (the id is lost, see ``lost_ids``).  ``out`` may
+        be given to reuse a buffer (C-contiguous float32 of that shape), as a GPU table reuses its staging."""
         keys = _as_ids(ids).reshape(-1)
-        rows = np.empty((keys.size, self.stride), dtype=np.float32)
+        shape = (keys.size, self.stride)
+        if out is None:
+            rows = np.empty(shape, dtype=np.float32)
+        elif out.dtype != np.float32 or out.shape != shape or not out.flags.c_contiguous:
+            raise SparseTableError(f"out must be a C-contiguous float32 array of shape {shape}")
+        else:
+            rows = out
         _check(_core().heterps_table_take_rows(self.bname, keys.ctypes.data, keys.size, rows.ctypes.data))
         return rows
 
