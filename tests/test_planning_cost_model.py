@@ -1,12 +1,23 @@
 """The reference cost model, checked against figures computed by hand from docs/plan-formats.md."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from heterps_paddle.planning.cost_model import CostModel
-from heterps_paddle.planning.model import Cluster, LayerProfile, ModelProfile, PlanningInputError, ResourceType
+from heterps_paddle.planning.model import (
+    DEFAULT_TIER_SLOWDOWN,
+    Cluster,
+    LayerProfile,
+    ModelProfile,
+    PlanningInputError,
+    ResourceType,
+    cluster_from_dict,
+    cluster_to_dict,
+)
+from heterps_paddle.planning.schedulers import make_scheduler
 
 CPU = ResourceType(
     "cpu", "cpu", price_per_hour=1.0, max_units=64, flops=1e11, mem_bw=1e10, memory=1e10, net_bw=1e9, ssd_bw=1e9
@@ -152,3 +163,68 @@ def test_units_for_a_target_no_cluster_reaches_end():
     units = cm._units_for(times)
     assert np.all(units / times >= 1e300)
     assert np.all((units - np.spacing(units)) / times < 1e300 * (1 + 1e-12))  # and no more than needed
+
+
+# ---- the GPU table's tiers ---------------------------------------------------------------------------------------
+FAST_SSD_GPU = ResourceType(
+    "gpu", "gpu", price_per_hour=1.0, max_units=2, flops=1e13, mem_bw=1e12, memory=1e9, net_bw=1e10, ssd_bw=1e11
+)
+
+
+def test_a_gpu_type_prices_the_rows_off_the_device_by_its_tiers():
+    """A gpu stage whose rows do not all fit the device: its sparse layers take (1 - f + f * tier_slowdown) times
+    their all-resident time, f the share off the device, or what the SSD figures give where that is slower."""
+    emb = LayerProfile("emb", "sparse", flops=0, param_bytes=4e9, io_bytes=1e4, out_bytes=0)
+    cm = CostModel(model(emb), Cluster((FAST_SSD_GPU,)), throughput=1.0)
+    resident = 1e4 / 1e12
+    assert cm.stage_time(0, 1, 0, 4) == pytest.approx(resident)  # fits: no tiers
+    # k = 1: f = 0.75; the default slowdown (65.5) binds: 1e-8 * (0.25 + 0.75 * 65.5) = 49.375 * 1e-8
+    assert cm.stage_time(0, 1, 0, 1) == pytest.approx(resident * 49.375)
+    assert cm.stage_time(0, 1, 0, 2) == pytest.approx(resident * (0.5 + 0.5 * 65.5))
+    # a measured slowdown from the cluster file; where the SSD figures are slower, they bind
+    cheap = dataclasses.replace(FAST_SSD_GPU, tier_slowdown=2.0)
+    cm = CostModel(model(emb), Cluster((cheap,)), throughput=1.0)
+    assert cm.stage_time(0, 1, 0, 1) == pytest.approx(1e4 * (0.25 / 1e12 + 0.75 / 1e11))
+    # measured layers: the measured time is what the slowdown multiplies; dense layers are not slowed
+    measured = LayerProfile("emb", "sparse", flops=0, param_bytes=4e9, io_bytes=1e4, out_bytes=0, time={"gpu": 2e-8})
+    fc = LayerProfile("fc", "dense", flops=1e7, param_bytes=0, out_bytes=0)
+    cm = CostModel(model(measured, fc), Cluster((FAST_SSD_GPU,)), throughput=1.0)
+    assert cm.stage_time(0, 2, 0, 1) == pytest.approx(2e-8 * 49.375 + 1e7 / 1e13)
+    # a cpu type's table has no device tier: its spill is priced by its SSD as before
+    cpu = ResourceType("cpu", "cpu", 1.0, 8, flops=1e12, mem_bw=1e12, memory=1e9, net_bw=1e9, ssd_bw=1e11)
+    cm = CostModel(model(emb), Cluster((cpu,)), throughput=1.0)
+    assert cm.stage_time(0, 1, 0, 1) == pytest.approx(1e4 * (0.25 / 1e12 + 0.75 / 1e11))
+
+
+@pytest.mark.parametrize("tier_slowdown, placed_on", [(None, "cpu"), (1.0, "gpu")])
+def test_exact_never_puts_a_table_on_a_gpu_whose_tiers_make_it_slower_than_the_cpu(tier_slowdown, placed_on):
+    """A 4 GB table; the gpu type (1 GB, at most 2 units) holds half of it and its SSD figures say the other half
+    costs little (1e11 B/s), so priced by those alone (tier_slowdown 1: the model before the tiers) 2 gpus beat the
+    5 cpus the target needs.  Through the host tier (the default slowdown) a gpu is slower than a cpu and 2 of them
+    cannot reach the target: the exact plan keeps the table on the cpus."""
+    emb = LayerProfile("emb", "sparse", flops=0, param_bytes=4e9, io_bytes=2e4, out_bytes=0)
+    cpu = ResourceType("cpu", "cpu", 1.0, 64, flops=1e11, mem_bw=4e10, memory=1e10, net_bw=1e9, ssd_bw=1e9)
+    gpu = dataclasses.replace(FAST_SSD_GPU, tier_slowdown=tier_slowdown)
+    cm = CostModel(model(emb), Cluster((cpu, gpu)), throughput=1e7)
+    plan = make_scheduler("exact").plan(cm)
+    assert plan.feasible and plan.assignment == {"emb": placed_on}
+    gpu_time = cm.stage_time(0, 1, 1, 2)
+    assert (gpu_time > cm.stage_time(0, 1, 0, 1)) == (placed_on == "cpu")  # a gpu slower than a cpu: not chosen
+    assert plan.cost_per_hour == (5.0 if placed_on == "cpu" else 2.0)
+
+
+def test_tier_slowdown_in_the_cluster_file():
+    def cluster(**extra):
+        gpu = {"name": "g", "kind": "gpu", "price_per_hour": 1, "max_units": 1, "flops": 1, "mem_bw": 1, "memory": 1}
+        return {"format": 1, "resource_types": [{**gpu, "net_bw": 1, **extra}]}
+
+    parsed = cluster_from_dict(cluster(tier_slowdown=12.5))
+    assert parsed.resource_types[0].host_tier_slowdown == 12.5
+    assert cluster_to_dict(parsed)["resource_types"][0]["tier_slowdown"] == 12.5
+    default = cluster_from_dict(cluster())
+    assert default.resource_types[0].host_tier_slowdown == DEFAULT_TIER_SLOWDOWN
+    assert "tier_slowdown" not in cluster_to_dict(default)["resource_types"][0]  # files without it: as before
+    with pytest.raises(PlanningInputError, match=r"resource_types\[0\].tier_slowdown: must be >= 1"):
+        cluster_from_dict(cluster(tier_slowdown=0.5))
+    with pytest.raises(PlanningInputError, match="only a gpu type"):
+        cluster_from_dict(cluster(kind="cpu", tier_slowdown=2))

@@ -353,3 +353,85 @@ def test_stats_and_budget(tmp_path):
     assert t.stats()["ssd_promotions"] > 0
     ssd_dirs = list((tmp_path / "ssd").iterdir())
     assert len(ssd_dirs) == 1 and list(ssd_dirs[0].glob("shard-*.log"))
+
+
+# ---- the host tier's batch calls ------------------------------------------------------------------------------
+@pytest.mark.parametrize("eviction", ["lru", "lfu"])
+def test_take_and_put_rows_against_the_model(tmp_path, eviction):
+    """take_rows / put_rows (the GPU table's promotions and evictions on the host, batched over the shards on
+    host_threads threads) against the Python model of whole rows: take gives the row and removes it (an absent id
+    its initial row; a repeated id its row, then its initial row), put overwrites (a repeated id: the last row),
+    through a budget that spills and promotes; 1 and 3 threads alike."""
+    dim, keyspace = 4, 3000
+    model = Model(dim, "adam", 0.01, seed=5)
+    stride = 3 * dim + 2
+    tables = [
+        SparseTable(
+            dim,
+            "adam",
+            0.01,
+            seed=5,
+            shards=8,
+            host_threads=threads,
+            memory_budget_bytes=400 * (stride * 4 + 32),
+            ssd_dir=str(tmp_path / f"ssd{threads}"),
+            eviction=eviction,
+            name=_name(f"tier{threads}"),
+        )
+        for threads in (1, 3)
+    ]
+    rng = np.random.default_rng(3)
+    try:
+        for _ in range(25):
+            ids = rng.integers(0, keyspace, 500)
+            rows = rng.normal(0, 1, (ids.size, stride)).astype(np.float32)
+            scores = rng.integers(0, 1000, ids.size).astype(np.uint32) if rng.random() < 0.5 else None
+            for t in tables:
+                t.put_rows(ids, rows, scores)
+            for k, row in zip(ids.tolist(), rows):
+                model.rows[k] = row.copy()
+            ids = rng.integers(0, keyspace + 300, 400)
+            expected = []
+            for k in ids.tolist():
+                expected.append(model.row(k).copy())
+                del model.rows[k]
+            for t in tables:
+                got = t.take_rows(ids)
+                assert got.shape == (ids.size, stride) and np.array_equal(got, np.stack(expected))
+        everything = np.arange(keyspace + 300)
+        for t in tables:
+            stats = t.stats()
+            assert stats["evictions"] > 0 and stats["ssd_promotions"] > 0  # the tiers below were used
+            rows, where = t.peek(everything)
+            assert [int(k) for k in everything[where > 0]] == sorted(model.rows)
+            assert np.array_equal(rows[where > 0], np.stack([model.rows[k] for k in sorted(model.rows)]))
+    finally:
+        for t in tables:
+            t.close()
+
+
+def test_take_and_put_rows_refuse_bad_input():
+    with pytest.raises(SparseTableError, match="host_threads"):
+        SparseTable(4, host_threads=-1)
+    with pytest.raises(SparseTableError, match="host_threads"):
+        SparseTable(4, host_threads=True)
+    with pytest.raises(SparseTableError, match="host_threads"):
+        SparseTable(4, host_threads=2000)
+    t = SparseTable(4, "sgd", host_threads=2, name=_name("tier-bad"))
+    try:
+        assert "host_threads=2" in t.config_string
+        with pytest.raises(SparseTableError, match="shape"):
+            t.put_rows([1, 2], np.zeros((2, 5), np.float32))
+        with pytest.raises(SparseTableError, match="scores"):
+            t.put_rows([1, 2], np.zeros((2, 4), np.float32), scores=[1])
+        t.put_rows([1, 2], np.ones((2, 4), np.float32))
+        with pytest.raises(SparseTableError, match="reserved"):
+            t.take_rows(np.array([1, -(2**63)], dtype=np.int64))
+        assert len(t) == 2  # the refused take took nothing
+        with pytest.raises(SparseTableError, match="out must be"):
+            t.take_rows([1, 2], out=np.empty((2, 3), np.float32))
+        buffer = np.full((2, 4), 9.0, np.float32)
+        assert t.take_rows([2, 1], out=buffer) is buffer
+        assert np.array_equal(buffer, np.ones((2, 4), np.float32)) and len(t) == 0
+    finally:
+        t.close()

@@ -10,17 +10,21 @@
 //
 // Host-side control flow per batch: a find kernel serves the hits and lists the misses; only when there
 // are misses does the host take their rows from the host tier (or their initial rows: the same
-// deterministic init as the CPU core), make room (grow, or evict the coldest eighth to the host tier) and
-// insert them.  A push counts each id's occurrences in its slot as it looks the ids up; an id seen once
-// (most ids) is updated straight from its gradient, the occurrences of a repeated id add their gradients
-// into the slot's accumulator and the last to arrive applies the update: the optimizer runs once per unique
-// id.  The update rules are heterps/update_rules.h, the CPU core's own.  One mutex per table serialises
-// batches; kernels run on the caller's stream.
+// deterministic init as the CPU core), make room (grow, or evict to the host tier the coldest rows the
+// batch's misses need room for) and insert them.  Rows cross to and from the host tier through page-locked
+// staging buffers; the host tier takes and puts them a batch at a time, over its shards on its own threads
+// (heterps::SparseTable::take_rows / put_rows, TableConfig::host_threads).  A push counts each id's
+// occurrences in its slot as it looks the ids up; an id seen once (most ids) is updated straight from its
+// gradient, the occurrences of a repeated id add their gradients into the slot's accumulator and the last to
+// arrive applies the update: the optimizer runs once per unique id.  The update rules are
+// heterps/update_rules.h, the CPU core's own.  One mutex per table serialises batches; kernels run on the
+// caller's stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -499,6 +503,29 @@ struct DevBuf {  // grow-only device scratch
   }
 };
 
+// Grow-only page-locked host staging: the async copies to and from the device use it, and the host tier
+// reads and writes it directly.
+template <class T>
+struct PinnedBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  T* get(size_t want) {
+    if (want > n) {
+      const size_t size = std::max<size_t>({want, n + n / 2, 1});  // geometric: page-locking is slow
+      if (p) cudaFreeHost(p);
+      p = nullptr;
+      n = 0;
+      ck(cudaHostAlloc(reinterpret_cast<void**>(&p), size * sizeof(T), cudaHostAllocDefault),
+         "cudaHostAlloc (staging)");
+      n = size;
+    }
+    return p;
+  }
+  ~PinnedBuf() {
+    if (p) cudaFreeHost(p);
+  }
+};
+
 class GpuTable {
  public:
   GpuTable(const std::string& name, const heterps::TableConfig& c, int device) : c_(c), device_(device) {
@@ -642,6 +669,11 @@ class GpuTable {
   uint32_t* pinned_ = nullptr;  // 2 words of page-locked host memory for counters read back each batch
   DevBuf<int64_t> mkeys_, vkeys_;
   DevBuf<float> rows_in_, vrows_;
+  // Host staging (page-locked): promoted rows (keys, rows, scores), evicted rows, and the eviction pass's
+  // copies of the whole score and key arrays.
+  PinnedBuf<int64_t> in_keys_, out_keys_, all_keys_;
+  PinnedBuf<float> in_rows_, out_rows_;
+  PinnedBuf<uint32_t> in_scores_, out_scores_, all_scores_;
 
   int lfu() const { return c_.eviction == heterps::EvictPolicy::kLFU ? 1 : 0; }
 
@@ -737,29 +769,29 @@ class GpuTable {
   bool bring_in(const int64_t* keys, const uint32_t* pos, uint32_t m, uint32_t tick, cudaStream_t st) {
     int64_t* mk = mkeys_.get(m);
     gather_keys_kernel<<<blocks_for(m), kThreads, 0, st>>>(keys, pos, m, mk);
-    std::vector<int64_t> hk(m);
-    ck(cudaMemcpyAsync(hk.data(), mk, m * 8, cudaMemcpyDeviceToHost, st), "copy keys");
+    int64_t* hk = in_keys_.get(m);
+    ck(cudaMemcpyAsync(hk, mk, m * 8, cudaMemcpyDeviceToHost, st), "copy keys");
     ck(cudaStreamSynchronize(st), "sync");
-    std::sort(hk.begin(), hk.end());
-    hk.erase(std::unique(hk.begin(), hk.end()), hk.end());
-    const uint64_t u = hk.size();
+    std::sort(hk, hk + m);
+    const uint64_t u = static_cast<uint64_t>(std::unique(hk, hk + m) - hk);
     if (max_rows_ && u > max_rows_)
       throw heterps::TableError("a batch needs " + std::to_string(u) +
                                 " new device rows, more than the device budget's " + std::to_string(max_rows_) +
                                 "; split the batch or raise memory_budget_bytes");
     const uint64_t rebuilds = rebuilds_;
-    make_room(u, tick, st);
-    std::vector<float> rows(u * hstride_);
-    host_->take_rows(hk.data(), u, rows.data());
-    std::vector<uint32_t> sc(u, lfu() ? 1u : tick);
+    make_room(u, tick, st);  // may rebuild: its staging buffers are out_*, not these
+    float* rows = in_rows_.get(u * hstride_);
+    host_->take_rows(hk, u, rows);  // the host tier's batch call: over its shards, on its threads
+    uint32_t* sc = in_scores_.get(u);
+    std::fill(sc, sc + u, lfu() ? 1u : tick);
     float* dr = rows_in_.get(u * hstride_);
     uint32_t* ds = scores_in_.get(u);
-    ck(cudaMemcpyAsync(mk, hk.data(), u * 8, cudaMemcpyHostToDevice, st), "copy keys");
-    ck(cudaMemcpyAsync(dr, rows.data(), u * hstride_ * 4, cudaMemcpyHostToDevice, st), "copy rows");
-    ck(cudaMemcpyAsync(ds, sc.data(), u * 4, cudaMemcpyHostToDevice, st), "copy scores");
+    ck(cudaMemcpyAsync(mk, hk, u * 8, cudaMemcpyHostToDevice, st), "copy keys");
+    ck(cudaMemcpyAsync(dr, rows, u * hstride_ * 4, cudaMemcpyHostToDevice, st), "copy rows");
+    ck(cudaMemcpyAsync(ds, sc, u * 4, cudaMemcpyHostToDevice, st), "copy scores");
     insert_kernel<<<blocks_for(u), kThreads, 0, st>>>(t_, mk, dr, ds, static_cast<uint32_t>(u), tick);
     ck(cudaGetLastError(), "insert_kernel");
-    ck(cudaStreamSynchronize(st), "insert");  // the host buffers above must outlive the copies
+    ck(cudaStreamSynchronize(st), "insert");  // the staging buffers are reused by the next batch
     count_ += u;
     promoted_ += u;
     return rebuilds_ != rebuilds;
@@ -774,12 +806,9 @@ class GpuTable {
       }
       return;
     }
-    if (count_ + incoming > max_rows_) {
-      // Evict the coldest rows so that an eighth of the budget is free after this batch.
-      uint64_t free_after = std::min<uint64_t>(max_rows_, std::max<uint64_t>(max_rows_ / 8, incoming));
-      uint64_t target = max_rows_ - free_after;
-      if (count_ > target) evict_coldest(count_ - target, tick, st);
-    }
+    // Evict the coldest rows this batch's misses need room for, no more (issue 42: a pass of an eighth of the
+    // budget made the host tier's share of a pass, hence a step's stall, grow with the budget).
+    if (count_ + incoming > max_rows_) evict_coldest(count_ + incoming - max_rows_, tick, st);
     // Rows of the current batch are never evicted, so a batch touching more rows than the budget holds
     // cannot be served: the table must stay at most ~90% full for probing to terminate.
     if ((count_ + incoming) * 10 > t_.cap * 9)
@@ -790,10 +819,10 @@ class GpuTable {
   // Evicts about n rows with the lowest scores to the host tier (never rows used by batch `tick`).
   void evict_coldest(uint64_t n, uint32_t tick, cudaStream_t st) {
     if (n == 0 || count_ == 0) return;
-    std::vector<uint32_t> sc(t_.cap);
-    std::vector<int64_t> ks(t_.cap);
-    ck(cudaMemcpyAsync(sc.data(), t_.scores, t_.cap * 4, cudaMemcpyDeviceToHost, st), "copy scores");
-    ck(cudaMemcpyAsync(ks.data(), t_.keys, t_.cap * 8, cudaMemcpyDeviceToHost, st), "copy keys");
+    uint32_t* sc = all_scores_.get(t_.cap);
+    int64_t* ks = all_keys_.get(t_.cap);
+    ck(cudaMemcpyAsync(sc, t_.scores, t_.cap * 4, cudaMemcpyDeviceToHost, st), "copy scores");
+    ck(cudaMemcpyAsync(ks, t_.keys, t_.cap * 8, cudaMemcpyDeviceToHost, st), "copy keys");
     ck(cudaStreamSynchronize(st), "sync");
     std::vector<uint32_t> live;
     live.reserve(count_);
@@ -823,21 +852,41 @@ class GpuTable {
                                                            static_cast<uint32_t>(max_victims), vc, vk, vs, vr);
     uint32_t nv = read_counter(vc, st);
     nv = static_cast<uint32_t>(std::min<uint64_t>(nv, max_victims));
+    // The victims are in `fresh` nowhere and in t_ still: until the host tier holds them, t_ stays the table.
+    std::exception_ptr host_error;
     if (nv) {
-      std::vector<int64_t> hk(nv);
-      std::vector<uint32_t> hs(nv);
-      std::vector<float> hr(size_t(nv) * hstride_);
-      ck(cudaMemcpyAsync(hk.data(), vk, nv * 8, cudaMemcpyDeviceToHost, st), "copy victims");
-      ck(cudaMemcpyAsync(hs.data(), vs, nv * 4, cudaMemcpyDeviceToHost, st), "copy victims");
-      ck(cudaMemcpyAsync(hr.data(), vr, size_t(nv) * hstride_ * 4, cudaMemcpyDeviceToHost, st), "copy victims");
-      ck(cudaStreamSynchronize(st), "sync");
-      host_->put_rows(hk.data(), nv, hr.data(), hs.data());
+      int64_t* hk = nullptr;
+      uint32_t* hs = nullptr;
+      float* hr = nullptr;
+      try {
+        hk = out_keys_.get(nv);
+        hs = out_scores_.get(nv);
+        hr = out_rows_.get(size_t(nv) * hstride_);
+        ck(cudaMemcpyAsync(hk, vk, nv * 8, cudaMemcpyDeviceToHost, st), "copy victims");
+        ck(cudaMemcpyAsync(hs, vs, nv * 4, cudaMemcpyDeviceToHost, st), "copy victims");
+        ck(cudaMemcpyAsync(hr, vr, size_t(nv) * hstride_ * 4, cudaMemcpyDeviceToHost, st), "copy victims");
+        ck(cudaStreamSynchronize(st), "sync");
+      } catch (...) {
+        release(fresh);  // keep t_, which still holds every row
+        throw;
+      }
+      try {
+        host_->put_rows(hk, nv, hr, hs);  // the host tier's batch call: over its shards, on its threads
+      } catch (const heterps::TableError&) {
+        // put_rows puts every row, then reports a bad spilled record of another id that its compaction met:
+        // the victims are in the host tier, so the rebuild completes and the error is raised after it.
+        host_error = std::current_exception();
+      } catch (...) {
+        release(fresh);  // anything else (no memory): keep t_, which still holds every row
+        throw;
+      }
     }
     release(t_);
     t_ = fresh;
     ++rebuilds_;
     count_ -= nv;
     evicted_ += nv;
+    if (host_error) std::rethrow_exception(host_error);
   }
 };
 

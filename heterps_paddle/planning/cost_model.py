@@ -183,6 +183,11 @@ class CostModel:
         self.spill_sensitive: list[NDArray[np.intp]] = [
             np.flatnonzero(~self.measured[ti] & (self.io > 0)) for ti in range(T)
         ]
+        # The GPU table's tiers (docs/plan-formats.md, "The cost model"): on a gpu type the share of a stage's rows
+        # off the device is served through its host tier, each such lookup host_tier_slowdown times a resident
+        # one; the sparse layers' time with no spill is what that multiplies.
+        sparse = np.array([layer.kind == "sparse" for layer in layers])
+        self.sparse_base_prefix = prefix(np.where(sparse, self.base_time, 0.0))
         self.price: NDArray[np.float64] = np.array([t.price_per_hour for t in self.types])
         self.memory: NDArray[np.float64] = np.array([t.memory for t in self.types], dtype=float)
         self.mem_bw: NDArray[np.float64] = np.array([t.mem_bw for t in self.types], dtype=float)
@@ -191,6 +196,7 @@ class CostModel:
         # What a boundary's activations cross at: net_bw, or the cluster's slower link between hosts of the type.
         self.boundary_bw: NDArray[np.float64] = np.array([self.cluster.boundary_bw(t) for t in self.types], dtype=float)
         self.has_ssd: NDArray[np.bool_] = np.array([t.has_ssd for t in self.types])
+        self.tier_slowdown: NDArray[np.float64] = np.array([t.host_tier_slowdown for t in self.types])
         self.max_units: NDArray[np.int64] = np.array([t.max_units for t in self.types])
 
     # ------------------------------------------------------------------------------------ one stage
@@ -228,6 +234,15 @@ class CostModel:
                 compute = self.compute_time[type_index, idx]
                 delta = np.maximum(compute, memory_time) - self.base_time[type_index, idx]
                 time[rows] += np.sum(np.where(inside, delta, 0.0), axis=1)
+            # A gpu type's tiers: no cheaper than the host tier's measured slowdown on the share off the device,
+            # whatever the SSD figures say (the rows cross the host tier either way).  Still falls as k grows.
+            tiered = spilling[self.tier_slowdown[t] > 1.0]
+            if tiered.size:
+                tt, s, e = types[tiered], starts[tiered], ends[tiered]
+                sparse_time = self.sparse_base_prefix[tt, e] - self.sparse_base_prefix[tt, s]
+                resident_time = self.base_prefix[tt, e] - self.base_prefix[tt, s]
+                floor = resident_time + spill[tiered] * (self.tier_slowdown[tt] - 1.0) * sparse_time
+                time[tiered] = np.maximum(time[tiered], floor)
         net_bw = self.net_bw[types]
         boundary: NDArray[np.float64] = self._boundary_bytes(starts, ends) / self.boundary_bw[types]
         dense = self.dense_param_prefix[ends] - self.dense_param_prefix[starts]

@@ -23,6 +23,12 @@ from heterps_paddle.text_numbers import ascii_float
 FORMAT_VERSION = 1
 LAYER_KINDS = ("sparse", "dense")
 RESOURCE_KINDS = ("cpu", "gpu")
+# A gpu type's tier_slowdown when its cluster file gives none (docs/plan-formats.md, "The cost model"): how many
+# times longer a sparse layer's lookup takes when its row is served through the GPU table's host tier instead of
+# device memory.  From issue 42's H100 run (2^24 rows, dim 64, SGD, a step = pull then push of 2^20 Zipf ids), made
+# before the host tier's batch calls: 395 steps/s with every row resident, 7-9 with a quarter resident; 8 steps/s
+# at a resident share r = 0.25 is 395/8 = 49.4 times slower = r + (1 - r) * 65.5.
+DEFAULT_TIER_SLOWDOWN = 65.5
 
 
 class PlanningInputError(HeterPSError, ValueError):
@@ -64,10 +70,19 @@ class ResourceType:
     memory: float
     net_bw: float
     ssd_bw: float = 0.0  # 0: no SSD tier
+    tier_slowdown: float | None = None  # gpu types: host tier vs device lookups (None: DEFAULT_TIER_SLOWDOWN)
 
     @property
     def has_ssd(self) -> bool:
         return self.ssd_bw > 0
+
+    @property
+    def host_tier_slowdown(self) -> float:
+        """What a lookup served off the device costs against a resident one: 1 for a cpu type (its table has no
+        device tier), the file's ``tier_slowdown`` or ``DEFAULT_TIER_SLOWDOWN`` for a gpu type."""
+        if self.kind != "gpu":
+            return 1.0
+        return DEFAULT_TIER_SLOWDOWN if self.tier_slowdown is None else self.tier_slowdown
 
 
 @dataclass(frozen=True)
@@ -368,8 +383,19 @@ def load_model_profile(path: str) -> ModelProfile:
 
 # -------------------------------------------------------------------------------------------- cluster
 
-_TYPE_KEYS = {"name", "kind", "price_per_hour", "max_units", "flops", "mem_bw", "memory", "net_bw", "ssd_bw"}
-_TYPE_REQUIRED = _TYPE_KEYS - {"ssd_bw"}
+_TYPE_KEYS = {
+    "name",
+    "kind",
+    "price_per_hour",
+    "max_units",
+    "flops",
+    "mem_bw",
+    "memory",
+    "net_bw",
+    "ssd_bw",
+    "tier_slowdown",
+}
+_TYPE_REQUIRED = _TYPE_KEYS - {"ssd_bw", "tier_slowdown"}
 
 
 def cluster_from_dict(document: Any, source: str = "<cluster>") -> Cluster:
@@ -380,10 +406,19 @@ def cluster_from_dict(document: Any, source: str = "<cluster>") -> Cluster:
     for index, raw in enumerate(r.sequence(doc["resource_types"], "resource_types")):
         key = f"resource_types[{index}]"
         item = r.mapping(raw, key, _TYPE_KEYS, _TYPE_REQUIRED)
+        name = r.string(item["name"], f"{key}.name")
+        kind = r.string(item["kind"], f"{key}.kind", RESOURCE_KINDS)
+        tier_slowdown = None
+        if item.get("tier_slowdown") is not None:
+            tier_slowdown = r.number(item["tier_slowdown"], f"{key}.tier_slowdown")
+            if tier_slowdown < 1:
+                raise r.fail(f"{key}.tier_slowdown", f"must be >= 1 (1: no slowdown), got {tier_slowdown!r}")
+            if kind != "gpu":
+                raise r.fail(f"{key}.tier_slowdown", "only a gpu type has a device tier above its host tier")
         types.append(
             ResourceType(
-                name=r.string(item["name"], f"{key}.name"),
-                kind=r.string(item["kind"], f"{key}.kind", RESOURCE_KINDS),
+                name=name,
+                kind=kind,
                 price_per_hour=r.number(item["price_per_hour"], f"{key}.price_per_hour"),
                 max_units=r.integer(item["max_units"], f"{key}.max_units", 1),
                 # Rates divide per-sample work: zero would mean "infinitely slow", which is no resource at all.
@@ -392,6 +427,7 @@ def cluster_from_dict(document: Any, source: str = "<cluster>") -> Cluster:
                 memory=r.number(item["memory"], f"{key}.memory"),
                 net_bw=r.number(item["net_bw"], f"{key}.net_bw", positive=True),
                 ssd_bw=r.number(item.get("ssd_bw", 0) or 0, f"{key}.ssd_bw"),
+                tier_slowdown=tier_slowdown,
             )
         )
     r.unique([t.name for t in types], "resource_types")
@@ -434,6 +470,8 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             "memory": t.memory,
             "net_bw": t.net_bw,
             "ssd_bw": t.ssd_bw,
+            # only when given: a file without it writes (and digests) as before
+            **({} if t.tier_slowdown is None else {"tier_slowdown": t.tier_slowdown}),
         }
         for t in cluster.resource_types
     ]

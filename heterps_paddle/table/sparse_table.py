@@ -106,6 +106,8 @@ def _core() -> ctypes.CDLL:
             "heterps_table_push": ([c_char_p, i64p, c_size_t, ctypes.c_void_p], ctypes.c_int),
             "heterps_table_peek": ([c_char_p, i64p, c_size_t, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
             "heterps_table_assign": ([c_char_p, i64p, c_size_t, ctypes.c_void_p], ctypes.c_int),
+            "heterps_table_take_rows": ([c_char_p, i64p, c_size_t, ctypes.c_void_p], ctypes.c_int),
+            "heterps_table_put_rows": ([c_char_p, i64p, c_size_t, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
             "heterps_table_save": ([c_char_p, c_char_p], ctypes.c_int),
             "heterps_table_load": ([c_char_p, c_char_p], ctypes.c_int),
             "heterps_table_stats": ([c_char_p, ctypes.c_void_p, ctypes.c_int], ctypes.c_int),
@@ -218,6 +220,7 @@ class SparseTable:
         epsilon: float = 1e-8,
         shards: int = 16,
         grad_clip: float = 0.0,
+        host_threads: int = 0,
     ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= 4096:
             raise SparseTableError(f"dim must be an integer in [1, 4096], got {dim!r}")
@@ -230,6 +233,14 @@ class SparseTable:
                 raise SparseTableError(f"{label} must be a finite positive number, got {value!r}")
         if not (isinstance(grad_clip, (int, float)) and math.isfinite(grad_clip) and grad_clip >= 0):
             raise SparseTableError(f"grad_clip must be a finite number >= 0 (0 = off), got {grad_clip!r}")
+        if (
+            isinstance(host_threads, bool)
+            or not isinstance(host_threads, (int, np.integer))
+            or not 0 <= host_threads <= 1024
+        ):
+            raise SparseTableError(
+                f"host_threads must be an integer in [0, 1024] (0 = every usable CPU), got {host_threads!r}"
+            )
         if not isinstance(memory_budget_bytes, (int, np.integer)) or memory_budget_bytes < 0:
             raise SparseTableError(f"memory_budget_bytes must be an integer >= 0, got {memory_budget_bytes!r}")
         if memory_budget_bytes and not ssd_dir:
@@ -264,6 +275,8 @@ class SparseTable:
         ]
         if grad_clip:
             parts.append(f"grad_clip={float(grad_clip)!r}")
+        if host_threads:  # 0, the default, left out: the config strings of existing programs stay as they were
+            parts.append(f"host_threads={int(host_threads)}")
         if self.ssd_dir:
             parts.append(f"ssd_dir={self.ssd_dir}")
         self.config_string = ";".join(parts)
@@ -322,6 +335,45 @@ class SparseTable:
         gpu_call("heterps_gpu_table_flush_to_host", self.bname)
         _check(_core().heterps_table_assign(self.bname, keys.ctypes.data, keys.size, r.ctypes.data))
         gpu_call("heterps_gpu_table_drop", self.bname)
+
+    def take_rows(self, ids: Any, out: Optional[npt.NDArray[np.float32]] = None) -> npt.NDArray[np.float32]:
+        """Remove the rows of ``ids`` (one dimension) and return them whole: ``(len, stride)`` float32, weights then
+        optimizer state; an absent id gives its initial row, a repeated id its row once and then its initial row.
+        The host tier's side of a promotion into an upper tier (the GPU table), batched over the shards on
+        ``host_threads`` threads.  A bad spilled record takes nothing (the id is lost, see ``lost_ids``).  ``out`` may
+        be given to reuse a buffer (C-contiguous float32 of that shape), as a GPU table reuses its staging."""
+        keys = _as_ids(ids).reshape(-1)
+        shape = (keys.size, self.stride)
+        if out is None:
+            rows = np.empty(shape, dtype=np.float32)
+        elif out.dtype != np.float32 or out.shape != shape or not out.flags.c_contiguous:
+            raise SparseTableError(f"out must be a C-contiguous float32 array of shape {shape}")
+        else:
+            rows = out
+        _check(_core().heterps_table_take_rows(self.bname, keys.ctypes.data, keys.size, rows.ctypes.data))
+        return rows
+
+    def put_rows(self, ids: Any, rows: npt.ArrayLike, scores: Optional[npt.ArrayLike] = None) -> None:
+        """Insert or overwrite whole rows (``(len, stride)``, as ``take_rows`` gives them) with eviction scores
+        (uint32 per row; None: now): the host tier's side of an eviction from an upper tier.  Repeated ids: the
+        last row wins."""
+        keys = _as_ids(ids).reshape(-1)
+        r = np.asarray(rows)
+        if not np.issubdtype(r.dtype, np.floating) or r.shape != (keys.size, self.stride):
+            raise SparseTableError(
+                f"rows must be floating point of shape {(keys.size, self.stride)}, got {r.dtype} {r.shape}"
+            )
+        r = np.ascontiguousarray(r, dtype=np.float32)
+        sc = None
+        if scores is not None:
+            sc = np.ascontiguousarray(scores, dtype=np.uint32)
+            if sc.shape != (keys.size,):
+                raise SparseTableError(f"scores must have shape {(keys.size,)}, got {sc.shape}")
+        _check(
+            _core().heterps_table_put_rows(
+                self.bname, keys.ctypes.data, keys.size, r.ctypes.data, None if sc is None else sc.ctypes.data
+            )
+        )
 
     def peek(self, ids: Any) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.uint8]]:
         """(rows including optimizer state, where) without creating rows or touching eviction scores;

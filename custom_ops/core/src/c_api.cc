@@ -103,6 +103,12 @@ int heterps_table_assign(const char* name, const int64_t* keys, size_t n, const 
 int heterps_table_peek(const char* name, const int64_t* keys, size_t n, float* rows, uint8_t* found) {
   return guarded([&] { need(name)->peek(keys, n, rows, found); });
 }
+int heterps_table_take_rows(const char* name, const int64_t* keys, size_t n, float* rows) {
+  return guarded([&] { need(name)->take_rows(keys, n, rows); });
+}
+int heterps_table_put_rows(const char* name, const int64_t* keys, size_t n, const float* rows, const uint32_t* scores) {
+  return guarded([&] { need(name)->put_rows(keys, n, rows, scores); });
+}
 int heterps_table_save(const char* name, const char* path) {
   return guarded([&] { need(name)->save(path); });
 }

@@ -83,6 +83,11 @@ TableConfig TableConfig::parse(const std::string& text) {
         c.eviction = EvictPolicy::kLFU;
       else
         throw TableError("table config: eviction must be lru or lfu, got '" + v + "'");
+    } else if (k == "host_threads") {
+      uint64_t t = parse_uint(k, v);
+      if (t > 1024)
+        throw TableError("table config: host_threads must be in [0, 1024] (0 = every usable CPU), got " + v);
+      c.host_threads = static_cast<uint32_t>(t);
     } else if (k == "shards") {
       uint64_t s = parse_uint(k, v);
       c.shards = static_cast<uint32_t>(s);
@@ -104,6 +109,7 @@ void TableConfig::validate() const {
   if (!(std::isfinite(grad_clip) && grad_clip >= 0)) throw TableError("table config: grad_clip must be >= 0 (0 = off)");
   if (shards == 0 || shards > 1024 || (shards & (shards - 1)) != 0)
     throw TableError("table config: shards must be a power of two in [1, 1024]");
+  if (host_threads > 1024) throw TableError("table config: host_threads must be in [0, 1024] (0 = every usable CPU)");
   if (ssd_dir.find(';') != std::string::npos) throw TableError("table config: ssd_dir may not contain ';'");
 }
 
@@ -115,7 +121,7 @@ std::string TableConfig::to_string() const {
     << ";epsilon=" << epsilon << ";init_range=" << init_range << ";seed=" << seed
     << ";memory_budget_bytes=" << memory_budget_bytes << ";host_memory_budget_bytes=" << host_memory_budget_bytes
     << ";ssd_dir=" << ssd_dir << ";eviction=" << (eviction == EvictPolicy::kLRU ? "lru" : "lfu") << ";shards=" << shards
-    << ";grad_clip=" << grad_clip;
+    << ";grad_clip=" << grad_clip << ";host_threads=" << host_threads;
   return o.str();
 }
 

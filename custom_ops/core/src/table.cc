@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "io.h"
 #include "optimizer.h"
 #include "shard_ops.h"
+#include "task_pool.h"
 
 namespace heterps {
 
@@ -56,6 +58,7 @@ void SparseTable::track_spill_dir(const std::string& dir, bool add) {
 
 SparseTable::SparseTable(const TableConfig& config) : config_(config) {
   config_.validate();
+  pool_ = std::make_unique<TaskPool>(config_.host_threads != 0 ? config_.host_threads : usable_cpus());
   if (config_.memory_budget_bytes > 0 && config_.ssd_dir.empty())
     throw TableError("table config: memory_budget_bytes needs ssd_dir (where cold rows go)");
   shard_bits_ = 0;
@@ -352,25 +355,133 @@ void SparseTable::assign(const int64_t* keys, size_t n, const float* weights) {
   }
 }
 
-void SparseTable::put_rows(const int64_t* keys, size_t n, const float* rows, const uint32_t* scores) {
-  check_keys(keys, n);
-  const uint32_t tick = next_tick();
-  for (size_t i = 0; i < n; ++i) {
-    Shard& sh = *shards_[shard_of(keys[i])];
-    std::lock_guard<std::mutex> lock(sh.mu);
-    ShardOps ops{config_, sh, capacity_per_shard_, tick};
-    ops.put(keys[i], scores ? scores[i] : tick, rows + i * config_.stride());
-  }
+struct SparseTable::ShardGroups {
+  std::vector<uint32_t> order, offsets;  // group_by_shard's: shard s's keys are order[offsets[s], offsets[s + 1])
+  std::vector<uint32_t> touched;         // shards with keys, ascending
+  std::vector<std::unique_lock<std::mutex>> locks;
+};
+
+void SparseTable::lock_groups(const int64_t* keys, size_t n, ShardGroups& g) {
+  if (n > UINT32_MAX) throw TableError("a batch of " + std::to_string(n) + " rows is more than 2^32 - 1; split it");
+  group_by_shard(keys, n, g.order, g.offsets);
+  for (uint32_t s = 0; s < config_.shards; ++s)
+    if (g.offsets[s] != g.offsets[s + 1]) g.touched.push_back(s);
+  g.locks.reserve(g.touched.size());
+  for (uint32_t s : g.touched) g.locks.emplace_back(shards_[s]->mu);
 }
 
-void SparseTable::take_rows(const int64_t* keys, size_t n, float* rows) {
-  check_keys(keys, n);
-  for (size_t i = 0; i < n; ++i) {
-    Shard& sh = *shards_[shard_of(keys[i])];
-    std::lock_guard<std::mutex> lock(sh.mu);
-    ShardOps ops{config_, sh, capacity_per_shard_};
-    ops.take(keys[i], rows + i * config_.stride());
+namespace {
+// The error of the smallest batch position among the shards' groups (the one the keys taken one at a
+// time in the batch's order would have met first), so that which error a call throws does not depend on
+// the thread count.
+struct GroupFault {
+  size_t position = SIZE_MAX;
+  std::string what;
+  void note(size_t p, const char* why) {
+    if (p < position) position = p, what = why;
   }
+};
+
+// How far ahead in a shard's group take_rows and put_rows prefetch the index line of a key (as push does).
+constexpr uint32_t kAhead = 8;
+
+inline void prefetch_row(const float* r, size_t stride, bool write) {
+  for (size_t l = 0; l < stride; l += 16) write ? __builtin_prefetch(r + l, 1) : __builtin_prefetch(r + l, 0);
+}
+
+void throw_first(const std::vector<GroupFault>& faults) {
+  const GroupFault* first = nullptr;
+  for (const GroupFault& f : faults)
+    if (f.position != SIZE_MAX && (first == nullptr || f.position < first->position)) first = &f;
+  if (first != nullptr) throw TableError(first->what);
+}
+}  // namespace
+
+// The host tier's side of the GPU table's evictions (and of anything else that hands rows back): the shards'
+// groups in parallel under the locks lock_groups took, each in the batch's order.  A TableError of one row
+// (a bad spilled record of another id, met by compaction after the row is in) does not stop the group: every
+// row is put, and the first error is thrown at the end.
+void SparseTable::put_rows(const int64_t* keys, size_t n, const float* rows, const uint32_t* scores) {
+  if (n == 0) return;
+  check_keys(keys, n);
+  const uint32_t tick = next_tick();
+  const size_t st = config_.stride();
+  ShardGroups g;
+  lock_groups(keys, n, g);
+  std::vector<GroupFault> faults(g.touched.size());
+  pool_->run(g.touched.size(), [&](size_t j) {
+    const uint32_t s = g.touched[j];
+    Shard& sh = *shards_[s];
+    ShardOps ops{config_, sh, capacity_per_shard_, tick};
+    const uint32_t e = g.offsets[s + 1];
+    for (uint32_t k = g.offsets[s]; k < e; ++k) {
+      const uint32_t p = g.order[k];
+      if (k + kAhead < e) {  // the index line (a stale one is harmless) and the row to copy in
+        const uint32_t q = g.order[k + kAhead];
+        sh.prefetch(keys[q]);
+        prefetch_row(rows + size_t(q) * st, st, false);
+      }
+      try {
+        ops.put(keys[p], scores ? scores[p] : tick, rows + size_t(p) * st);
+      } catch (const TableError& e) {
+        faults[j].note(p, e.what());
+      }
+    }
+  });
+  throw_first(faults);
+}
+
+// The host tier's side of the GPU table's promotions.  All or nothing: first every spilled record the batch
+// will read is checked (in parallel, nothing removed), then, if all are good, the rows are taken; both under
+// the locks lock_groups took, so nothing can change a checked record in between.
+void SparseTable::take_rows(const int64_t* keys, size_t n, float* rows) {
+  if (n == 0) return;
+  check_keys(keys, n);
+  const size_t st = config_.stride();
+  ShardGroups g;
+  lock_groups(keys, n, g);
+  std::vector<GroupFault> faults(g.touched.size());
+  bool spilled_rows = false;
+  for (uint32_t s : g.touched) spilled_rows |= !shards_[s]->ssd_index.empty();
+  if (spilled_rows)
+    pool_->run(g.touched.size(), [&](size_t j) {
+      const uint32_t s = g.touched[j];
+      Shard& sh = *shards_[s];
+      if (sh.ssd_index.empty()) return;
+      ShardOps ops{config_, sh, capacity_per_shard_};
+      for (uint32_t k = g.offsets[s]; k < g.offsets[s + 1]; ++k) {
+        const uint32_t p = g.order[k];
+        // A key is resident or spilled, never both (put and promotion drop the other copy).
+        const int64_t at = sh.ssd_index.find(keys[p]);
+        if (at < 0) continue;
+        try {
+          ops.spilled(keys[p], at);  // a bad record leaves the SSD tier and is listed as lost (as for pull)
+        } catch (const TableError& e) {
+          faults[j].note(p, e.what());
+        }
+      }
+    });
+  throw_first(faults);
+  pool_->run(g.touched.size(), [&](size_t j) {
+    const uint32_t s = g.touched[j];
+    Shard& sh = *shards_[s];
+    ShardOps ops{config_, sh, capacity_per_shard_};
+    const uint32_t e = g.offsets[s + 1];
+    for (uint32_t k = g.offsets[s]; k < e; ++k) {
+      const uint32_t p = g.order[k];
+      // Two steps ahead, as pull does: the index line of the key 2 * kAhead on; the stored row (found through
+      // the line prefetched kAhead keys ago: a read-only probe, and slots never move) and the output row of
+      // the key kAhead on.
+      if (k + 2 * kAhead < e) sh.prefetch(keys[g.order[k + 2 * kAhead]]);
+      if (k + kAhead < e) {
+        const uint32_t q = g.order[k + kAhead];
+        const int64_t at = sh.find(keys[q]);
+        if (at >= 0) prefetch_row(sh.row(sh.entries[at].slot), st, false);
+        prefetch_row(rows + size_t(q) * st, st, true);
+      }
+      ops.take(keys[p], rows + size_t(p) * st);
+    }
+  });
 }
 
 uint32_t SparseTable::shard_of(int64_t key) const {

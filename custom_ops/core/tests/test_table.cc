@@ -1,4 +1,6 @@
 // Core table tests: determinism, optimizer math, spill/promote, checkpoints, corruption, failed writes.
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -6,9 +8,11 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "check.h"
+#include "heterps/hash.h"
 #include "heterps/table.h"
 
 using heterps::SparseTable;
@@ -256,6 +260,232 @@ static void test_arena_across_block_kinds() {
   CHECK(t.stats().bytes_in_memory >= uint64_t(n) * 4);
 }
 
+// ---- the host tier's batch calls (take_rows / put_rows) ----------------------------------------------------
+
+struct Snapshot {
+  std::vector<float> rows;
+  std::vector<uint8_t> found;
+  uint64_t in_memory, on_ssd, evictions, promotions, compactions, lost;
+  bool operator==(const Snapshot& o) const {
+    return rows == o.rows && found == o.found && in_memory == o.in_memory && on_ssd == o.on_ssd &&
+           evictions == o.evictions && promotions == o.promotions && compactions == o.compactions && lost == o.lost;
+  }
+};
+
+// Every row of keys [0, n) with where it lives (0 absent, 1 memory, 2 SSD), and the counters eviction moves.
+static Snapshot snapshot(SparseTable& t, int64_t n) {
+  std::vector<int64_t> k(n);
+  for (int64_t i = 0; i < n; ++i) k[i] = i;
+  Snapshot s;
+  s.rows.resize(size_t(n) * t.config().stride());
+  s.found.resize(n);
+  t.peek(k.data(), k.size(), s.rows.data(), s.found.data());
+  auto st = t.stats();
+  s.in_memory = st.rows_in_memory, s.on_ssd = st.rows_on_ssd, s.evictions = st.evictions;
+  s.promotions = st.ssd_promotions, s.compactions = st.compactions, s.lost = st.rows_lost;
+  return s;
+}
+
+static TableConfig tier_config(const std::string& policy, const std::string& name, int threads) {
+  // dim 3 Adam: stride 11, 76 bytes a row against the budget; 8 shards, ~600 rows resident.
+  return TableConfig::parse("dim=3;optimizer=adam;shards=8;memory_budget_bytes=45600;eviction=" + policy +
+                            ";host_threads=" + std::to_string(threads) + ";ssd_dir=" + g_tmp + "/ssd-batch-" + policy +
+                            "-" + name);
+}
+
+// One round of the host tier's traffic: a batch put (repeated keys: the last row wins; scores given, or
+// null for "now") and a batch taken (repeated keys: the row, then the initial row; some keys never put).
+struct TierRound {
+  std::vector<int64_t> put_keys, take_keys;
+  std::vector<float> rows;
+  std::vector<uint32_t> scores;
+  TierRound(std::mt19937_64& rng, size_t stride, size_t puts, size_t takes, int64_t space) {
+    put_keys.resize(puts);
+    for (auto& x : put_keys) x = static_cast<int64_t>(rng() % space);
+    rows.resize(puts * stride);
+    for (auto& x : rows) x = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 64.0f;
+    scores.resize(puts);
+    for (auto& x : scores) x = static_cast<uint32_t>(rng() % 5000);
+    take_keys.resize(takes);
+    for (auto& x : take_keys) x = static_cast<int64_t>(rng() % (space + space / 8));
+  }
+};
+
+// The batch path on one thread and on four gives what the same keys put and taken one call each give, in
+// the batch's order: the rows handed out, and every row's value and place (memory or SSD) after each batch,
+// with a budget that spills and promotes all the time.  (LRU with scores given: one call per key then makes
+// the same eviction choices; LFU's spares the rows of the current call, a per-call notion.)
+static void test_batch_rows_equal_one_at_a_time() {
+  SparseTable one(tier_config("lru", "one", 1)), four(tier_config("lru", "four", 4)),
+      each(tier_config("lru", "each", 1));
+  const size_t st = one.config().stride();
+  const int64_t space = 4000;
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 30; ++round) {
+    TierRound r(rng, st, 400, 300, space);
+    one.put_rows(r.put_keys.data(), r.put_keys.size(), r.rows.data(), r.scores.data());
+    four.put_rows(r.put_keys.data(), r.put_keys.size(), r.rows.data(), r.scores.data());
+    for (size_t i = 0; i < r.put_keys.size(); ++i)
+      each.put_rows(&r.put_keys[i], 1, r.rows.data() + i * st, r.scores.data() + i);
+    std::vector<float> a(r.take_keys.size() * st), b(a.size()), c(a.size());
+    one.take_rows(r.take_keys.data(), r.take_keys.size(), a.data());
+    four.take_rows(r.take_keys.data(), r.take_keys.size(), b.data());
+    for (size_t i = 0; i < r.take_keys.size(); ++i) each.take_rows(&r.take_keys[i], 1, c.data() + i * st);
+    CHECK(a == b);
+    CHECK(a == c);
+    Snapshot s1 = snapshot(one, space + space / 8);
+    CHECK(s1 == snapshot(four, space + space / 8));
+    CHECK(s1 == snapshot(each, space + space / 8));
+  }
+  auto s = one.stats();
+  CHECK(s.evictions > 1000 && s.ssd_promotions > 100 && s.rows_on_ssd > 0);
+}
+
+// 1 and 4 threads, either policy, scores given or not: the same rows handed out, the same table after each batch.
+static void test_batch_rows_equal_across_threads(const char* policy) {
+  SparseTable one(tier_config(policy, "t1", 1)), four(tier_config(policy, "t4", 4));
+  const size_t st = one.config().stride();
+  const int64_t space = 4000;
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 30; ++round) {
+    TierRound r(rng, st, 700, 300, space);
+    const uint32_t* sc = round % 2 ? nullptr : r.scores.data();
+    one.put_rows(r.put_keys.data(), r.put_keys.size(), r.rows.data(), sc);
+    four.put_rows(r.put_keys.data(), r.put_keys.size(), r.rows.data(), sc);
+    std::vector<float> a(r.take_keys.size() * st), b(a.size());
+    one.take_rows(r.take_keys.data(), r.take_keys.size(), a.data());
+    four.take_rows(r.take_keys.data(), r.take_keys.size(), b.data());
+    CHECK(a == b);
+    CHECK(snapshot(one, space + space / 8) == snapshot(four, space + space / 8));
+  }
+  CHECK(one.stats().evictions > 1000 && one.stats().ssd_promotions > 100);
+}
+
+// The table's private spill directory under ssd_dir, and the byte offset of key's record in one of its logs.
+static std::string spill_dir(const std::string& ssd_dir) {
+  std::string found;
+  if (DIR* d = ::opendir(ssd_dir.c_str())) {
+    while (dirent* e = ::readdir(d))
+      if (std::string(e->d_name).rfind("heterps-table-", 0) == 0) found = ssd_dir + "/" + e->d_name;
+    ::closedir(d);
+  }
+  return found;
+}
+
+// Flips a bit of the row in key's newest record (the live one) in the shard logs of `dir`; false if none.
+static bool corrupt_record(const std::string& dir, int64_t key, size_t stride, uint32_t shards) {
+  const size_t rb = 16 + stride * 4;
+  for (uint32_t s = 0; s < shards; ++s) {
+    const std::string file = dir + "/shard-" + std::to_string(s) + ".log";
+    std::ifstream in(file, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    long at = -1;
+    for (size_t off = 0; off + rb <= bytes.size(); off += rb) {
+      int64_t k;
+      std::memcpy(&k, bytes.data() + off, 8);
+      if (k == key) at = static_cast<long>(off);
+    }
+    if (at < 0) continue;
+    const int fd = ::open(file.c_str(), O_WRONLY);
+    char b = static_cast<char>(bytes[at + 20] ^ 0x10);
+    const bool ok = fd >= 0 && ::pwrite(fd, &b, 1, at + 20) == 1;
+    if (fd >= 0) ::close(fd);
+    return ok;
+  }
+  return false;
+}
+
+// Errors of the batch calls: a reserved key rejects the call before anything changes; take_rows meeting a bad
+// spilled record takes nothing (the bad id is lost, as for pull) and names the bad record of the smallest batch
+// position, with 1 thread and with 4; put_rows meeting one (compaction) still puts every row of its batch.
+static void test_batch_errors() {
+  for (int threads : {1, 4}) {
+    const std::string ssd = g_tmp + "/ssd-batch-errors-" + std::to_string(threads);
+    SparseTable t(TableConfig::parse("dim=2;optimizer=sgd;shards=8;memory_budget_bytes=4000;host_threads=" +
+                                     std::to_string(threads) + ";ssd_dir=" + ssd));
+    const size_t st = t.config().stride();
+    const int64_t n = 1000;
+    std::vector<int64_t> k(n);
+    std::vector<float> rows(n * st);
+    for (int64_t i = 0; i < n; ++i) k[i] = i, rows[i * st] = float(i), rows[i * st + 1] = -float(i);
+    t.put_rows(k.data(), n, rows.data(), nullptr);
+    Snapshot before = snapshot(t, n);
+    CHECK(before.on_ssd > 800);
+
+    std::vector<int64_t> bad_key = {1, 2, INT64_MIN, 3};
+    std::vector<float> out(bad_key.size() * st);
+    CHECK_THROWS_WITH(t.take_rows(bad_key.data(), bad_key.size(), out.data()), "reserved");
+    CHECK_THROWS_WITH(t.put_rows(bad_key.data(), bad_key.size(), rows.data(), nullptr), "reserved");
+    CHECK(snapshot(t, n) == before);
+
+    // Two spilled keys of different shards made bad, a resident key, a spilled good one, an absent one.
+    std::vector<int64_t> spilled, resident;
+    for (int64_t i = 0; i < n; ++i) (before.found[i] == 2 ? spilled : resident).push_back(i);
+    const int64_t bad_a = spilled[0], good = spilled[1];
+    int64_t bad_b = -1;
+    std::vector<int64_t> probe(1);
+    for (size_t i = 2; i < spilled.size() && bad_b < 0; ++i) {
+      // a different shard: compare the shard the table would pick (the hash's top bits, as shard_of)
+      const uint64_t ha = heterps::key_hash(bad_a) >> 61, hb = heterps::key_hash(spilled[i]) >> 61;
+      if (ha != hb) bad_b = spilled[i];
+    }
+    CHECK(bad_b >= 0);
+    const std::string dir = spill_dir(ssd);
+    CHECK(corrupt_record(dir, bad_a, st, 8) && corrupt_record(dir, bad_b, st, 8));
+    std::vector<int64_t> batch = {resident[0], bad_b, good, bad_a, n + 5};
+    std::vector<float> got(batch.size() * st, 7.0f);
+    CHECK_THROWS_WITH(t.take_rows(batch.data(), batch.size(), got.data()),
+                      ("for id " + std::to_string(bad_b) + ": checksum mismatch").c_str());
+    Snapshot after = snapshot(t, n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (i == bad_a || i == bad_b) {
+        CHECK(after.found[i] == 0);  // lost: listed, gone from the SSD tier
+        continue;
+      }
+      CHECK(after.found[i] == before.found[i]);  // nothing was taken
+      CHECK(std::memcmp(after.rows.data() + i * st, before.rows.data() + i * st, st * 4) == 0);
+    }
+    CHECK(after.promotions == before.promotions && after.lost == 2 && t.lost().size() == 2);
+    t.forget_lost();
+    t.take_rows(batch.data(), batch.size(), got.data());  // now fine: the lost ids start afresh
+    CHECK(got[0] == float(resident[0]) && got[2 * st] == float(good) && got[2 * st + 1] == -float(good));
+  }
+
+  // put_rows: one shard; most spilled records are made dead (taken back), one live record is made bad, and the
+  // next batch's eviction compacts the log, meets it and throws, after putting every row of the batch.
+  for (int threads : {1, 4}) {
+    const std::string ssd = g_tmp + "/ssd-batch-compact-" + std::to_string(threads);
+    SparseTable t(TableConfig::parse("dim=2;optimizer=sgd;shards=1;memory_budget_bytes=4000;host_threads=" +
+                                     std::to_string(threads) + ";ssd_dir=" + ssd));
+    const size_t st = t.config().stride();
+    const int64_t n = 6000;
+    std::vector<int64_t> k(n);
+    std::vector<float> rows(n * st);
+    for (int64_t i = 0; i < n; ++i) k[i] = i, rows[i * st] = float(i), rows[i * st + 1] = 1.0f;
+    t.put_rows(k.data(), n, rows.data(), nullptr);
+    std::vector<float> taken((n - 200) * st);
+    t.take_rows(k.data(), n - 200, taken.data());  // dead records: 5800 - the resident ones
+    CHECK(t.stats().compactions == 0 && t.stats().rows_on_ssd > 0);
+    Snapshot s = snapshot(t, n);
+    int64_t victim = -1;
+    for (int64_t i = n - 200; i < n && victim < 0; ++i)
+      if (s.found[i] == 2) victim = i;
+    CHECK(victim >= 0 && corrupt_record(spill_dir(ssd), victim, st, 1));
+    std::vector<int64_t> fresh(300);
+    std::vector<float> fresh_rows(300 * st);
+    for (int i = 0; i < 300; ++i) fresh[i] = 100000 + i, fresh_rows[i * st] = float(i), fresh_rows[i * st + 1] = 2.0f;
+    CHECK_THROWS_WITH(t.put_rows(fresh.data(), fresh.size(), fresh_rows.data(), nullptr),
+                      ("for id " + std::to_string(victim)).c_str());
+    std::vector<float> peeked(300 * st);
+    std::vector<uint8_t> where(300);
+    t.peek(fresh.data(), fresh.size(), peeked.data(), where.data());
+    int missing = 0;
+    for (int i = 0; i < 300; ++i) missing += where[i] == 0 || peeked[i * st] != float(i) || peeked[i * st + 1] != 2.0f;
+    CHECK(missing == 0);  // every row of the batch is in, in memory or spilled
+    CHECK(t.lost().size() == 1 && t.lost()[0].first == victim);
+  }
+}
+
 int main(int argc, char** argv) {
   g_tmp = argc > 1 ? argv[1] : "/tmp/heterps-test";
   ::mkdir(g_tmp.c_str(), 0755);
@@ -271,6 +501,10 @@ int main(int argc, char** argv) {
   test_failed_spill_keeps_rows();
   test_compaction();
   test_arena_across_block_kinds();
+  test_batch_rows_equal_one_at_a_time();
+  test_batch_rows_equal_across_threads("lru");
+  test_batch_rows_equal_across_threads("lfu");
+  test_batch_errors();
   std::printf(g_failures ? "FAILED (%d)\n" : "OK\n", g_failures);
   return g_failures ? 1 : 0;
 }

@@ -18,7 +18,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "heterps_paddle.tools.bench.scheduler",
         "every scheduler against the exact optimum on a workload suite",
     ),
-    "table": ("heterps_paddle.tools.bench.table", "sparse table pull/push rows/s against numpy and dict references"),
+    "table": (
+        "heterps_paddle.tools.bench.table",
+        "sparse table pull/push rows/s against numpy and dict references; --host-tier: the host tier's batch calls per thread count",
+    ),
     "sections": ("heterps_paddle.tools.bench.sections", "unsplit vs 2- and 3-stage heterogeneous sections"),
     "control": (
         "heterps_paddle.tools.bench.control",

@@ -7,6 +7,12 @@ memory-bound ceiling for a lookup here) and a Python dict of rows (the naive way
 through the ctypes binding with a whole batch per call into a reused numpy buffer, so the per-call
 overhead is one foreign call, not one per id.
 
+``--host-tier`` measures instead what the GPU table's tiers cost on the host (issue 42): the host tier's batch
+calls, ``take_rows`` (a promotion: rows out of the host table) and ``put_rows`` (an eviction: rows into it), rows/s
+in and out for each thread count of ``--threads`` (the table's ``host_threads``), one table per count filled alike
+and driven with the same batches, interleaved batch by batch; ratios are against the 1-thread table of the same
+run, and every table must end with the 1-thread table's rows (else exit 1).
+
 No Paddle import: the table core does not need it.
 """
 
@@ -17,6 +23,7 @@ import json
 import os
 import platform
 import shutil
+import sys
 import tempfile
 import time
 from typing import Any, Callable
@@ -36,7 +43,19 @@ TARGETS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    parser.add_argument("--dims", default="8,16,64", help="comma-separated row dims (default 8,16,64)")
+    parser.add_argument(
+        "--host-tier",
+        action="store_true",
+        help="measure the host tier's batch calls (take_rows / put_rows: the GPU table's promotions and evictions on "
+        "the host) for each of --threads instead of pull/push",
+    )
+    parser.add_argument(
+        "--threads",
+        default=None,
+        help="--host-tier: comma-separated host_threads to measure (default 1, 2, 4, ... up to and with every CPU this "
+        "process may use); 1, the baseline, is always measured",
+    )
+    parser.add_argument("--dims", default=None, help="comma-separated row dims (default 8,16,64; --host-tier: 64)")
     parser.add_argument("--rows", type=int, default=1 << 20, help="key space: rows in the table (default 1Mi)")
     parser.add_argument("--batch", type=int, default=1 << 18, help="ids per pull/push call (default 256Ki)")
     parser.add_argument("--batches", type=int, default=9, help="timed batches per measurement (default 9)")
@@ -149,11 +168,46 @@ def _measure(
     return refs, results, ratios
 
 
-def run(args: argparse.Namespace) -> int:
+def _int_list(option: str, text: str) -> list[int]:
     try:
-        dims = [int(d) for d in str(args.dims).split(",") if d.strip()]
+        values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise SparseTableError(f"--dims must be comma-separated integers, got {args.dims!r}") from None
+        raise SparseTableError(f"{option} must be comma-separated integers, got {text!r}") from None
+    if not values:
+        raise SparseTableError(f"{option} is empty")
+    return values
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (what the core's host_threads=0 uses: sched_getaffinity)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def default_thread_counts(cpus: int) -> list[int]:
+    """1, 2, 4, ... below ``cpus``, and ``cpus`` itself."""
+    counts = [1]
+    while counts[-1] * 2 < cpus:
+        counts.append(counts[-1] * 2)
+    if cpus > 1:
+        counts.append(cpus)
+    return counts
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.host_tier:
+        return run_host_tier(args)
+    dims = _int_list("--dims", args.dims if args.dims is not None else "8,16,64")
     if args.rows < 1000 or args.batch < 1 or args.batches < 1:
         raise SparseTableError("--rows must be >= 1000, --batch and --batches >= 1")
     rng = np.random.default_rng(args.seed)
@@ -254,4 +308,125 @@ def run(args: argparse.Namespace) -> int:
                 f"{ra['ssd_vs_memory_pull']:>8.2f}"
             )
         print("targets met: " + ", ".join(f"{k}={v}" for k, v in checks.items()))
+    return 0
+
+
+def run_host_tier(args: argparse.Namespace) -> int:
+    """The host tier's batch calls, rows/s in (put_rows) and out (take_rows) per thread count (module docstring).
+
+    Every table holds ``--rows`` rows in memory (the GPU table's host tier has no budget unless given one); a batch
+    is ``--batch`` distinct ids drawn uniformly (what a device evicts and misses is spread over the cold rows),
+    taken out and put back, so every table stays full and the same."""
+    dims = _int_list("--dims", args.dims if args.dims is not None else "64")
+    cpus = usable_cpus()
+    threads = _int_list("--threads", args.threads) if args.threads is not None else default_thread_counts(cpus)
+    if any(t < 1 or t > 1024 for t in threads):
+        raise SparseTableError(f"--threads must be in [1, 1024], got {threads}")
+    threads = sorted(set(threads) | {1})
+    if args.rows < 1000 or not 1 <= args.batch <= args.rows or args.batches < 1:
+        raise SparseTableError("--rows must be >= 1000, --batch in [1, rows], --batches >= 1")
+    rng = np.random.default_rng(args.seed)
+    results: list[dict[str, Any]] = []
+    all_identical = True
+    for dim in dims:
+        tables: dict[int, SparseTable] = {}
+        try:
+            for t in threads:
+                tables[t] = SparseTable(
+                    dim=dim,
+                    optimizer=args.optimizer,
+                    lr=0.01,
+                    host_threads=t,
+                    name=f"bench-tier-{dim}-{t}-{os.getpid()}",
+                )
+            stride = tables[1].stride
+            fill_rng = np.random.default_rng(args.seed + 1)
+            for i in range(0, args.rows, 1 << 16):
+                ids = np.arange(i, min(args.rows, i + (1 << 16)), dtype=np.int64)
+                rows = fill_rng.normal(0, 0.01, size=(ids.size, stride)).astype(np.float32)
+                for table in tables.values():
+                    table.put_rows(ids, rows)
+            take_s: dict[int, list[float]] = {t: [] for t in threads}
+            put_s: dict[int, list[float]] = {t: [] for t in threads}
+            busy: dict[int, list[float]] = {t: [] for t in threads}  # this process's CPU seconds per wall second
+            # one output buffer, reused (as the GPU table reuses its staging): the calls, not page faults, are timed
+            taken = np.empty((args.batch, stride), dtype=np.float32)
+            for b in range(args.batches + 1):  # the first batch warms up (threads started, buffers faulted in)
+                ids = rng.choice(args.rows, size=args.batch, replace=False).astype(np.int64)
+                for t, table in tables.items():
+                    cpu_start = time.process_time()
+                    start = time.perf_counter()
+                    table.take_rows(ids, out=taken)
+                    middle = time.perf_counter()
+                    table.put_rows(ids, taken)
+                    end = time.perf_counter()
+                    if b:
+                        take_s[t].append(middle - start)
+                        put_s[t].append(end - middle)
+                        busy[t].append((time.process_time() - cpu_start) / (end - start))
+            everything = np.arange(args.rows, dtype=np.int64)
+            reference, where = tables[1].peek(everything)
+            for t in threads:
+                rows_t, where_t = tables[t].peek(everything)
+                identical = bool(np.array_equal(rows_t, reference) and np.array_equal(where_t, where))
+                all_identical &= identical
+                results.append(
+                    {
+                        "dim": dim,
+                        "threads": t,
+                        "take_rows_per_s": args.batch / _median(take_s[t]),
+                        "put_rows_per_s": args.batch / _median(put_s[t]),
+                        "take_vs_1_thread": _median([a / b for a, b in zip(take_s[1], take_s[t])]),
+                        "put_vs_1_thread": _median([a / b for a, b in zip(put_s[1], put_s[t])]),
+                        "cores_busy": _median(busy[t]),
+                        "identical_to_1_thread": identical,
+                    }
+                )
+        finally:
+            for table in tables.values():
+                table.close()
+    cpu_model = _cpu_model()
+    report = {
+        "benchmark": "table-host-tier",
+        "machine": {
+            "cpu_model": cpu_model,
+            "cpus": os.cpu_count(),
+            "usable_cpus": cpus,
+            "load_average_1m": os.getloadavg()[0],
+            "platform": platform.platform(),
+        },
+        "config": {
+            "rows": args.rows,
+            "batch": args.batch,
+            "batches": args.batches,
+            "dims": dims,
+            "optimizer": args.optimizer,
+            "threads": threads,
+            "ids": "distinct, uniform over the rows",
+            "rates": "median batch; ratios: median of per-batch time ratios against host_threads=1",
+            "cores_busy": "this process's CPU seconds per wall second during a batch's take and put (median)",
+        },
+        "results": results,
+        "identical": all_identical,
+    }
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(
+            f"host tier batch calls: {args.rows} rows, batches of {args.batch} distinct ids, optimizer "
+            f"{args.optimizer}, {cpus} usable CPUs ({cpu_model})"
+        )
+        print(
+            f"{'dim':>4} {'threads':>7} {'take rows/s':>13} {'put rows/s':>13} {'take vs 1':>9} {'put vs 1':>9} "
+            f"{'cores busy':>10}"
+        )
+        for r in results:
+            print(
+                f"{r['dim']:>4} {r['threads']:>7} {r['take_rows_per_s']:>13.3g} {r['put_rows_per_s']:>13.3g} "
+                f"{r['take_vs_1_thread']:>9.2f} {r['put_vs_1_thread']:>9.2f} {r['cores_busy']:>10.2f}"
+                + ("" if r["identical_to_1_thread"] else "  ROWS DIFFER from 1 thread")
+            )
+    if not all_identical:
+        print("heterps bench table --host-tier: a table's rows differ from the 1-thread table's", file=sys.stderr)
+        return 1
     return 0

@@ -18,6 +18,9 @@ int heterps_table_pull(const char* name, const int64_t* keys, size_t n, float* o
 int heterps_table_push(const char* name, const int64_t* keys, size_t n, const float* grads);
 int heterps_table_assign(const char* name, const int64_t* keys, size_t n, const float* weights);
 int heterps_table_peek(const char* name, const int64_t* keys, size_t n, float* rows, uint8_t* found);
+// The host tier's batch calls (SparseTable::take_rows / put_rows): full rows of stride floats; scores may be null.
+int heterps_table_take_rows(const char* name, const int64_t* keys, size_t n, float* rows);
+int heterps_table_put_rows(const char* name, const int64_t* keys, size_t n, const float* rows, const uint32_t* scores);
 int heterps_table_save(const char* name, const char* path);
 int heterps_table_load(const char* name, const char* path);
 int heterps_table_stats(const char* name, uint64_t* out, int n_fields);

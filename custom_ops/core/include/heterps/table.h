@@ -47,6 +47,10 @@ struct TableConfig {
   // > 0: each (summed) gradient value is clipped to [-grad_clip, grad_clip] before the update, for users
   // who prefer clipping to push's error on an update that would make a row non-finite.  0 = off.
   float grad_clip = 0.0f;
+  // Threads of the host tier's batch calls (take_rows, put_rows: what the GPU table's promotions and
+  // evictions cost on the host): 0 = every CPU this process may use (sched_getaffinity), 1 = the calling
+  // thread only.  Results do not depend on it.
+  uint32_t host_threads = 0;
 
   // "dim=8;optimizer=adam;lr=0.01;...": one textual form shared by the C API and the Paddle op
   // attribute, so a table is described identically everywhere.
@@ -58,6 +62,8 @@ struct TableConfig {
   uint32_t stride() const { return dim + state_dim(); }  // floats per stored row
   uint64_t row_cost_bytes() const;                       // what one resident row counts against the budget
 };
+
+class TaskPool;
 
 struct TableStats {
   uint64_t rows_in_memory = 0;
@@ -107,6 +113,16 @@ class SparseTable {
   // For an upper tier (the GPU table) that keeps its own copy of hot rows: take_rows removes the keys'
   // full rows (stride() floats: weights then optimizer state) from this table, or gives their initial rows
   // if absent; put_rows inserts or overwrites full rows (scores: eviction scores, or null for "now").
+  // Batch calls: the keys are grouped by shard once, each shard touched is locked once for the call (in
+  // ascending order, as push does), and the shards' groups run on config().host_threads threads, each
+  // group in the batch's order, so the results (rows, where they live, the SSD logs, stats) are those of
+  // the keys taken or put one at a time in the batch's order, whatever the thread count.  Repeated keys:
+  // take_rows gives the row to the first and the initial row to the later ones; put_rows' last row wins.
+  // Errors: an INT64_MIN key rejects the call before anything changes.  take_rows checks every spilled
+  // record it will read before it removes any row: a bad one throws (naming file, offset and id; the id is
+  // lost, as for pull) and no row is taken.  put_rows puts every row; a bad spilled record of another id
+  // met meanwhile (compaction) is thrown after the whole batch is in.  The error thrown is the one of the
+  // smallest batch position.
   void take_rows(const int64_t* keys, size_t n, float* rows);
   void put_rows(const int64_t* keys, size_t n, const float* rows, const uint32_t* scores);
 
@@ -137,11 +153,16 @@ class SparseTable {
   int ssd_lock_fd_ = -1;             // flock()ed while the table lives (io::make_private_dir)
   std::vector<std::unique_ptr<Shard>> shards_;
   uint32_t shard_bits_ = 6;
-  uint64_t clock_ = 1;  // LRU clock, advanced once per pull/push call (atomic access in .cc)
+  uint64_t clock_ = 1;              // LRU clock, advanced once per pull/push call (atomic access in .cc)
+  std::unique_ptr<TaskPool> pool_;  // host_threads threads for take_rows / put_rows (started on first use)
 
   void check_keys(const int64_t* keys, size_t n) const;
   void group_by_shard(const int64_t* keys, size_t n, std::vector<uint32_t>& order,
                       std::vector<uint32_t>& offsets) const;
+  // A batch grouped by shard and the shards it touches, whose locks lock_groups takes in ascending order
+  // (take_rows, put_rows; defined in table.cc).
+  struct ShardGroups;
+  void lock_groups(const int64_t* keys, size_t n, ShardGroups& g);
   uint32_t next_tick();
   uint32_t shard_of(int64_t key) const;
   static void track_spill_dir(const std::string& dir, bool add);
