@@ -25,7 +25,6 @@ import time
 
 import pytest
 
-from heterps_paddle.data.generator import generate
 from heterps_paddle.launch.placement import expand_files
 from heterps_paddle.planning.launch import launch_arguments
 from heterps_paddle.planning.model import load_plan
@@ -52,13 +51,12 @@ def write_hosts(path, addresses=(A, B, C)):
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, heterps_cache):
+def setup(tmp_path_factory, heterps_cache, data_100k):
     tmp = tmp_path_factory.mktemp("across-hosts")
-    data_dir = str(tmp / "data")
-    # 100000 rows: at 40000 rows the held-out AUC of the same job spread by 0.013 from run to run (async updates),
-    # more than the bound (three hosts 0.7735-0.7834, one host 0.7804-0.7866); at 100000, four pairs of runs on a
-    # loaded machine differed by 0.0011-0.0025 (three hosts 0.7928-0.8026, one host 0.7949-0.8010)
-    generate(data_dir, 100000, seed=3, test_fraction=0.1)
+    # 100000 rows (conftest: data_100k): at 40000 rows the held-out AUC of the same job spread by 0.013 from run to
+    # run (async updates), more than the bound (three hosts 0.7735-0.7834, one host 0.7804-0.7866); at 100000, four
+    # pairs of runs on a loaded machine differed by 0.0011-0.0025 (three hosts 0.7928-0.8026, one host 0.7949-0.8010)
+    data_dir = data_100k
     plan = tmp / "plan.json"
     plan.write_text(json.dumps({"format": 1, "feasible": True, "stages": STAGES}))
     return {"tmp": tmp, "data": data_dir, "plan": str(plan)}
@@ -306,39 +304,6 @@ def test_paddles_connect_timeout_abort_starts_every_host_again(setup, cleanup):
         assert "[E110]" not in f.read()
     with open(os.path.join(setup["tmp"] / "connect-abort" / "out", "worker-0.json")) as f:
         assert isinstance(json.load(f)["test_auc"], float)
-
-
-def test_a_host_that_never_comes_up_ends_the_launch(setup, cleanup):
-    # 20 s: the hosts that are there join within it on a busy machine (at 8 s, a suite run at load average 20-30
-    # counted the coordinator's own host as missing too)
-    run = new_run(setup, "missing", env={"HETERPS_STARTUP_TIMEOUT": "20"})
-    cleanup(run)
-    for address in (A, B):  # C never starts
-        run.start(address)
-    codes = run.wait(timeout=120)
-    for address in (A, B):
-        console = run.hosts[address].console()
-        assert codes[address] == 1, console
-        assert f"host {C} never joined the launch" in console, console
-        assert not run.hosts[address].logs().get("workerlog.0")  # nothing started
-    assert run.leftovers() == []
-
-
-def test_a_host_with_another_plan_ends_the_launch(setup, cleanup):
-    run = new_run(setup, "mismatch", env={"HETERPS_STARTUP_TIMEOUT": "60"})
-    cleanup(run)
-    other = setup["tmp"] / "mismatch" / "other_plan.json"
-    stages = [dict(STAGES[0], layers=["embedding_0", "fc_0"]), dict(STAGES[1], layers=["fc_1", "fc_2"])]
-    other.write_text(json.dumps({"format": 1, "feasible": True, "stages": stages}))
-    run.start(A)
-    run.start(B)
-    run.start(C, plan_path=str(other))
-    codes = run.wait(timeout=120)
-    for address in (A, B, C):
-        console = run.hosts[address].console()
-        assert codes[address] == 1, console
-        assert f"host {C} was given another plan or hosts file" in console, console
-    assert run.leftovers() == []
 
 
 def test_an_address_not_in_the_hosts_file_is_an_error(setup, cleanup):

@@ -28,7 +28,6 @@ import time
 import pytest
 from conftest import split_cluster
 
-from heterps_paddle.data.generator import generate
 from heterps_paddle.runtime.checkpoint_files import read_manifest, verify
 from heterps_paddle.tools.jobs import HostsRun, free_port_block
 
@@ -53,12 +52,11 @@ WAIT_S = 300
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, heterps_cache):
+def setup(tmp_path_factory, heterps_cache, data_100k):
     tmp = tmp_path_factory.mktemp("restarts")
-    data = str(tmp / "data")
-    # 100000 rows, as tests/test_across_hosts.py: at 40000 rows (3 epochs) the held-out AUC of the same job spread
-    # by 0.015 from run to run (0.7504-0.7653)
-    generate(data, 100000, seed=3, test_fraction=0.1)
+    # 100000 rows (conftest: data_100k): at 40000 rows (3 epochs) the held-out AUC of the same job spread by 0.015
+    # from run to run (0.7504-0.7653)
+    data = data_100k
     plan = tmp / "plan.json"
     plan.write_text(json.dumps({"format": 1, "feasible": True, "stages": STAGES}))
     cluster = tmp / "cluster.yaml"

@@ -147,6 +147,21 @@ def test_a_member_with_another_digest_ends_the_launch_before_it_starts():
         coord.close(wait_s=0.1, late_joiners_s=0.0)
 
 
+def test_a_host_that_never_joins_ends_the_launch_naming_it(monkeypatch):
+    """HETERPS_STARTUP_TIMEOUT past with a host of the round missing: every host that joined hears why (what a host
+    whose launch never comes up costs a job: tests/test_across_hosts.py ran it launched)."""
+    monkeypatch.setenv("HETERPS_STARTUP_TIMEOUT", "2")
+    lines = []
+    coord = coordinator(lines)
+    try:
+        _, first = connect(coord.job.endpoint, {"op": "join", "host": A, "digest": "digest"})
+        told = next_op(first)
+        assert told["op"] == "abort" and f"host {B} never joined the launch within 2 s" in told["reason"], told
+        assert coord.aborted == told["reason"]
+    finally:
+        coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
 def test_a_machine_from_outside_joins_and_a_host_leaves_at_the_next_checkpoint(tmp_path):
     """D, never in the hosts file, joins with its type; B asks to leave: the trainers are asked for a checkpoint,
     and once one is complete every host hears the new round, planned with D and without B (restarts.json: a leave,

@@ -81,14 +81,12 @@ def run_style(tmp, name, data_dir, plan=None, extra=(), save=True):
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory, heterps_cache):
+def jobs(tmp_path_factory, heterps_cache, data_100k):
     tmp = tmp_path_factory.mktemp("style-trainer")
-    data_dir = str(tmp / "data")
-    # 100,000 rows, as tests/test_across_hosts.py and tests/test_host_restarts.py: at 40,000 rows (2 epochs) one
-    # 2-stage run under three suites at once (load average near 35) came out 0.0109 under plain PS (0.7694 against
-    # 0.7803), where nine earlier split runs spread 0.7761-0.7882 (docs/sections.md): async PS noise that a single
-    # run's 0.01 bound missed
-    generate(data_dir, 100000, seed=3, test_fraction=0.1)
+    # 100,000 rows (conftest: data_100k): at 40,000 rows (2 epochs) one 2-stage run under three suites at once (load
+    # average near 35) came out 0.0109 under plain PS (0.7694 against 0.7803), where nine earlier split runs spread
+    # 0.7761-0.7882 (docs/sections.md): async PS noise that a single run's 0.01 bound missed
+    data_dir = data_100k
     out = {"tmp": tmp}
     for name, plan in (("plain", None), ("plain2", None), ("two", "two"), ("three", "three")):
         out[name] = run_style(tmp, name, data_dir, plan, extra=["--print_period", "1"] if name == "plain" else ())
