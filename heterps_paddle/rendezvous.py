@@ -1,7 +1,8 @@
 """What the processes of one launch share: its id, and a board where they leave each other small records.
 
 Records on the board: the plan the launch runs (fleet/plan_agreement.py), each heterogeneous trainer's side-channel
-endpoint (runtime/stage_metrics.py), the servers' word that they restored a checkpoint (runtime/checkpoint.py).
+endpoint (runtime/stage_metrics.py), the servers' word that they restored a checkpoint (runtime/checkpoint.py), each
+trainer's measurements (runtime/meter.py, read by the launch's gauge, launch/gauge.py).
 
 Two boards, one interface:
 
@@ -33,6 +34,8 @@ from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
 
 RENDEZVOUS_ENV = "HETERPS_RENDEZVOUS"  # host:port of the launch's coordinator
+PLAN_KEY = "plan"  # the plan the launch runs (fleet/plan_agreement.py)
+METER_PREFIX = "meter."  # each trainer's measurements (runtime/meter.py), read by the launch's gauge
 LAUNCH_ID_ENV = "HETERPS_LAUNCH_ID"
 # The endpoints Paddle's launcher gives every process of a launch (with ports drawn at random per launch).
 LAUNCH_ENDPOINT_ENV = (

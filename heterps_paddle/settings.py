@@ -205,6 +205,25 @@ _ALL = (
         "seconds a CPU trainer waits for the others at a checkpoint's barrier (and for trainer 0's save)",
         _positive_float,
     ),
+    Setting(
+        "HETERPS_METER_S",
+        "5",
+        "seconds between a trainer's measurements of its samples and CPU time (runtime/meter.py; docs/metrics.md)",
+        _positive_float,
+    ),
+    Setting("HETERPS_METER", "1", "0: the job's processes measure nothing (no rates, no measured cost)", _flag),
+    Setting(
+        "HETERPS_RATES_WINDOW_S",
+        "30",
+        "the moving window a stage's measured samples/s and work share are taken over, seconds (launch/gauge.py)",
+        _positive_float,
+    ),
+    Setting(
+        "HETERPS_STATUS_EVERY_S",
+        "60",
+        "seconds between the console's lines of measured rates and cost (launch/gauge.py)",
+        _positive_float,
+    ),
     Setting("HETERPS_OPS_DIR", "", "directory of the sparse-table libraries to load instead of the installed ones"),
     Setting("HETERPS_SLOW_TESTS", "0", "1: run the timing-sensitive tests too", _flag),
 )

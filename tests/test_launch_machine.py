@@ -2,6 +2,7 @@
 with the state it leads to and the actions it asks for.  Pure: no sockets, no processes, time given."""
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -54,6 +55,8 @@ def planned(better=True, members=None):
 def kinds(actions):
     return [type(a).__name__ for a in actions]
 
+
+RATES = SimpleNamespace(round=0, samples_per_s=100.0)  # a Rates of round 0, as launch/gauge.py makes them
 
 SETTLING = dict(state=S.SETTLING, settle_at=NOW + 1, trouble=("host B: x",))
 RETRY_SETTLING = dict(state=S.SETTLING, settle_at=NOW, trouble=("host B: abort",), connect_timeout=True)
@@ -295,6 +298,8 @@ TABLE = [
     ),
     ("after the end a host done is noted", job(S.ENDED), m.Done(A, 0), S.ENDED, []),
     ("after the abort a host done is noted", job(S.ABORTED, reason="x"), m.Done(A, 0), S.ABORTED, []),
+    # ---- measured rates (launch/gauge.py)
+    ("the running round's rates are kept", job(S.RUNNING), m.Measured(RATES), S.RUNNING, []),
     # ---- what else a round meets while it joins, settles or is re-planned
     ("a spare stands by while the round joins", job(), m.SpareJoined(D, "d", 0), S.JOINING, ["StandBy"]),
     ("a spare gone while the round joins", job(spares=frozenset({D})), m.SpareGone(D), S.JOINING, ["SpareLost"]),
@@ -381,7 +386,10 @@ SAMPLE = {
     m.Tick: m.Tick(),
     m.Planned: planned(),
     m.PlanFailed: m.PlanFailed("x"),
+    m.Measured: m.Measured(RATES),
 }
+NOT_RUNNING = "a round that does not run (yet, or any more) has no rates of a plan being run"
+IGNORED.update({(state, m.Measured): NOT_RUNNING for state in S if state is not S.RUNNING})
 IN_STATE = {S.SETTLING: SETTLING, S.REPLANNING: MOVING, S.ABORTED: {"reason": "x"}}
 
 
@@ -636,3 +644,10 @@ def test_every_action_has_its_words_and_every_job_fact_its_record():
         m.MoveDeclined,
         m.MoveImpossible,
     }
+
+
+def test_the_newest_rates_of_the_running_round_are_kept_and_an_earlier_rounds_are_not():
+    j, _ = m.step(job(S.RUNNING), m.Measured(RATES), NOW)
+    assert j.measured is RATES
+    late = SimpleNamespace(round=-1, samples_per_s=1.0)  # measured before a new round started
+    assert m.step(j, m.Measured(late), NOW)[0].measured is RATES

@@ -41,8 +41,8 @@ def test_single_stage_units_time_and_cost():
     assert option.units == 9 and option.time_per_sample == pytest.approx(3e-5)
     plan = cm.to_plan([0], "exact")
     assert plan.cost_per_hour == 9.0
-    assert plan.cost_per_million_samples == pytest.approx(9.0 / (3600 * 2.9e5) * 1e6)
     assert plan.throughput == pytest.approx(9 / 3e-5)
+    assert plan.cost_per_million_samples == pytest.approx(9.0 / (3600 * plan.throughput) * 1e6)
 
 
 def test_boundary_traffic_on_both_sides_of_a_stage():

@@ -48,7 +48,6 @@ from heterps_paddle.fleet.plan_files import (
 from heterps_paddle.log import logger
 from heterps_paddle.measure.cache import cached, digest
 from heterps_paddle.measure.local_cluster import LOCAL_CPU, LOCAL_GPU, detect_local_cluster
-from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.launch import LaunchShape, env_outside_the_launch, launch_from_env
 from heterps_paddle.planning.launch_fit import fit_to_launch
 from heterps_paddle.planning.model import (
@@ -65,6 +64,7 @@ from heterps_paddle.planning.model import (
     save_plan,
     save_yaml,
 )
+from heterps_paddle.planning.planner import launchable_cost_model
 from heterps_paddle.planning.replan import PlanningInputs
 from heterps_paddle.planning.report import JobReportInputs, job_report
 from heterps_paddle.program.job_profile import PROFILE_METHOD, JobProfile, measure_job, program_digest
@@ -328,7 +328,8 @@ def _plan_locked(
             advice=advice,
             advice_error=advice_error,
             advice_scheduler=configs["scheduler"],
-            alternatives=CostModel(profile, cluster, at),
+            # the same launchable rules as the advice: only plans a launch of this cluster here can run
+            alternatives=launchable_cost_model(profile, cluster, at, _trainer_kinds(cuda)),
             stand_ins=tuple(
                 t.name for t in cluster.resource_types if t.kind == "gpu" and t.name in LOCAL_TYPES and stand_in
             ),

@@ -23,10 +23,11 @@ import paddle
 # through this hook, a circular import.)
 from paddle.distributed.fleet.meta_optimizers.meta_optimizer_base import MetaOptimizerBase
 
+from heterps_paddle.fleet.plan_files import LOCAL_CLUSTER
 from heterps_paddle.fleet.strategy import HeterPSConfigError, configured_plan, validate_heterps_configs
 from heterps_paddle.log import configure as configure_logging
 from heterps_paddle.planning.launch import check_launch_matches, launch_from_env
-from heterps_paddle.planning.model import Plan
+from heterps_paddle.planning.model import Plan, load_cluster
 from heterps_paddle.runtime.patches import set_heterps_flag
 from heterps_paddle.runtime.seam import is_collective
 
@@ -96,7 +97,7 @@ class HeterPSOptimizer(MetaOptimizerBase):  # type: ignore[misc]  # Paddle ships
         if configs["plan"] is not None:
             plan = configured_plan(configs)  # validate_heterps_configs has read it: a bad plan was refused there
             check_launch_matches(plan, launch_from_env(), source=f"plan {configs['plan']}")
-            plan_agreement.agree(plan)
+            plan_agreement.agree(plan, prices=_prices(configs))
             return plan
         if configs["cluster"] is not None:
             from heterps_paddle.fleet.auto_plan import plan_for_job  # lazy: see the imports at the top
@@ -107,3 +108,11 @@ class HeterPSOptimizer(MetaOptimizerBase):  # type: ignore[misc]  # Paddle ships
             plan_agreement.agree(job.plan, job.report, job.inputs)
             return job.plan
         return None
+
+
+def _prices(configs: dict[str, Any]) -> dict[str, float] | None:
+    """Each resource type's price per hour, from the configured cluster file (None: no file: the job's cost is not
+    known, only its rates)."""
+    if configs["cluster"] is None or configs["cluster"] == LOCAL_CLUSTER:
+        return None
+    return {t.name: t.price_per_hour for t in load_cluster(configs["cluster"]).resource_types}

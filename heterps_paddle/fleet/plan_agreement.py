@@ -10,7 +10,7 @@ the file has the same digest.  Every process logs the digest, so a reader of any
 from __future__ import annotations
 
 import os
-from typing import Any, cast
+from typing import Any, Mapping, cast
 
 from heterps_paddle import rendezvous, settings
 from heterps_paddle.errors import HeterPSError
@@ -18,7 +18,7 @@ from heterps_paddle.log import logger
 from heterps_paddle.measure.cache import digest
 from heterps_paddle.planning.model import Plan, plan_from_dict
 
-PLAN_KEY = "plan"
+PLAN_KEY = rendezvous.PLAN_KEY
 
 
 class PlanDisagreement(HeterPSError, RuntimeError):
@@ -58,20 +58,34 @@ def published_plan(what: str) -> tuple[Plan, str]:
     return plan_from_dict(record["plan"], f"the launch's plan (published by {record['host']})"), str(record["report"])
 
 
-def agree(plan: Plan, report: str = "", inputs: dict[str, Any] | None = None) -> None:
-    """Across hosts: trainer 0 publishes ``plan``; every other process checks it runs the same one.  Every process
-    logs the digest.  Nothing to do on one host (one plan file, or one output_dir, is shared there).  ``inputs``:
+def agree(
+    plan: Plan, report: str = "", inputs: dict[str, Any] | None = None, prices: Mapping[str, float] | None = None
+) -> None:
+    """Trainer 0 publishes ``plan`` on the launch's board; across hosts every other process checks it runs the same
+    one, and every process logs the digest (on one host there is one plan file, or one output_dir).  ``inputs``:
     what the plan was made from (planning/replan.py), published with it so that the launch's coordinator can
-    re-plan for fewer hosts after losing one."""
-    if not rendezvous.across_hosts():
-        return
-    mine = plan_digest(plan)
+    re-plan for fewer hosts after losing one; ``prices``: each resource type's price per hour (when no inputs say
+    them), so that the launch's gauge can say what the job costs (launch/gauge.py)."""
     board = rendezvous.board()
+    mine = plan_digest(plan)
+    if inputs is not None and prices is None:
+        types = (inputs.get("cluster") or {}).get("resource_types") or ()
+        prices = {str(t["name"]): float(t["price_per_hour"]) for t in types if "price_per_hour" in t}
+    record = {
+        "plan": plan.to_dict(),
+        "digest": mine,
+        "host": _where(),
+        "report": report,
+        "inputs": inputs,
+        "prices": dict(prices or {}),
+    }
+    if not rendezvous.across_hosts():
+        if board is not None and publishes_the_plan():
+            board.put(PLAN_KEY, record)  # for the launch's gauge: the plan it measures against, and its prices
+        return
     assert board is not None
     if publishes_the_plan():
-        board.put(
-            PLAN_KEY, {"plan": plan.to_dict(), "digest": mine, "host": _where(), "report": report, "inputs": inputs}
-        )
+        board.put(PLAN_KEY, record)
         print(f"heterps: plan digest {mine} (published for every process of the launch)", flush=True)
         return
     record = published("this process")

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from heterps_paddle import control
+from heterps_paddle import control, rendezvous
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.rendezvous import BoardStore
 
 MAX_RECORD = control.MAX_LINE  # a board record (one line)
 MAX_BOARD = 16 << 20  # the board, all records together
-PLAN_KEY = "plan"
+PLAN_KEY = rendezvous.PLAN_KEY
 
 
 class Board:
@@ -47,6 +47,12 @@ class Board:
             return self.store.answer(message)
         except (KeyError, HeterPSError) as exc:
             return {"error": str(exc)}
+
+    def get(self, key: str) -> Any | None:
+        return self.store.answer({"op": "get", "key": key})["value"]
+
+    def entries(self, prefix: str) -> dict[str, Any]:
+        return dict(self.store.answer({"op": "entries", "prefix": prefix})["entries"])
 
     def published(self) -> Any | None:
         """The plan record of this round (fleet/plan_agreement.py), or None."""

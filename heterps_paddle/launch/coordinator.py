@@ -34,6 +34,7 @@ from heterps_paddle.launch.control_server import ControlServer, Peer, Role, prin
 from heterps_paddle.launch.event_log import EventLog
 from heterps_paddle.launch.job import HostsJob, JobAborted, RoundPlan, RoundRequest, host_timeout, startup_timeout
 from heterps_paddle.launch.leave import MAX_GRACE_S
+from heterps_paddle.launch.measuring import Measuring
 from heterps_paddle.planning.hosts import joined_spec
 from heterps_paddle.runtime.checkpoint_choice import ask_checkpoint, choose, listed
 
@@ -88,6 +89,7 @@ class Coordinator:
         self.lock = threading.Lock()
         self.host_timeout = host_timeout()
         self.server = ControlServer(job.endpoint, key, self.handle, lambda text: self.say(text))
+        self.measuring = Measuring(log, lambda text: self.say(text))
         self._stop = threading.Event()
 
     # ---- serving
@@ -275,6 +277,8 @@ class Coordinator:
             for each in self.members.values():
                 each.send({"op": "beat"})
         elif isinstance(action, (m.EndAll, m.AbortAll)):
+            if isinstance(action, m.EndAll):  # the job's last figures, with the trainers' last records
+                self.measuring.tick(self.machine.round.number, self.board, self.job.devices, force=True)
             self._tell_all(render.message(action))
         elif isinstance(action, m.AskCheckpoint):
             if self.checkpoint_dir is not None:
@@ -356,6 +360,9 @@ class Coordinator:
                             self._feed(m.HostSilent(peer.host, peer.round, self.host_timeout))
                 if (self.machine.back or self.machine.leaving) and self.checkpoint_dir is not None:
                     self._feed(m.CheckpointComplete(newest_checkpoint(self.checkpoint_dir)))
+                rates = self.measuring.tick(self.machine.round.number, self.board, self.job.devices)
+                if rates is not None:
+                    self._feed(m.Measured(rates))
                 self._feed(m.Tick())
 
 

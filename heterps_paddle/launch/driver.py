@@ -48,6 +48,7 @@ from heterps_paddle.launch.event_log import EventLog
 from heterps_paddle.launch.hosts import HostRound, host_round
 from heterps_paddle.launch.job import JOB_ENV, JobAborted, ask_round, startup_timeout
 from heterps_paddle.launch.leave import Notice, ask_to_leave, grace_s
+from heterps_paddle.launch.measuring import Measuring
 from heterps_paddle.launch.member import LogForwarder, Member
 from heterps_paddle.launch.options import LaunchOptions
 from heterps_paddle.launch.ports import PortBlock, claim_port_block
@@ -55,7 +56,7 @@ from heterps_paddle.launch.result import RESULT_FD_ENV, Outcome, RunResult
 from heterps_paddle.launch.rounds import joined_of, part_of_round, plan_maker
 from heterps_paddle.launch.session import stop_session
 from heterps_paddle.planning.launch import LAUNCH_ENV
-from heterps_paddle.rendezvous import LAUNCH_ID_ENV, launch_files_dir
+from heterps_paddle.rendezvous import LAUNCH_ID_ENV, FileBoard, launch_files_dir
 from heterps_paddle.runtime.checkpoint_choice import prepare_launch
 from heterps_paddle.runtime.checkpoint_files import CheckpointError
 from heterps_paddle.version import __version__
@@ -71,6 +72,7 @@ class Turn:
     number: int
     options: LaunchOptions
     part: HostRound | None = None  # None: one host
+    launch_id: str | None = None  # one host: the id its board is named by (rendezvous.py)
 
     @property
     def spare(self) -> bool:
@@ -215,10 +217,51 @@ class OneHost:
         self.job = m.first_job(rules, m.Round(0, {LOCAL_ADDRESS: True}, LOCAL_ADDRESS, ""), time.monotonic())
         # --timeout bounds the whole launch of a one-host job, its attempts together
         self.deadline = None if options.timeout is None else time.monotonic() + options.timeout
+        self.measuring = Measuring(log, console.line)
+        self.devices = tuple(str(d) for d in launch_description(options.paddle_arguments())["heter_devices"])
+        self.lock = threading.Lock()  # the machine is stepped by the loop and by the gauge's thread
+        self.measured: threading.Event | None = None
+        self.board_dir: str | None = None
+        self.owns_board = False
 
     def first(self) -> Turn:
         self._drive(m.Joined(LOCAL_ADDRESS, ""))  # this host is every host of the round
-        return Turn(0, self._timed(self.options))
+        return self._turn(0)
+
+    def _turn(self, number: int) -> Turn:
+        """A round of this host: its launch's board is a directory of the cache (rendezvous.py), named by an id of
+        its own rather than by the endpoints Paddle draws, so that it is known here (the gauge reads it) and removed
+        when the round ends; a launch id the caller set is kept (and its board too)."""
+        given = os.environ.get(LAUNCH_ID_ENV)
+        launch_id = given or uuid.uuid4().hex[:16]
+        self.board_dir = launch_files_dir(str(settings.get("HETERPS_CACHE")), {LAUNCH_ID_ENV: launch_id})
+        self.owns_board = not given
+        self.measured = threading.Event()
+        board = FileBoard(cast(str, self.board_dir))
+        threading.Thread(target=self._measure, args=(number, board, self.measured), daemon=True).start()
+        return Turn(number, self._timed(self.options), launch_id=launch_id)
+
+    def _measure(self, number: int, board: FileBoard, stop: threading.Event) -> None:
+        """The gauge, about every second while the round runs (launch/measuring.py)."""
+        while not stop.wait(1.0):
+            rates = self.measuring.tick(number, board, self.devices)
+            if rates is not None:
+                with self.lock:
+                    self._drive(m.Measured(rates))
+
+    def _stop_measuring(self, last_round: int | None = None) -> None:
+        """The round's gauge stopped; its last figures made (``last_round``) and its board removed."""
+        if self.measured is None:
+            return
+        self.measured.set()
+        if last_round is not None and self.board_dir is not None:
+            rates = self.measuring.tick(last_round, FileBoard(self.board_dir), self.devices, force=True)
+            if rates is not None:
+                with self.lock:
+                    self._drive(m.Measured(rates))
+        if self.owns_board and self.board_dir is not None:
+            shutil.rmtree(self.board_dir, ignore_errors=True)
+        self.measured = None
 
     def stand_by(self, turn: Turn) -> Ran:
         raise AssertionError("one host never stands by")
@@ -230,17 +273,19 @@ class OneHost:
         if ran.code == EXIT_INPUT_ERROR:  # refused before anything started
             return Verdict(end=HostEnd(ran.code, "failed", ran.log_dir, ran.result.failure or ""))
         number = self.job.round.number
-        if ran.result.outcome is Outcome.SUCCEEDED:
-            lines = self._drive(m.Done(LOCAL_ADDRESS, number))
-        else:
-            # the failure itself is said with the verdict (failure_lines); the machine's reason names it short
-            reason = (
-                "Paddle's connect-timeout abort"
-                if ran.result.connect_timeout
-                else (ran.result.failure or "the job failed")
-            )
-            lines = self._drive(m.ProcessFailed(LOCAL_ADDRESS, number, reason, ran.result.connect_timeout))
-            lines += self._drive(m.Tick())
+        self._stop_measuring(number)
+        with self.lock:
+            if ran.result.outcome is Outcome.SUCCEEDED:
+                lines = self._drive(m.Done(LOCAL_ADDRESS, number))
+            else:
+                # the failure itself is said with the verdict (failure_lines); the machine's reason names it short
+                reason = (
+                    "Paddle's connect-timeout abort"
+                    if ran.result.connect_timeout
+                    else (ran.result.failure or "the job failed")
+                )
+                lines = self._drive(m.ProcessFailed(LOCAL_ADDRESS, number, reason, ran.result.connect_timeout))
+                lines += self._drive(m.Tick())
         if self.job.state is m.JobState.ENDED:
             return Verdict(end=HostEnd(0, "finished", ran.log_dir), errors=tuple(lines))
         if self.job.state is m.JobState.ABORTED:
@@ -254,11 +299,12 @@ class OneHost:
             f"{self.job.rules.connect_retries}, HETERPS_CONNECT_RETRIES): attempt {number + 1} was aborted by Paddle "
             f"on a connect timeout; its logs are in {kept}"
         )
-        lines += self._drive(m.Joined(LOCAL_ADDRESS, ""))
-        return Verdict(next=Turn(self.job.round.number, self._timed(self.options)), errors=tuple(lines))
+        with self.lock:
+            lines += self._drive(m.Joined(LOCAL_ADDRESS, ""))
+        return Verdict(next=self._turn(self.job.round.number), errors=tuple(lines))
 
     def close(self) -> None:
-        pass
+        self._stop_measuring()
 
     def _timed(self, options: LaunchOptions) -> LaunchOptions:
         """A later attempt has what the earlier ones left of --timeout."""
@@ -448,12 +494,8 @@ def _run_round(turn: Turn, console: Console, coordinator: Coordinator | None) ->
             ports, options = with_claimed_ports(args, options)
         except HeterPSError as exc:
             return Ran(RunResult(Outcome.FAILED, str(exc)), options.log_dir, FAILED_EXIT)
-    board_dir = None
-    if part is None and not env.get(LAUNCH_ID_ENV):
-        # One host: the launch's board is a directory of the cache (rendezvous.py), named by this id rather than by
-        # the endpoints Paddle draws, so that it is known here and removed when the job ends.
-        env[LAUNCH_ID_ENV] = uuid.uuid4().hex[:16]
-        board_dir = launch_files_dir(str(settings.get("HETERPS_CACHE", env)), env)
+    if turn.launch_id is not None:
+        env[LAUNCH_ID_ENV] = turn.launch_id
     log_dir = options.log_dir
     if number and part is not None:
         # a round's logs beside the first's, so that neither overwrites the other
@@ -528,8 +570,6 @@ def _run_round(turn: Turn, console: Console, coordinator: Coordinator | None) ->
         os.close(result_read)
         if ports is not None:
             ports.release()
-        if board_dir is not None:
-            shutil.rmtree(board_dir, ignore_errors=True)
     if notice is not None and notice.refused:
         sys.exit(128 + signal.SIGTERM)  # the job would not let it go: SIGTERM's old meaning
     if left:

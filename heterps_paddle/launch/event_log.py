@@ -57,6 +57,18 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "move_impossible": ("hosts", "detail"),
     "checkpoint_asked": ("reason",),
     "refused": ("host", "reason"),
+    "rates": (
+        "round",
+        "window_s",
+        "samples",
+        "samples_per_s",
+        "predicted_samples_per_s",
+        "target_samples_per_s",
+        "cost_per_hour",
+        "cost_so_far",
+        "cost_per_million_samples",
+        "stages",
+    ),
     "job_ended": (),
     "job_aborted": ("reason",),
 }

@@ -122,6 +122,14 @@ class PlanFailed:
     expected: bool = True
 
 
+@dataclass(frozen=True)
+class Measured:
+    """The job's measured rates over the last window (launch/gauge.py: Rates), made by the shell from the trainers'
+    measurements."""
+
+    rates: Any
+
+
 Event = Union[
     Joined,
     SpareJoined,
@@ -135,6 +143,7 @@ Event = Union[
     Tick,
     Planned,
     PlanFailed,
+    Measured,
 ]
 EVENTS: tuple[type, ...] = Event.__args__  # type: ignore[attr-defined]
 

@@ -95,6 +95,7 @@ def job_of(expansion: Expansion, address: str, restarts: int = 0) -> HostsJob:
         key_file=control.key_path(hosts.source, hosts.key_file),
         file_hosts=tuple(host.address for host in hosts.hosts),
         plan_writer=expansion.trainers[0].address,
+        devices=expansion.heter_devices,
     )
 
 

@@ -41,6 +41,7 @@ class HostsJob:
     key_file: str = ""  # the job's key (heterps_paddle/control.py): every connection to the coordinator proves it
     file_hosts: tuple[str, ...] = ()  # every host of the hosts file (a spare or a host back must be one)
     plan_writer: str = ""  # stage 1's trainer 0's host: the one that writes the board's plan record each round
+    devices: tuple[str, ...] = ()  # the heterogeneous stages' devices, stage 2 first (Paddle's --heter_devices)
 
     def key(self) -> bytes:
         return control.load_key(self.key_file)
@@ -58,7 +59,9 @@ class HostsJob:
         if not text:
             return None
         fields = json.loads(text)
-        return HostsJob(**fields | {"file_hosts": tuple(fields.get("file_hosts", ()))})
+        return HostsJob(
+            **fields | {"file_hosts": tuple(fields.get("file_hosts", ())), "devices": tuple(fields.get("devices", ()))}
+        )
 
 
 @dataclass(frozen=True)

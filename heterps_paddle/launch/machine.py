@@ -63,6 +63,7 @@ from heterps_paddle.launch.events import (
     LeaveAnswer,
     LeaveAsked,
     LeaveNoted,
+    Measured,
     MoveDeclined,
     MoveImpossible,
     NextRound,
@@ -106,6 +107,7 @@ __all__ = [
     "LeaveAnswer",
     "LeaveAsked",
     "LeaveNoted",
+    "Measured",
     "MoveDeclined",
     "MoveImpossible",
     "NextRound",
@@ -471,6 +473,13 @@ def _abort(job: Job, reason: str) -> tuple[Job, list[Action]]:
     return job, [AbortAll(reason)]
 
 
+def _measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action]]:
+    """The running round's rates, kept (the newest): what the plan delivers, for the decisions that follow it."""
+    if job.state is not JobState.RUNNING or getattr(event.rates, "round", None) != job.round.number:
+        return job, []
+    return replace(job, measured=event.rates), []
+
+
 _HANDLERS: dict[type, Any] = {
     Joined: _joined,
     SpareJoined: _spare_joined,
@@ -484,4 +493,5 @@ _HANDLERS: dict[type, Any] = {
     Tick: _tick,
     Planned: _planned,
     PlanFailed: _plan_failed,
+    Measured: _measured,
 }

@@ -148,6 +148,7 @@ class Job:
     # hosts that asked to leave -> (the time they go at the latest, the newest checkpoint's passes when they asked)
     leaving: Mapping[str, tuple[float, int]] = field(default_factory=dict)
     reason: str | None = None  # why the launch aborted
+    measured: Any = None  # the running round's measured rates, the newest (launch/gauge.py: Rates)
     history: tuple[RoundChange, ...] = ()  # every change of round
 
     @property

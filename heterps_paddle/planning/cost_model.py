@@ -91,11 +91,10 @@ def plan_cost_per_hour(stages: Sequence[StageOption]) -> float:
 
 
 def cost_per_million_samples(cost_per_hour: float, samples_per_second: float) -> float:
-    """What a million samples cost at ``cost_per_hour`` while the plan processes ``samples_per_second``.
-
-    Which rate is the caller's to say: a plan the cost model provisioned is priced at the required throughput (its
-    units were bought for that rate, and what they reach beyond it is rounding up to whole units), a plan fitted to
-    a launch at the throughput it achieves (the launch fixed its units, and there may be no target)."""
+    """What a million samples cost at ``cost_per_hour`` while the plan trains ``samples_per_second``: the one
+    definition of cost per million samples (docs/metrics.md), for every plan and every figure, predicted (a plan's
+    predicted samples/s, whether it was provisioned to a target or fitted to a launch) or measured (a running job's
+    samples/s, launch/gauge.py)."""
     return cost_per_hour / (3600.0 * samples_per_second) * 1e6 if samples_per_second > 0 else math.inf
 
 
@@ -538,7 +537,7 @@ class CostModel:
             stages=tuple(self.stage_record(s) for s in evaluation.stages),
             throughput=evaluation.throughput,
             cost_per_hour=cost,
-            cost_per_million_samples=cost_per_million_samples(cost, self.throughput),  # at the required rate
+            cost_per_million_samples=cost_per_million_samples(cost, evaluation.throughput),
             refined_from_cost=refined_from_cost,
             **common,
         )

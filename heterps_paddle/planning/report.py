@@ -188,9 +188,18 @@ def job_report(r: JobReportInputs) -> str:
     lines.extend(_advice_lines(r))
 
     if r.alternatives is not None:
-        lines += ["", f"SINGLE-TYPE ALTERNATIVES at {r.alternatives.throughput:,.0f} samples/s (any launch)"]
+        lines += [
+            "",
+            f"SINGLE-TYPE ALTERNATIVES at {r.alternatives.throughput:,.0f} samples/s (a launch of this cluster)",
+        ]
         alternatives = single_kind_plans(r.alternatives).items()
         lines.extend(f"  {single_kind_line(kind, alt, r.stand_ins)}" for kind, alt in alternatives)
+        allowed = r.alternatives.one_stage_kinds or RESOURCE_KINDS
+        for kind in sorted({t.kind for t in r.alternatives.types} - set(allowed)):
+            lines.append(
+                f"  all-{kind.upper()}: not a plan this machine can launch (a one-stage plan's trainers are "
+                f"{'/'.join(allowed)} types here{'' if r.cuda else ': Paddle has no CUDA'})"
+            )
 
     lines += [
         "",
@@ -225,6 +234,13 @@ def _advice_lines(r: JobReportInputs) -> list[str]:
             f"  none faster within {fit.budget:.4g}/h: the best plan on any launch gives {advice.throughput:,.0f} "
             f"samples/s (scheduler {r.advice_scheduler})"
         ]
+    # The cheapest plan a launch can run that the report lists: the advice, or a single-type alternative (the same
+    # launchable rules) that the advising scheduler did not better.  Never "none cheaper" beside a cheaper one.
+    for alt in single_kind_plans(r.alternatives).values() if r.alternatives is not None else ():
+        if alt is not None and alt.feasible and alt.cost_per_hour < advice.cost_per_hour * (1 - 1e-9):
+            advice = alt
+            args = " ".join(shape_of(alt, gpu_available=r.cuda, server_num=fit.launch.servers).arguments())
+            summary = " | ".join(f"{s.resource} x{s.units}: {_layers(s)}" for s in alt.stages)
     saving = plan.cost_per_hour - advice.cost_per_hour
     if target_missed:
         return [

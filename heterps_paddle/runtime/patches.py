@@ -147,7 +147,7 @@ def install() -> ProcessContext:
     from paddle.distributed.ps import the_one_ps
     from paddle.distributed.ps.utils import ps_factory
 
-    from heterps_paddle.runtime import launch_checkpoints
+    from heterps_paddle.runtime import launch_checkpoints, meter
     from heterps_paddle.runtime.heter_builder import FixedHeterProgramBuilder
 
     # The factory looks the builder class up in its module globals at build time.
@@ -195,6 +195,7 @@ def install() -> ProcessContext:
     _install_run_and_saves(paddle, the_one_ps.TheOnePSRuntime)
     # registered before any other dataset hook (apply_plan's come in minimize): its end runs after theirs
     launch_checkpoints.install(ctx)
+    meter.install(ctx)  # its pass end comes after the plan's hooks' (minimize), before the checkpoint's save
     _installed = True
     return ctx
 

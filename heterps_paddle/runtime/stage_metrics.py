@@ -103,7 +103,8 @@ def mirror_loss(program: Any, scope: Any, loss: str | None) -> str | None:
     return None
 
 
-def _read(scope: Any, name: str) -> Any:
+def read(scope: Any, name: str) -> Any:
+    """A variable of ``scope`` as an array (None: absent or not set yet)."""
     var = scope.find_var(name)
     if var is None or not graph_seam.is_initialized(var.get_tensor()):
         return None
@@ -127,10 +128,10 @@ class Service:
         stats = {}
         for op in self.ops:
             for name in (op.stat_pos, op.stat_neg):
-                value = _read(self.scope, name)
+                value = read(self.scope, name)
                 if value is not None:
                     stats[name] = value.reshape(-1).tolist()
-        loss = _read(self.scope, self.loss) if self.loss else None
+        loss = read(self.scope, self.loss) if self.loss else None
         return {"stats": stats, "loss": None if loss is None else float(np.mean(loss))}
 
     def answer(self, request: bytes) -> dict[str, Any]:
@@ -287,7 +288,7 @@ class PassMetrics:
         accounted = self.client.accounted or {}
         self.before = {name: accounted.get(name, np.zeros_like(value)) for name, value in now.items()}
         for name in self.before:
-            value = _read(self.scope, name)
+            value = read(self.scope, name)
             self.local[name] = np.zeros_like(self.before[name]) if value is None else value.reshape(-1).astype("int64")
         if self.fetch or self.handler is not None:
             self.thread = threading.Thread(target=self._loop, name="heterps-stage-metrics-print", daemon=True)

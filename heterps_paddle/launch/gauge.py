@@ -1,0 +1,273 @@
+"""What the job costs, live: the trainers' measurements (runtime/meter.py) made into each stage's measured rate
+beside the plan's prediction, and the job's cost per hour, cost so far and cost per million samples
+(docs/metrics.md).
+
+The launch that runs the job's state machine (the one host, or the coordinator's) keeps one gauge.  The shell
+hands it, about every second, the meter records on the round's board and the plan record trainer 0 published
+(fleet/plan_agreement.py); the gauge keeps a short history and, every ``HETERPS_RATES_WINDOW_S / 3`` seconds,
+makes a :class:`Rates` over the last window (``HETERPS_RATES_WINDOW_S``, 30 s): a ``rates`` record of the event log
+and a ``Measured`` event of the machine (the shell does both).  Every ``HETERPS_STATUS_EVERY_S`` the console gets
+one line per stage and one for the job.
+
+- **The job's samples/s** is what the stage 1 CPU trainers (which read the data) trained over the window, summed;
+  in a pipeline every stage trains the same samples, so it is every stage's measured samples/s too, and the
+  slowest stage's capacity bounds it.
+- **A stage's work share** is the CPU seconds its processes used over the window over the cores they can keep
+  busy in it (runtime/meter.py: ``cores``), at most 1; the rest is waiting: for the stage after for stage 1 (its
+  trainers send micro-batches on and wait for the gradients back), for the stage before for the last stage, for
+  either for a middle one.  A stage's capacity, what it could train alone, is the measured samples/s over its
+  work share.  A GPU stage's work is on its device, which CPU time does not see: its work share is not measured
+  (None) where Paddle runs it on a GPU.
+- **Cost.** Cost per hour is the plan's (each stage's units times its type's price); cost so far adds it up over
+  the time each round ran; cost per million samples is cost per hour over the samples trained per hour
+  (planning/cost_model.py: cost_per_million_samples, the one definition), at the measured rate.
+
+Pure: no I/O, no clock of its own (times come with the calls), no Paddle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from heterps_paddle.planning.cost_model import cost_per_million_samples
+
+
+@dataclass(frozen=True)
+class StageRate:
+    stage: int
+    resource: str
+    kind: str
+    units: int
+    predicted_samples_per_s: float | None
+    samples_per_s: float
+    work_share: float | None  # None: not measured (a GPU stage on its device, or no record yet)
+    waiting_for: str  # "next" | "previous" | "either" | "nothing" (a one-stage plan)
+    price_per_hour: float | None  # per unit
+
+    @property
+    def capacity_samples_per_s(self) -> float | None:
+        """What the stage could train on its own: the measured rate over its work share."""
+        if self.work_share is None or self.work_share <= 0:
+            return None
+        return self.samples_per_s / self.work_share
+
+    def to_dict(self) -> dict[str, Any]:
+        capacity = self.capacity_samples_per_s
+        return {
+            "stage": self.stage,
+            "resource": self.resource,
+            "kind": self.kind,
+            "units": self.units,
+            "predicted_samples_per_s": _round(self.predicted_samples_per_s),
+            "samples_per_s": _round(self.samples_per_s),
+            "work_share": None if self.work_share is None else round(self.work_share, 4),
+            "wait_share": None if self.work_share is None else round(1.0 - self.work_share, 4),
+            "waiting_for": self.waiting_for,
+            "capacity_samples_per_s": _round(capacity),
+            "price_per_hour": self.price_per_hour,
+        }
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The job over one window: what the event log's ``rates`` record holds (docs/metrics.md)."""
+
+    round: int
+    at: float  # unix seconds, the window's end
+    window_s: float
+    samples: int  # trained so far in the job (every round)
+    samples_per_s: float
+    predicted_samples_per_s: float | None
+    target_samples_per_s: float | None
+    cost_per_hour: float | None
+    cost_so_far: float | None
+    stages: tuple[StageRate, ...]
+
+    @property
+    def cost_per_million_samples(self) -> float | None:
+        if self.cost_per_hour is None or self.samples_per_s <= 0:
+            return None
+        return cost_per_million_samples(self.cost_per_hour, self.samples_per_s)
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "window_s": round(self.window_s, 3),
+            "samples": self.samples,
+            "samples_per_s": _round(self.samples_per_s),
+            "predicted_samples_per_s": _round(self.predicted_samples_per_s),
+            "target_samples_per_s": self.target_samples_per_s,
+            "cost_per_hour": self.cost_per_hour,
+            "cost_so_far": None if self.cost_so_far is None else round(self.cost_so_far, 6),
+            "cost_per_million_samples": _round(self.cost_per_million_samples, 6),
+            "stages": [s.to_dict() for s in self.stages],
+        }
+
+    def lines(self) -> list[str]:
+        """The console's lines: one per stage, one for the job."""
+        out = []
+        for s in self.stages:
+            predicted = "?" if s.predicted_samples_per_s is None else f"{s.predicted_samples_per_s:,.0f}"
+            work = "not measured" if s.work_share is None else f"{s.work_share:.0%}"
+            out.append(
+                f"heterps launch: stage {s.stage} ({s.units} x {s.resource}, {s.kind}): {s.samples_per_s:,.0f} "
+                f"samples/s measured vs {predicted} predicted, work {work}"
+            )
+        cost = (
+            "cost unknown (no prices)"
+            if self.cost_per_hour is None
+            else (
+                f"{self.cost_per_hour:.4g}/h, {self.cost_so_far or 0.0:.4g} so far, "
+                + (
+                    f"{self.cost_per_million_samples:.4g} per million samples measured"
+                    if self.cost_per_million_samples is not None
+                    else "no samples yet"
+                )
+            )
+        )
+        out.append(
+            f"heterps launch: job (round {self.round}): {self.samples_per_s:,.0f} samples/s over the last "
+            f"{self.window_s:.0f} s, {self.samples:,} samples trained; {cost}"
+        )
+        return out
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+@dataclass
+class _Snapshot:
+    at: float
+    samples: int  # the round's stage 1 trainers' samples, summed
+    cpu: dict[str, tuple[int, float, int]]  # process key -> (stage, cpu seconds, cores)
+
+
+@dataclass
+class Gauge:
+    """One job's measured figures (module doc).  ``window_s``: the moving window; ``every_s``: how often a Rates is
+    made; ``gpu_stages``: the stages whose trainers run on a GPU (CPU time does not see their work)."""
+
+    window_s: float = 30.0
+    every_s: float = 10.0
+    gpu_stages: frozenset[int] = frozenset()
+    history: list[_Snapshot] = field(default_factory=list)
+    round: int = -1
+    samples_before: int = 0  # trained by the rounds before this one
+    cost_so_far: float = 0.0
+    cost_until: float | None = None  # the time cost_so_far counts up to
+    last_made: float = -math.inf
+    plan: Mapping[str, Any] | None = None
+    prices: Mapping[str, float] = field(default_factory=dict)
+
+    def observe(
+        self, now: float, round_number: int, meters: Mapping[str, Mapping[str, Any]], plan: Mapping[str, Any] | None
+    ) -> Rates | None:
+        """The round's meter records and plan record at ``now`` (unix seconds); a Rates when one is due."""
+        if round_number != self.round:
+            self._new_round(now, round_number)
+        if plan is not None and plan.get("plan"):
+            self.plan = plan["plan"]
+            self.prices = {str(k): float(v) for k, v in (plan.get("prices") or {}).items()}
+        self._add_cost(now)
+        self.history.append(_snapshot(now, meters))
+        while len(self.history) > 2 and self.history[1].at <= now - self.window_s:
+            self.history.pop(0)
+        if now - self.last_made < self.every_s or len(self.history) < 2:
+            return None
+        self.last_made = now
+        return self._rates(now)
+
+    def _new_round(self, now: float, number: int) -> None:
+        if self.history:
+            self.samples_before += self.history[-1].samples
+        self._add_cost(now)
+        # the round's first figures a whole interval after it is first seen
+        self.round, self.history, self.plan, self.prices, self.last_made = number, [], None, {}, now
+
+    def _add_cost(self, now: float) -> None:
+        per_hour = self.cost_per_hour()
+        if self.cost_until is not None and per_hour is not None:
+            self.cost_so_far += per_hour * max(0.0, now - self.cost_until) / 3600.0
+        self.cost_until = now
+
+    def cost_per_hour(self) -> float | None:
+        if self.plan is None or not self.prices:
+            return None
+        stages = self.plan.get("stages") or ()
+        if any(str(s.get("resource")) not in self.prices for s in stages):
+            return None
+        return float(sum(int(s.get("units", 0)) * self.prices[str(s["resource"])] for s in stages))
+
+    def _rates(self, now: float) -> Rates:
+        first, last = self.history[0], self.history[-1]
+        span = max(1e-9, last.at - first.at)
+        rate = max(0, last.samples - first.samples) / span
+        stages = tuple(self._stage(n, s, first, last, span, rate) for n, s in enumerate(self._stages(), 1))
+        plan = self.plan or {}
+        predicted = plan.get("throughput") or None
+        return Rates(
+            round=self.round,
+            at=now,
+            window_s=span,
+            samples=self.samples_before + last.samples,
+            samples_per_s=rate,
+            predicted_samples_per_s=float(predicted) if predicted else None,
+            target_samples_per_s=plan.get("required_throughput"),
+            cost_per_hour=self.cost_per_hour(),
+            cost_so_far=self.cost_so_far if self.cost_per_hour() is not None else None,
+            stages=stages,
+        )
+
+    def _stages(self) -> list[Mapping[str, Any]]:
+        stages = list((self.plan or {}).get("stages") or ())
+        if stages:
+            return stages
+        seen = sorted({stage for snap in self.history for stage, _, _ in snap.cpu.values()})
+        return [{"resource": "?", "kind": "cpu", "units": 0} for _ in seen] or [{"resource": "?", "kind": "cpu"}]
+
+    def _stage(
+        self, number: int, stage: Mapping[str, Any], first: _Snapshot, last: _Snapshot, span: float, rate: float
+    ) -> StageRate:
+        kind = str(stage.get("kind", "cpu"))
+        count = len(self._stages())
+        waiting = "nothing" if count == 1 else "next" if number == 1 else "previous" if number == count else "either"
+        work = None
+        if number not in self.gpu_stages:
+            used, cores = 0.0, 0
+            for proc, (proc_stage, cpu, proc_cores) in last.cpu.items():
+                if proc_stage != number or proc not in first.cpu:
+                    continue
+                used += max(0.0, cpu - first.cpu[proc][1])
+                cores += proc_cores
+            if cores:
+                work = min(1.0, used / (span * cores))
+        predicted = stage.get("throughput") or None
+        resource = str(stage.get("resource", "?"))
+        return StageRate(
+            stage=number,
+            resource=resource,
+            kind=kind,
+            units=int(stage.get("units", 0)),
+            predicted_samples_per_s=float(predicted) if predicted else None,
+            samples_per_s=rate,
+            work_share=work,
+            waiting_for=waiting,
+            price_per_hour=self.prices.get(resource),
+        )
+
+
+def _snapshot(now: float, meters: Mapping[str, Mapping[str, Any]]) -> _Snapshot:
+    samples = 0
+    cpu: dict[str, tuple[int, float, int]] = {}
+    for name, record in meters.items():
+        try:
+            stage, cpu_s, cores = int(record["stage"]), float(record["cpu_s"]), max(1, int(record.get("cores") or 1))
+        except (KeyError, TypeError, ValueError):
+            continue  # a record of another version, or garbage: not counted
+        if record.get("role") == "trainer" and isinstance(record.get("samples"), int):
+            samples += max(0, int(record["samples"]))
+        cpu[name] = (stage, cpu_s, cores)
+    return _Snapshot(now, samples, cpu)

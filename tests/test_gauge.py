@@ -1,0 +1,84 @@
+"""The launch's gauge (launch/gauge.py) on canned meter records: a stage's measured rate and work share over the
+window, the job's cost per hour, cost so far and cost per million samples (the one definition), rounds, and
+records it cannot read.  Pure: times are given."""
+
+import pytest
+
+from heterps_paddle.launch.gauge import Gauge
+from heterps_paddle.planning.cost_model import cost_per_million_samples
+
+PLAN = {
+    "plan": {
+        "throughput": 900.0,
+        "required_throughput": 800.0,
+        "stages": [
+            {"resource": "cpu_small", "kind": "cpu", "units": 2, "throughput": 950.0},
+            {"resource": "gpu_fast", "kind": "gpu", "units": 1, "throughput": 900.0},
+        ],
+    },
+    "prices": {"cpu_small": 1.0, "gpu_fast": 2.0},
+}
+
+
+def meters(samples, cpu):
+    """Two stage 1 trainers (two cores each) with ``samples`` each and ``cpu`` CPU seconds each; one heter."""
+    records = {
+        f"meter.1.trainer.{i}": {
+            "stage": 1,
+            "role": "trainer",
+            "index": i,
+            "cpu_s": cpu,
+            "cores": 2,
+            "samples": samples,
+        }
+        for i in range(2)
+    }
+    records["meter.2.heter.0"] = {
+        "stage": 2,
+        "role": "heter",
+        "index": 0,
+        "cpu_s": cpu * 2,
+        "cores": 1,
+        "samples": None,
+    }
+    return records
+
+
+def test_rates_over_the_window_work_shares_and_one_cost_definition():
+    gauge = Gauge(window_s=30.0, every_s=10.0)
+    assert gauge.observe(1000.0, 0, meters(0, 0.0), PLAN) is None  # one snapshot: nothing to measure over
+    assert gauge.observe(1005.0, 0, meters(2500, 5.0), PLAN) is None  # not due yet
+    rates = gauge.observe(1010.0, 0, meters(5000, 10.0), PLAN)
+    assert rates is not None and rates.samples == 10000
+    assert rates.samples_per_s == pytest.approx(1000.0)  # 2 x 5000 samples in 10 s
+    assert rates.cost_per_hour == 4.0  # 2 x 1.0 + 1 x 2.0
+    assert rates.cost_so_far == pytest.approx(4.0 * 10 / 3600)
+    assert rates.cost_per_million_samples == pytest.approx(cost_per_million_samples(4.0, 1000.0))
+    one, two = rates.stages
+    assert one.work_share == pytest.approx(20.0 / (10.0 * 4))  # 2 trainers x 10 CPU s over 10 s x 4 cores
+    assert one.capacity_samples_per_s == pytest.approx(1000.0 / 0.5) and one.waiting_for == "next"
+    assert two.work_share == pytest.approx(1.0)  # 20 CPU s over 10 s x 1 core: at most 1
+    assert two.waiting_for == "previous" and two.predicted_samples_per_s == 900.0 and one.price_per_hour == 1.0
+    record = rates.to_record()
+    assert record["stages"][0]["wait_share"] == pytest.approx(0.5) and record["target_samples_per_s"] == 800.0
+    assert any("job (round 0): 1,000 samples/s" in line for line in rates.lines())
+
+
+def test_a_gpu_stage_on_its_device_has_no_cpu_work_share_and_the_window_moves():
+    gauge = Gauge(window_s=10.0, every_s=1.0, gpu_stages=frozenset({2}))
+    for t in range(0, 41, 5):
+        rates = gauge.observe(1000.0 + t, 0, meters(100 * t if t <= 20 else 2000, float(t)), PLAN)
+    assert rates.stages[1].work_share is None and rates.stages[1].capacity_samples_per_s is None
+    assert rates.samples_per_s == 0.0  # the last 10 s trained nothing: the window forgets the start
+    assert rates.cost_per_million_samples is None
+
+
+def test_rounds_add_up_their_samples_and_cost_and_garbage_is_not_counted():
+    gauge = Gauge(window_s=30.0, every_s=0.0)
+    gauge.observe(0.0, 0, meters(0, 0.0), PLAN)
+    gauge.observe(3600.0, 0, meters(1000, 1.0), PLAN)  # an hour of round 0 at 4/h
+    gauge.observe(3600.0, 1, {"meter.x": {"stage": "?"}, "meter.y": "garbage"}, None)  # round 1: no plan yet
+    rates = gauge.observe(3610.0, 1, {**meters(50, 1.0), "meter.z": {"cpu_s": 1}}, {**PLAN, "prices": {}})
+    assert rates.round == 1 and rates.samples == 2000 + 100  # the rounds' samples together
+    assert rates.cost_per_hour is None and rates.cost_so_far is None  # no prices: no cost, never a wrong one
+    assert gauge.cost_so_far == pytest.approx(4.0)
