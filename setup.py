@@ -151,6 +151,7 @@ setup(
         "pyyaml",
         "psutil",
         "scipy",  # HiGHS MILP: the exact scheduler's proof when the shared unit limit binds
+        "prometheus_client",  # the text format of heterps launch --metrics-port (launch/metrics_server.py)
     ],
     # test: the suite, and the gates .ci/run applies (pinned: a formatter's next release reformats code)
     extras_require={

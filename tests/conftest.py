@@ -41,6 +41,19 @@ def data_100k(tmp_path_factory):
     return path
 
 
+def scrape_until(port, stop, scrapes, address="127.0.0.1"):
+    """A job's metrics endpoint (heterps launch --metrics-port), scraped by an HTTP client every second until
+    ``stop``: each answer's text appended to ``scrapes``."""
+    import urllib.request
+
+    while not stop.wait(1.0):
+        try:
+            with urllib.request.urlopen(f"http://{address}:{port}/metrics", timeout=5) as answer:
+                scrapes.append(answer.read().decode())
+        except OSError:
+            pass  # not up yet, or gone
+
+
 def run_python(code, env=None, timeout=300):
     """Run code in a fresh interpreter (module-level state such as fleet's singletons stays clean)."""
     return subprocess.run(

@@ -12,7 +12,8 @@ stage 2 (the fc layers, loss and AUC) on one heterogeneous trainer on the third.
 - the other hosts' progress reaches the console of the coordinator's host;
 - a host that dies (its launch and every process on it SIGKILLed) fails every other host's launch, naming it, within
   60 s, and nothing of the job is left on any host; the same when the coordinator's host dies;
-- a host that never comes up, or one given another plan, ends every launch before any process starts;
+- what the job trained is measured: every host's ``heterps status``, the coordinator's console and its metrics
+  endpoint (scraped while the job runs) agree with the samples counted from the workers' data;
 - a host given an address that is not in the hosts file is an error, not a silent exit 0.
 """
 
@@ -20,10 +21,12 @@ import json
 import os
 import re
 import socket
+import subprocess
 import threading
 import time
 
 import pytest
+from conftest import heterps_cli, scrape_until
 
 from heterps_paddle.launch.placement import expand_files
 from heterps_paddle.planning.launch import launch_arguments
@@ -85,10 +88,11 @@ def process_logs(run):
     }
 
 
-def run_every_host_to_its_end(run):
-    """Start every host's launch, wait for all, and check each ended 0: every host's console."""
+def run_every_host_to_its_end(run, options=None):
+    """Start every host's launch (``options``: a host's own launch options), wait for all, and check each ended 0:
+    every host's console."""
     for address in (A, B, C):
-        run.start(address)
+        run.start(address, options=(options or {}).get(address, ()))
     codes = run.wait()
     consoles = {a: h.console() for a, h in run.hosts.items()}
     assert codes == {A: 0, B: 0, C: 0}, "\n".join(f"--- {a}\n{c[-3000:]}" for a, c in consoles.items())
@@ -140,11 +144,15 @@ def test_three_hosts_learn_like_one_host(setup, cleanup):
     stop, said = threading.Event(), []
     attacker = threading.Thread(target=attack, args=(endpoint, stop, said), daemon=True)
     attacker.start()
+    port, scrapes = free_port_block(A, 1), []
+    scraper = threading.Thread(target=scrape_until, args=(port, stop, scrapes, A), daemon=True)
+    scraper.start()
     try:
-        consoles = run_every_host_to_its_end(run)
+        consoles = run_every_host_to_its_end(run, {A: ("--metrics-port", str(port))})
     finally:
         stop.set()
         attacker.join(30)
+        scraper.join(30)
     assert run.leftovers() == []
     # The stranger was answered with the challenge only, and named on the coordinator's console; nothing it sent
     # reached the job (the job ended 0 on every host, every process ran the published plan, checked below).
@@ -165,6 +173,21 @@ def test_three_hosts_learn_like_one_host(setup, cleanup):
     assert re.search(rf"\[{re.escape(C)}\] \[heterlog\.0\] .*{BATCH.pattern}", consoles[A]), consoles[A][-3000:]
     assert f"[{B}] heterps launch: job finished" in consoles[A] or "job finished" in consoles[B]
 
+    # What the job trained, measured: every host's status (the coordinator streamed the job's records to each),
+    # the coordinator's console and its metrics endpoint agree, with the samples counted from the workers' data.
+    out = setup["tmp"] / "three" / "out"
+    workers = [json.load(open(out / f"worker-{i}.json")) for i in range(2)]
+    trained = sum(w["rows"] * w["epochs"] for w in workers)
+    statuses = {a: status_of(run.hosts[a].log_dir) for a in (A, B, C)}
+    assert {s["samples"] for s in statuses.values()} == {trained}, statuses
+    assert all(s["state"] == "ended" for s in statuses.values()), statuses
+    said = re.findall(r"job \(round 0\): [0-9,]+ samples/s over the last \d+ s, ([0-9,]+) samples trained", consoles[A])
+    assert said and int(said[-1].replace(",", "")) == trained, said
+    seen = [re.search(r"^heterps_samples_trained_total ([0-9.e+]+)$", text, re.MULTILINE) for text in scrapes]
+    seen = [int(float(m.group(1))) for m in seen if m]
+    rates = {r["samples"] for r in run.hosts[A].events("rates")}
+    assert seen and set(seen) <= rates and seen == sorted(seen), (seen, sorted(rates))
+
     # The same plan on one host (same data, same script).
     one = setup["tmp"] / "one"
     single = launch(
@@ -181,6 +204,13 @@ def test_three_hosts_learn_like_one_host(setup, cleanup):
     # server's staleness follows the machine's load, and one run of each job is one sample of it.  A bound a loaded
     # run can miss is a flaky test: the test holds 0.02; the figures are in docs/across-hosts.md.
     assert abs(across - alone) <= 0.02, f"three hosts {across:.4f} vs one host {alone:.4f}"
+
+
+def status_of(log_dir):
+    """``heterps status LOG_DIR --json`` as a user runs it on that host."""
+    done = subprocess.run([*heterps_cli(), "status", log_dir, "--json"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def wait_for_training(run, address, timeout=240.0):

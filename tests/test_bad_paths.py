@@ -1,5 +1,5 @@
 """Every bad path is a one-line error: each path option of ``heterps launch-args``, ``plan``, ``eval``, ``profile``,
-``gen-data``, ``local-cluster`` and ``bench ...``, given a file where a directory is needed, a directory under a
+``gen-data``, ``local-cluster``, ``status`` and ``bench ...``, given a file where a directory is needed, a directory under a
 file, a directory where a file is needed, a place nothing can be written, or a missing input, exits 2 with one line
 that names the option, the path and what is wrong (files.py's input_file, input_dir, output_dir, output_file), and
 before any work starts: the commands' work is replaced here by a function that fails the test.
@@ -56,6 +56,8 @@ OPTIONS = [
     ("gen-data", "--out", OUT_DIR, ["gen-data", "--rows", "10", "--out", "PATH"]),
     ("local-cluster", "--out", OUT_FILE, ["local-cluster", "--out", "PATH"]),
     ("local-cluster", "--ssd-dir", OUT_DIR, ["local-cluster", "--out", "{cluster_out}", "--ssd-dir", "PATH"]),
+    ("status", "log_dir", IN_DIR, ["status", "PATH"]),
+    ("status", "--plot", OUT_FILE, ["status", "{job_log}", "--plot", "PATH"]),
     ("bench scheduler", "--plot", OUT_FILE, ["bench", "scheduler", "--no-examples", "--plot", "PATH"]),
     ("bench table", "--ssd-dir", OUT_DIR, ["bench", "table", "--ssd-dir", "PATH"]),
     ("bench sections", "--work-dir", OUT_DIR, ["bench", "sections", "--work-dir", "PATH"]),
@@ -74,6 +76,7 @@ WORK = {
     "heterps_paddle.tools.profile_command": ["profile_example"],
     "heterps_paddle.tools.gen_data_command": ["generate"],
     "heterps_paddle.tools.local_cluster_command": ["detect_local_cluster"],
+    "heterps_paddle.tools.status_command": ["of_log"],
     "heterps_paddle.tools.bench.scheduler": ["workload_suite", "run_suite"],
     "heterps_paddle.tools.bench.table": ["_make_table"],
     "heterps_paddle.tools.bench.sections": ["_run_one"],
@@ -120,6 +123,9 @@ def places(tmp_path, model_file):
     hosts = tmp_path / "hosts.yaml"
     cluster = os.path.join(os.path.dirname(HOSTS), "dlrm_aws.yaml")
     hosts.write_text(open(HOSTS).read().replace("cluster: dlrm_aws.yaml", f"cluster: {cluster}"))
+    job_log = tmp_path / "job_log"  # a launch's --log_dir: its event log
+    job_log.mkdir()
+    (job_log / "heterps-events.jsonl").write_text("")
     saved = tmp_path / "saved"
     (saved / "dnn_plugin").mkdir(parents=True)
     a_file = tmp_path / "a_file"
@@ -137,6 +143,7 @@ def places(tmp_path, model_file):
             "model": model_file,
             "saved": str(saved),
             "cluster_out": str(tmp_path / "cluster.yaml"),
+            "job_log": str(job_log),
         },
         "file": str(a_file),
         "dir": str(a_dir),

@@ -1,10 +1,17 @@
-"""Real launched parameter-server jobs (1 server, 2 workers) of the CTR-DNN example must learn."""
+"""Real launched parameter-server jobs (1 server, 2 workers) of the CTR-DNN example must learn; with heterps on, what
+the job costs and trains is measured (docs/metrics.md): its metrics endpoint scraped while it runs, ``heterps status``
+after it, and its console agree with each other and with the samples it trained (counted: its rows, its epochs)."""
 
+import json
 import os
+import re
+import threading
 
 import pytest
+from conftest import scrape_until
 
-from heterps_paddle.tools.jobs import JobSpec, run_job
+from heterps_paddle.tools.jobs import JobSpec, free_port_block, run_job
+from heterps_paddle.tools.status_command import run as status_run
 
 pytestmark = pytest.mark.launched  # real parameter-server jobs
 
@@ -13,6 +20,7 @@ ROWS, EPOCHS = 60_000, 2  # ~20 s a job here; held-out AUC ~0.78 (true-probabili
 
 @pytest.mark.parametrize("heterps", [False, True], ids=["heterps-off", "heterps-on"])
 def test_launched_ctr_dnn_learns(tmp_path, heterps_cache, heterps):
+    port = free_port_block("127.0.0.1", 1)
     spec = JobSpec(
         model="ctr_dnn",
         heterps=heterps,
@@ -20,8 +28,16 @@ def test_launched_ctr_dnn_learns(tmp_path, heterps_cache, heterps):
         workers=2,
         timeout=400,
         overrides={"generate_rows": ROWS, "epochs": EPOCHS},
+        launch_args=("--metrics-port", str(port)) if heterps else (),
     )
-    result = run_job(spec, str(tmp_path))
+    scrapes, stop = [], threading.Event()
+    scraper = threading.Thread(target=scrape_until, args=(port, stop, scrapes), daemon=True)
+    scraper.start()
+    try:
+        result = run_job(spec, str(tmp_path))
+    finally:
+        stop.set()
+        scraper.join(30)
     assert result.test_auc >= 0.70, result.summary()
     assert result.samples_per_second > 0
     assert len(result.worker_results) == 2
@@ -36,3 +52,39 @@ def test_launched_ctr_dnn_learns(tmp_path, heterps_cache, heterps):
     assert "RESULT model=ctr_dnn" in log
     # with heterps on, the example config plans the job for this machine inside minimize
     assert os.path.isfile(os.path.join(str(tmp_path), "heterps_plan", "plan.json")) == heterps
+    if heterps:
+        measured_agrees(result, scrapes, ROWS * EPOCHS, capsys=None)
+
+
+def metric(text, name):
+    found = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
+    return None if found is None else float(found.group(1))
+
+
+def measured_agrees(result, scrapes, trained, capsys):
+    """Status, console and metrics of a finished job agree with each other and with the ``trained`` samples."""
+    import argparse
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert status_run(argparse.Namespace(log_dir=result.log_dir, json=True, plot=None)) == 0
+    status = json.loads(out.getvalue())
+    assert status["state"] == "ended" and status["samples"] == trained, status
+    assert status["samples_per_s"] is not None and status["stages"], status
+    # the console's last line of the job says the same samples (its lines are made from the same rates)
+    console = open(os.path.join(result.log_dir, "launcher.out")).read()
+    said = re.findall(
+        r"heterps launch: job \(round \d+\): [0-9,]+ samples/s over the last \d+ s, ([0-9,]+) samples trained", console
+    )
+    assert said and int(said[-1].replace(",", "")) == trained, said
+    # the endpoint, scraped while the job ran: each scrape is one of the log's rates records, never ahead of it
+    rates = [
+        json.loads(line) for line in open(os.path.join(result.log_dir, "heterps-events.jsonl")) if '"rates"' in line
+    ]
+    logged = {r["samples"] for r in rates}
+    seen = [metric(text, "heterps_samples_trained_total") for text in scrapes]
+    seen = [int(v) for v in seen if v is not None]
+    assert seen, f"no scrape while the job ran ({len(scrapes)} answers)"
+    assert set(seen) <= logged and seen == sorted(seen), (seen, sorted(logged))

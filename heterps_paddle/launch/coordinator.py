@@ -31,7 +31,7 @@ from heterps_paddle.launch import machine as m
 from heterps_paddle.launch import render
 from heterps_paddle.launch.board import Board
 from heterps_paddle.launch.control_server import ControlServer, Peer, Role, printable
-from heterps_paddle.launch.event_log import EventLog
+from heterps_paddle.launch.event_log import EventLog, JobLog
 from heterps_paddle.launch.job import HostsJob, JobAborted, RoundPlan, RoundRequest, host_timeout, startup_timeout
 from heterps_paddle.launch.leave import MAX_GRACE_S
 from heterps_paddle.launch.measuring import Measuring
@@ -68,7 +68,10 @@ class Coordinator:
         self.next_round = next_round
         self.restarts_path = restarts_path
         self.checkpoint_dir = checkpoint_dir
-        self.log = log
+        # the job's records: numbered, kept, streamed to every host (each writes them into its own log)
+        self.records = None if log is None else JobLog(log, uuid.uuid4().hex[:16])
+        if self.records is not None:
+            self.records.send = self._stream
         rules = m.Rules(
             restarts=restarts,
             connect_retries=job.connect_retries,
@@ -89,7 +92,7 @@ class Coordinator:
         self.lock = threading.Lock()
         self.host_timeout = host_timeout()
         self.server = ControlServer(job.endpoint, key, self.handle, lambda text: self.say(text))
-        self.measuring = Measuring(log, lambda text: self.say(text))
+        self.measuring = Measuring(self.records, lambda text: self.say(text))
         self._stop = threading.Event()
 
     # ---- serving
@@ -160,9 +163,11 @@ class Coordinator:
                     if refusal:
                         control.send(wfile, {"op": "abort", "reason": refusal})
                         return
-                self._spare(Peer(host, Role.SPARE, conn, rfile, wfile), str(first["digest"]), joining)
+                self._spare(
+                    Peer(host, Role.SPARE, conn, rfile, wfile), str(first["digest"]), joining, first.get("records")
+                )
             else:
-                self._member(Peer(host, Role.MEMBER, conn, rfile, wfile), str(first["digest"]))
+                self._member(Peer(host, Role.MEMBER, conn, rfile, wfile), str(first["digest"]), first.get("records"))
         elif op == "leave":
             host, grace = first.get("host"), first.get("grace_s")
             if not isinstance(host, str) or isinstance(grace, bool) or not isinstance(grace, (int, float)):
@@ -186,10 +191,11 @@ class Coordinator:
             return f"type {printable(str(joining['type']))!r} is not a resource type of the job's cluster ({', '.join(types)})"
         return None
 
-    def _spare(self, peer: Peer, digest: str, joining: Mapping[str, Any] | None = None) -> None:
+    def _spare(self, peer: Peer, digest: str, joining: Mapping[str, Any] | None = None, seen: Any = None) -> None:
         """A host that runs nothing of this round's plan: told of a new round (whose plan may use it) and of the
         end.  ``joining``: a machine from outside the hosts file, as it said what it is."""
         with self.lock:
+            self._catch_up(peer, seen)
             self._feed(m.SpareJoined(peer.host, digest, newest_checkpoint(self.checkpoint_dir), joining), peer)
         if peer.gone:
             return  # refused, or told the job's end
@@ -204,9 +210,10 @@ class Coordinator:
                 del self.spares[peer.host]
                 self._feed(m.SpareGone(peer.host))
 
-    def _member(self, peer: Peer, digest: str) -> None:
+    def _member(self, peer: Peer, digest: str, seen: Any = None) -> None:
         with self.lock:
             peer.round = self.machine.round.number
+            self._catch_up(peer, seen)
             self._feed(m.Joined(peer.host, digest), peer)
         if peer.gone:
             return  # refused
@@ -243,8 +250,8 @@ class Coordinator:
             refused = any(isinstance(action, m.Refuse) for action in actions)
             if peer is not None and not refused and peer.role is Role.MEMBER and peer.host in self.machine.seen.joined:
                 self.members[peer.host] = peer  # it hears what the round's hosts hear from now on
-            if self.log is not None:
-                self.log.actions(actions, self.machine)
+            if self.records is not None:
+                self.records.actions(actions, self.machine)
             for action in actions:
                 follow = self._carry_out(action, peer)
                 if follow is not None:
@@ -289,6 +296,20 @@ class Coordinator:
         elif isinstance(action, m.NextRound):
             self._next_round(action)
         return None
+
+    def _catch_up(self, peer: Peer, seen: Any) -> None:
+        """A joining host's log gets the job's records it lacks (``seen``: the job and number of its newest), first:
+        what the join itself leads to streams after them."""
+        if self.records is None:
+            return
+        job, seq = (seen.get("job"), seen.get("seq")) if isinstance(seen, Mapping) else (None, 0)
+        for record in self.records.since(job if isinstance(job, str) else None, seq if isinstance(seq, int) else 0):
+            peer.send({"op": "record", "record": record})
+
+    def _stream(self, record: Mapping[str, Any]) -> None:
+        """A job record to every host that hears the job (with the lock held: it comes from the machine's step)."""
+        for each in (*self.members.values(), *self.spares.values()):
+            each.send({"op": "record", "record": record})
 
     def _tell_all(self, message: Mapping[str, Any]) -> None:
         """``message`` to every host of the round and every spare; the spares are let go."""

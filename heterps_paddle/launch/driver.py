@@ -32,8 +32,8 @@ from typing import Any, Protocol, cast
 from heterps_paddle import control, settings
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
 from heterps_paddle.files import INPUTS_ENV, output_dir, real
+from heterps_paddle.launch import event_log, render
 from heterps_paddle.launch import machine as m
-from heterps_paddle.launch import render
 from heterps_paddle.launch.console import (
     LAUNCHER_LOG,
     OWN_PREFIX,
@@ -45,11 +45,12 @@ from heterps_paddle.launch.console import (
 )
 from heterps_paddle.launch.coordinator import Coordinator
 from heterps_paddle.launch.event_log import EventLog
-from heterps_paddle.launch.hosts import HostRound, host_round
+from heterps_paddle.launch.hosts import HostRound, host_round, own_address
 from heterps_paddle.launch.job import JOB_ENV, JobAborted, ask_round, startup_timeout
 from heterps_paddle.launch.leave import Notice, ask_to_leave, grace_s
 from heterps_paddle.launch.measuring import Measuring
 from heterps_paddle.launch.member import LogForwarder, Member
+from heterps_paddle.launch.metrics_server import MetricsServer
 from heterps_paddle.launch.options import LaunchOptions
 from heterps_paddle.launch.ports import PortBlock, claim_port_block
 from heterps_paddle.launch.result import RESULT_FD_ENV, Outcome, RunResult
@@ -131,9 +132,22 @@ def run(options: LaunchOptions) -> int:
     except HeterPSError as exc:
         print(f"heterps launch: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_INPUT_ERROR
+    address = LOCAL_ADDRESS if options.hosts is None else options.hosts.host or os.environ.get("POD_IP", "")
+    metrics = None
+    if options.metrics_port is not None:
+        try:  # the job's figures, read-only, on this host's address (launch/metrics_server.py)
+            serve_on = address or own_address()
+            metrics = MetricsServer(serve_on, options.metrics_port, options.log_dir).start()
+        except (OSError, HeterPSError) as exc:
+            print(
+                f"heterps launch: error: --metrics-port {options.metrics_port}: cannot serve on "
+                f"{address or 'this host'}:{options.metrics_port} ({getattr(exc, 'strerror', None) or exc})",
+                file=sys.stderr,
+                flush=True,
+            )
+            return EXIT_INPUT_ERROR
     console = Console()
     log = EventLog(options.log_dir)
-    address = LOCAL_ADDRESS if options.hosts is None else options.hosts.host or os.environ.get("POD_IP", "")
     log.write(
         "launch_started", host=address, pid=os.getpid(), across_hosts=options.hosts is not None, version=__version__
     )
@@ -148,6 +162,8 @@ def run(options: LaunchOptions) -> int:
     finally:
         console.close()
         log.write("host_ended", how=end.how, code=end.code, reason=end.reason)
+        if metrics is not None:
+            metrics.close()
     seconds = time.time() - started
     if end.code == 0:
         console.line(f"heterps launch: job finished in {seconds:.1f} s (logs in {end.log_dir})")
@@ -409,7 +425,7 @@ class HostOfJob:
 
         signal.signal(signal.SIGTERM, leave)
         try:
-            message = Member(part.job).standby(self.firsts.job.digest, part.joining)
+            message = Member(part.job, log=self.log).standby(self.firsts.job.digest, part.joining)
         except JobAborted as exc:
             return Ran(RunResult(Outcome.FAILED, str(exc)), log_dir, FAILED_EXIT)
         finally:
@@ -497,6 +513,7 @@ def _run_round(turn: Turn, console: Console, coordinator: Coordinator | None) ->
     if turn.launch_id is not None:
         env[LAUNCH_ID_ENV] = turn.launch_id
     log_dir = options.log_dir
+    events = event_log.path_in(log_dir)  # the host's, beside its rounds' logs
     if number and part is not None:
         # a round's logs beside the first's, so that neither overwrites the other
         log_dir = os.path.join(log_dir, f"round{number}")
@@ -504,7 +521,8 @@ def _run_round(turn: Turn, console: Console, coordinator: Coordinator | None) ->
     os.makedirs(log_dir, exist_ok=True)
     started = time.time()
     if part is not None:
-        env[JOB_ENV] = part.job.to_json()
+        # the job's records streamed to this host go to its log (the coordinator's host writes them itself)
+        env[JOB_ENV] = replace(part.job, event_log="" if part.job.is_coordinator else events).to_json()
         env[control.KEY_FILE_ENV] = os.path.abspath(part.job.key_file)  # the board's clients prove it too
         if not part.job.is_coordinator and console.forwarder is None:
             console.forwarder = LogForwarder(part.job)

@@ -19,7 +19,7 @@ import json
 import os
 import threading
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from heterps_paddle.launch import events as e
 from heterps_paddle.launch.state import Job
@@ -96,6 +96,21 @@ class EventLog:
             f.flush()
         return record
 
+    def append(self, record: Mapping[str, Any]) -> None:
+        """A job record the coordinator streamed, as it sent it; ValueError for what is not one (the caller's peer
+        sent it: its line is refused, the log keeps nothing of it)."""
+        line = json.dumps(dict(record), default=str)
+        if (
+            record.get("v") != VERSION
+            or record.get("type") not in SCHEMA
+            or record.get("type") in HOST_TYPES
+            or not isinstance(record.get("seq"), int)
+            or len(line) > MAX_RECORD
+        ):
+            raise ValueError(f"not a job record of this log's version: {line[:120]}")
+        with self.lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
     def actions(self, actions: Iterable[Any], job: Job) -> None:
         """The job's records of the machine's ``actions`` (``job``: the machine's job after the step)."""
         for action in actions:
@@ -103,6 +118,55 @@ class EventLog:
             if found is not None:
                 kind, fields = found
                 self.write(kind, **fields)
+
+
+HOST_TYPES = frozenset({"launch_started", "host_round", "host_failed", "host_ended"})  # a host's own records
+MAX_RECORD = 1 << 20  # bytes: a record streamed from the coordinator, at most (control.MAX_LINE)
+
+
+class JobLog:
+    """The job's records, written where its state machine runs: each names the job (``job``) and is numbered
+    (``seq``), is kept, and is handed to ``send`` (the coordinator streams them to every host, which writes them into
+    its own log: ``heterps status`` reads the job on any host).  Writes as :class:`EventLog` does."""
+
+    def __init__(self, log: EventLog, job: str, keep: int = 100_000):
+        self.log = log
+        self.job = job
+        self.keep = keep
+        self.kept: list[dict[str, Any]] = []
+        self.seq = 0
+        self.send: Callable[[dict[str, Any]], None] | None = None
+        self.lock = threading.Lock()
+
+    def write(self, kind: str, /, **fields: Any) -> dict[str, Any]:
+        with self.lock:
+            self.seq += 1
+            record = self.log.write(kind, job=self.job, seq=self.seq, **fields)
+            self.kept.append(record)
+            del self.kept[: max(0, len(self.kept) - self.keep)]
+        if self.send is not None:
+            self.send(record)
+        return record
+
+    def actions(self, actions: Iterable[Any], job: Job) -> None:
+        for action in actions:
+            found = record_of(action, job)
+            if found is not None:
+                kind, fields = found
+                self.write(kind, **fields)
+
+    def since(self, job: str | None, seq: int) -> list[dict[str, Any]]:
+        """The kept records a host that has this job's records up to ``seq`` lacks (all, for another job's)."""
+        with self.lock:
+            return [r for r in self.kept if job != self.job or r["seq"] > seq]
+
+
+def last_of_job(log_dir: str) -> tuple[str | None, int]:
+    """The job and number of the newest job record a host's log holds (what it asks the coordinator after)."""
+    for record in reversed(read(log_dir)):
+        if record["type"] not in HOST_TYPES and isinstance(record.get("seq"), int):
+            return record.get("job"), int(record["seq"])
+    return None, 0
 
 
 def record_of(action: Any, job: Job) -> tuple[str, dict[str, Any]] | None:
@@ -148,8 +212,13 @@ def read(log_dir_or_path: str) -> list[dict[str, Any]]:
             text = f.read()
     except OSError:
         return []
+    return parse(text.split("\n")[: -1 if not text.endswith("\n") else None])
+
+
+def parse(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The records among whole ``lines`` of a log (module doc: what is not a record of this version is skipped)."""
     records = []
-    for line in text.split("\n")[: -1 if not text.endswith("\n") else None]:
+    for line in lines:
         try:
             record = json.loads(line)
         except ValueError:

@@ -116,7 +116,7 @@ def host_round(options: LaunchOptions, environ: Mapping[str, str], files: RoundF
     assert given is not None
     files = files or RoundFiles(given.plan)
     expansion = expand_round(given, files)
-    address = given.host or environ.get("POD_IP") or _own_address()
+    address = given.host or environ.get("POD_IP") or own_address()
     if address in files.lost:
         raise HeterPSError(f"this host ({address}) was dropped from the job: the launch counted it as lost")
     joining = None
@@ -176,7 +176,7 @@ def _pairs(arguments: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _own_address() -> str:
+def own_address() -> str:
     """What Paddle's launcher takes for this host's IP without POD_IP."""
     try:
         return socket.gethostbyname(socket.gethostname())

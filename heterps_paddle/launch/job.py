@@ -42,6 +42,7 @@ class HostsJob:
     file_hosts: tuple[str, ...] = ()  # every host of the hosts file (a spare or a host back must be one)
     plan_writer: str = ""  # stage 1's trainer 0's host: the one that writes the board's plan record each round
     devices: tuple[str, ...] = ()  # the heterogeneous stages' devices, stage 2 first (Paddle's --heter_devices)
+    event_log: str = ""  # this host's event log (launch/event_log.py): the job's records streamed here go to it
 
     def key(self) -> bytes:
         return control.load_key(self.key_file)

@@ -8,7 +8,7 @@ import time
 from typing import Any, Callable, Mapping, cast
 
 from heterps_paddle import settings
-from heterps_paddle.launch.event_log import EventLog
+from heterps_paddle.launch.event_log import EventLog, JobLog
 from heterps_paddle.launch.gauge import Gauge, Rates
 from heterps_paddle.rendezvous import METER_PREFIX, PLAN_KEY
 
@@ -16,7 +16,7 @@ from heterps_paddle.rendezvous import METER_PREFIX, PLAN_KEY
 class Measuring:
     """``say``: a console line; ``log``: the event log the rates go to."""
 
-    def __init__(self, log: EventLog | None, say: Callable[[str], None]):
+    def __init__(self, log: EventLog | JobLog | None, say: Callable[[str], None]):
         window = float(cast(float, settings.get("HETERPS_RATES_WINDOW_S")))
         self.gauge = Gauge(window_s=window, every_s=max(1.0, window / 3))
         self.every_s = float(cast(float, settings.get("HETERPS_STATUS_EVERY_S")))
@@ -41,7 +41,7 @@ class Measuring:
             return None
         if self.log is not None:
             self.log.write("rates", **rates.to_record())
-        if time.monotonic() - self.said_at >= self.every_s:
+        if force or time.monotonic() - self.said_at >= self.every_s:
             self.said_at = time.monotonic()
             for line in rates.lines():
                 self.say(line)

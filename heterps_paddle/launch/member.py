@@ -4,6 +4,7 @@ console lines a host sends to the coordinator's."""
 
 from __future__ import annotations
 
+import os
 import queue
 import socket
 import threading
@@ -11,6 +12,8 @@ import time
 from typing import Any, BinaryIO, Mapping
 
 from heterps_paddle import control
+from heterps_paddle.launch import event_log
+from heterps_paddle.launch.event_log import EventLog
 from heterps_paddle.launch.job import BEAT_S, HostsJob, JobAborted, connect_until, host_timeout, startup_timeout
 
 LOG_QUEUE_LINES = 10000
@@ -20,9 +23,11 @@ LOG_LINE_BYTES = 64 << 10
 class Member:
     """A host's side of the launch, in the process that runs Paddle's launcher (launch/child.py)."""
 
-    def __init__(self, job: HostsJob, key: bytes | None = None):
+    def __init__(self, job: HostsJob, key: bytes | None = None, log: EventLog | None = None):
         self.job = job
         self.key = job.key() if key is None else key  # the job's key (heterps_paddle/control.py)
+        # this host's event log: the job's records the coordinator streams are written there
+        self.log = log if log is not None or not job.event_log else EventLog(os.path.dirname(job.event_log))
         self.conn: socket.socket | None = None
         self.lock = threading.Lock()
         self.ended = threading.Event()
@@ -39,7 +44,7 @@ class Member:
         # came up.
         deadline = time.monotonic() + timeout + 10.0
         self.conn, reader = self._connect(deadline)
-        self._send({"op": "join", "host": self.job.host, "digest": self.job.digest})
+        self._send({"op": "join", "host": self.job.host, "digest": self.job.digest, "records": self._seen()})
         # beats from the join on: the coordinator reads a joined host's silence as its loss, also before the start
         threading.Thread(target=self._beat, name="heterps-member-beat", daemon=True).start()
         self.conn.settimeout(max(1.0, deadline - time.monotonic()))
@@ -48,9 +53,11 @@ class Member:
                 message = control.read_message(reader)
                 if message is None:
                     raise JobAborted(f"the launch's coordinator on {self.job.coordinator} closed the connection")
-                if message.get("op") == "abort":
+                if message.get("op") == "record":
+                    self._record(message)
+                elif message.get("op") == "abort":
                     raise JobAborted(str(message.get("reason")))
-                if message.get("op") == "start":
+                elif message.get("op") == "start":
                     self.launch_id = str(message["launch_id"])
                     break
         except TimeoutError:
@@ -80,7 +87,13 @@ class Member:
         ``files_digest``: the first round's digest, from the files this host was given (the coordinator checks it).
         ``joining``: a machine from outside the hosts file says what it is (heterps launch --join)."""
         self.conn, reader = self._connect(time.monotonic() + startup_timeout() + 10.0)
-        join: dict[str, Any] = {"op": "join", "host": self.job.host, "digest": files_digest, "spare": True}
+        join: dict[str, Any] = {
+            "op": "join",
+            "host": self.job.host,
+            "digest": files_digest,
+            "spare": True,
+            "records": self._seen(),
+        }
         if joining is not None:
             join["joining"] = dict(joining)
         self._send(join)
@@ -91,13 +104,32 @@ class Member:
                 message = control.read_message(reader)
                 if message is None:
                     break
-                if message.get("op") in ("restart", "end", "abort"):
+                if message.get("op") == "record":
+                    self._record(message)
+                elif message.get("op") in ("restart", "end", "abort"):
                     return dict(message)
         except (OSError, control.Unproven):
             pass
         finally:
             self.close()
         return {"op": "abort", "reason": f"lost the launch's coordinator on host {self.job.coordinator}"}
+
+    def _seen(self) -> dict[str, Any]:
+        """The newest job record this host's log holds: the coordinator sends what follows it."""
+        job, seq = event_log.last_of_job(os.path.dirname(self.log.path)) if self.log is not None else (None, 0)
+        return {"job": job, "seq": seq}
+
+    def _record(self, message: Mapping[str, Any]) -> None:
+        """A job record from the coordinator, into this host's log; one that is not is the coordinator's bad line."""
+        record = message.get("record")
+        if self.log is None:
+            return
+        if not isinstance(record, Mapping):
+            raise control.Unproven("a 'record' line without a record")
+        try:
+            self.log.append(record)
+        except ValueError as exc:
+            raise control.Unproven(str(exc)) from None
 
     def _send(self, message: Mapping[str, Any]) -> None:
         with self.lock:
@@ -115,7 +147,9 @@ class Member:
                 if message is None:
                     break
                 op = message.get("op")
-                if op == "abort":
+                if op == "record":
+                    self._record(message)
+                elif op == "abort":
                     self._abort(str(message.get("reason")))
                 elif op == "end":
                     self.ended.set()

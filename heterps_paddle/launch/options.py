@@ -20,7 +20,7 @@ from heterps_paddle.files import real
 from heterps_paddle.text_numbers import ascii_float, ascii_int
 
 USAGE = (
-    "usage: heterps launch [--timeout S] [--quiet] [--checkpoint-dir DIR [--checkpoint-every N|Nm]] "
+    "usage: heterps launch [--timeout S] [--quiet] [--metrics-port P] [--checkpoint-dir DIR [--checkpoint-every N|Nm]] "
     "PADDLE_LAUNCH_ARGS... train.py [ARGS...]\n"
     "(the arguments of python -m paddle.distributed.launch; see `python -m paddle.distributed.launch -h`)\n"
     "   or: heterps launch [--timeout S] [--quiet] [--checkpoint-dir DIR ...] --hosts HOSTS --plan PLAN "
@@ -46,6 +46,7 @@ OWN_VALUED = (
     "--devices",
     "--restarts",
     "--join",
+    "--metrics-port",
 )
 OWN_FLAGS = ("--quiet",)
 # Paddle 2.6.2's launcher options (fleet/launch.py: _parse_args), every one of which takes a value; --gpus /
@@ -122,6 +123,7 @@ class LaunchOptions:
     checkpoint_dir: str | None = None
     checkpoint_every: str | None = None
     hosts: HostsOptions | None = None
+    metrics_port: int | None = None  # --metrics-port P: the job's figures for Prometheus (launch/metrics_server.py)
 
     def get(self, name: str) -> str | None:
         """A Paddle launcher option's value as given (None: not given)."""
@@ -219,6 +221,7 @@ def parse(argv: list[str]) -> LaunchOptions:
         checkpoint_dir=values.get("--checkpoint-dir"),
         checkpoint_every=values.get("--checkpoint-every"),
         hosts=_hosts_options(values),
+        metrics_port=_port("--metrics-port", values["--metrics-port"]) if "--metrics-port" in values else None,
     )
 
 
@@ -279,6 +282,13 @@ def _count(name: str, text: str) -> int:
         raise OptionsError(f"heterps launch: {name}: {text!r} is not a number") from None
     if value < 0:
         raise OptionsError(f"heterps launch: {name} must be >= 0, got {value}")
+    return value
+
+
+def _port(name: str, text: str) -> int:
+    value = _count(name, text)
+    if not 1 <= value <= 65535:
+        raise OptionsError(f"heterps launch: {name} must be a port number (1..65535), got {value}")
     return value
 
 

@@ -8,10 +8,12 @@ Every ``HETERPS_METER_S`` seconds (and at the end of each pass) a trainer puts o
   time), so that the gauge can tell how much of a window the stage worked and how much it waited for its
   neighbours;
 - ``samples`` (stage 1 CPU trainers, which read the data): the samples it trained so far, its finished passes'
-  and the running pass's.  A pass's samples are counted by the model's accumulating AUC op (every sample adds one
-  to its histograms: in the trainer's own scope on a one-stage plan; on a split plan, this trainer's share of the
-  last stage's, stage_metrics.Client), read while the pass runs; a model without one has its pass counted at the
-  pass's end from the lines of the files it read (one sample a line, PaddleRec's slot format), cached by file.
+  and the running pass's.  A finished pass's samples are the lines of the files it read (one sample a line,
+  PaddleRec's slot format), counted at its end and cached by file (the next epoch reads the same files), so they
+  are exact; the running pass's are counted as it runs by the model's accumulating AUC op (every sample adds one to
+  its histograms: in the trainer's own scope on a one-stage plan; on a split plan, this trainer's share of the last
+  stage's, stage_metrics.Client), close but not exact where the dataset's threads race on its histograms; a model
+  without one shows its pass only at its end.
 
 A trainer reads nothing but its own scope, its own process's CPU time and, on a split plan, the last stage's side
 channel it reads anyway; the records are small and few (``tools/bench/e2e.py --meter`` measures what this costs the
@@ -119,7 +121,11 @@ class Meter:
 
     @contextlib.contextmanager
     def pass_hook(self, call: seam.DatasetCall) -> Iterator[None]:
-        """Around a stage 1 CPU trainer's pass: its live count, and its samples at its end."""
+        """Around a stage 1 CPU trainer's pass: its live count, and its samples at its end.  A pass of a program
+        that does not train (an evaluation: no gradient op) is not counted."""
+        if not _trains(call.main_program()):
+            yield
+            return
         live = _live_count(call)
         with self.lock:
             self.cores = max(1, min(os.cpu_count() or 1, _thread_num(call.dataset)))
@@ -127,22 +133,32 @@ class Meter:
         try:
             yield
         finally:
-            final = None if live is None else live()
-            if final is None:
-                final = self._counted(call.dataset)
+            # the pass's samples exactly: its files' lines (cached: the next epoch reads the same files), else what
+            # the AUC op counted (it can miss a few where the dataset's threads raced on its histograms)
+            final = self._counted(call.dataset)
+            if final is None and live is not None:
+                final = live()
             with self.lock:
-                self.samples_done += max(0, final)
+                self.samples_done += max(0, final or 0)
                 self.passes += 1
                 self.live = None
             self.put()
 
-    def _counted(self, dataset: Any) -> int:
+    def _counted(self, dataset: Any) -> int | None:
+        """The samples of a pass over ``dataset``'s files (None: no files to count)."""
+        files = list(getattr(dataset, "filelist", []) or [])
+        if not files:
+            return None
         try:
-            files = list(getattr(dataset, "filelist", []) or [])
             return sum(count_lines(path, self.lines) for path in files)
-        except (OSError, AttributeError, TypeError) as exc:
+        except OSError as exc:
             logger.warning("measuring: this pass's samples could not be counted (%s)", exc)
-            return 0
+            return None
+
+
+def _trains(program: Any) -> bool:
+    """Whether ``program`` trains: it computes gradients (an evaluation's forward-only program does not)."""
+    return any(op.type.endswith("_grad") for block in program.blocks for op in block.ops)
 
 
 def _thread_num(dataset: Any) -> int:

@@ -31,6 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch-args": ("heterps_paddle.tools.launch_args", "print the paddle.distributed.launch arguments for a plan"),
     "eval": ("heterps_paddle.tools.eval_command", "the held-out AUC of a saved model, loaded as a serving job would"),
     "settings": ("heterps_paddle.tools.settings_command", "list the HETERPS_* environment variables"),
+    "status": (
+        "heterps_paddle.tools.status_command",
+        "a job's measured rates beside the plan's, its cost and its rounds, from its event log (LOG_DIR)",
+    ),
     "bench": ("heterps_paddle.tools.bench", "benchmarks that print numbers (JSON with --json)"),
 }
 

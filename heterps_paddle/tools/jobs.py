@@ -128,6 +128,7 @@ class JobSpec:
     heterps_configs: dict[str, Any] = field(default_factory=dict)
     launch_args: tuple[str, ...] = ()  # extra launch arguments (heterogeneous trainers...)
     timeout: float = 600.0
+    env: dict[str, str] = field(default_factory=dict)  # set for the job's processes besides this one's
 
 
 @dataclass
@@ -204,6 +205,7 @@ def run_job(spec: JobSpec, work_dir: str) -> JobResult:
             script,
             log_dir,
             spec.timeout,
+            env={**os.environ, **spec.env} if spec.env else None,
             cwd=work_dir,
         )
     expected = max(spec.workers, 1)

@@ -37,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reference", action="store_true", help="skip the single-process reference run")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each variant, interleaved (default 1)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds allowed per job")
+    parser.add_argument(
+        "--meter",
+        action="store_true",
+        help="instead: what measuring costs (docs/metrics.md): the heterps job with its trainers measuring (the "
+        "default) and without (HETERPS_METER=0), interleaved; reports the ratio of their samples/s",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
@@ -94,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
     }
     for model in models:
         variants: list[tuple[str, dict[str, Any]]] = [("ps", dict(heterps=False)), ("heterps", dict(heterps=True))]
-        if not args.no_reference:
+        if args.meter:  # the same heterps job measuring and not: the "ps" side of the ratio is the unmetered one
+            variants = [("ps", dict(heterps=True, env={"HETERPS_METER": "0"})), ("heterps", dict(heterps=True))]
+        elif not args.no_reference:
             variants.append(("single_process", dict(heterps=False, workers=0)))
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}
         for repeat in range(args.repeats):
@@ -106,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
                     heterps=kind["heterps"],
                     overrides=overrides,
                     timeout=args.timeout,
+                    env=kind.get("env", {}),
                 )
                 print(f"bench e2e: {model} {name} ({repeat + 1}/{args.repeats}) ...", file=sys.stderr, flush=True)
                 with tempfile.TemporaryDirectory(prefix=f"heterps-e2e-{model}-{name}-") as work_dir:
@@ -125,8 +134,16 @@ def run(args: argparse.Namespace) -> int:
             "samples_per_second_ratio": round(_paired(runs, "samples_per_second", lambda h, p: h / p), 3),
             "test_auc_difference": round(_paired(runs, "test_auc", lambda h, p: h - p), 4),
         }
+        if args.meter:
+            ratio = round(_paired(runs, "samples_per_second", lambda h, p: h / p), 3)  # metered / unmetered
+            entry = {
+                "metered": merged["heterps"],
+                "unmetered": merged["ps"],
+                "samples_per_second_ratio": ratio,
+                "measuring_cost": round(1.0 - ratio, 4),
+            }
         report["models"][model] = entry
-    if args.json:
+    if args.json or args.meter:
         print(json.dumps(report))
     else:
         print(f"{'model':10} {'run':15} {'samples/s':>10} {'held-out AUC':>13} {'wall s':>7}")

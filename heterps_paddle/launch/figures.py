@@ -1,0 +1,159 @@
+"""A job's figures, folded from its event log (launch/event_log.py): what ``heterps status`` prints and what the
+metrics endpoint serves (launch/metrics_server.py), from the same records, so the two agree with each other and with
+the console (whose lines are made from the same ``rates`` records: launch/gauge.py).  docs/metrics.md lists them.
+
+Pure: records in, figures out.  The fold is incremental: a reader of a growing log folds only what is new.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from heterps_paddle.files import new_lines
+from heterps_paddle.launch import event_log
+
+
+@dataclass
+class JobFigures:
+    """The job as its event log tells it (module doc)."""
+
+    host: str | None = None  # this log's host
+    started_at: float | None = None
+    ended_at: float | None = None
+    state: str = "starting"  # starting | running | ended | aborted, and this host's end: finished | left | failed
+    reason: str | None = None
+    round: int = 0
+    rates: Mapping[str, Any] | None = None  # the newest rates record
+    rounds: list[dict[str, Any]] = field(default_factory=list)  # each change of round: number, kind, why, when, plans
+    series: list[dict[str, Any]] = field(default_factory=list)  # per rates record: t, round, rates, target, cost
+    offset: int = 0  # of the log file, folded up to
+
+    def fold(self, record: Mapping[str, Any]) -> None:
+        kind, t = record.get("type"), float(record.get("t") or 0.0)
+        if kind == "launch_started":
+            # a launch started again in the same directory: the figures are its own from here (the job's records
+            # before it come again from the coordinator as it joins)
+            fresh = JobFigures(host=record.get("host"), started_at=t, offset=self.offset)
+            self.__dict__.update(vars(fresh))
+        elif kind == "round_started":
+            self.round, self.state = int(record.get("round") or 0), "running"
+        elif kind == "host_round":
+            self.round = max(self.round, int(record.get("round") or 0))
+            if self.state == "starting":
+                self.state = "running"
+        elif kind == "round_planned":
+            self.round = int(record.get("round") or self.round)
+            self.rounds.append(
+                {
+                    "round": record.get("round"),
+                    "kind": record.get("kind"),
+                    "why": record.get("why"),
+                    "at": t,
+                    "old_plan": record.get("old_plan"),
+                    "new_plan": record.get("new_plan"),
+                    "resumes_from": record.get("resumes_from"),
+                }
+            )
+        elif kind == "rates":
+            self.rates = dict(record)
+            self.series.append(
+                {
+                    "t": t,
+                    "round": record.get("round"),
+                    "samples_per_s": record.get("samples_per_s"),
+                    "predicted_samples_per_s": record.get("predicted_samples_per_s"),
+                    "target_samples_per_s": record.get("target_samples_per_s"),
+                    "cost_so_far": record.get("cost_so_far"),
+                }
+            )
+        elif kind in ("job_ended", "job_aborted"):
+            self.state = "ended" if kind == "job_ended" else "aborted"
+            self.reason = record.get("reason")
+            self.ended_at = t
+        elif kind == "host_ended":
+            if self.state not in ("ended", "aborted"):
+                self.state = {"finished": "ended", "left": "left"}.get(str(record.get("how")), "failed")
+                self.reason = record.get("reason") or self.reason
+            self.ended_at = self.ended_at or t
+
+    def read(self, log_dir: str) -> JobFigures:
+        """Fold what the log at ``log_dir`` gained since the last read."""
+        self.offset, lines = new_lines(event_log.path_in(log_dir), self.offset)
+        for record in event_log.parse(lines):
+            self.fold(record)
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.state in ("starting", "running")
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+        """``heterps status --json``."""
+        rates = self.rates or {}
+        end = self.ended_at if not self.running else (time.time() if now is None else now)
+        return {
+            "host": self.host,
+            "state": self.state,
+            "reason": self.reason,
+            "round": self.round,
+            "seconds": None if self.started_at is None or end is None else round(end - self.started_at, 1),
+            "samples": rates.get("samples"),
+            "samples_per_s": rates.get("samples_per_s"),
+            "predicted_samples_per_s": rates.get("predicted_samples_per_s"),
+            "target_samples_per_s": rates.get("target_samples_per_s"),
+            "cost_per_hour": rates.get("cost_per_hour"),
+            "cost_so_far": rates.get("cost_so_far"),
+            "cost_per_million_samples": rates.get("cost_per_million_samples"),
+            "window_s": rates.get("window_s"),
+            "measured_at": None if not self.series else self.series[-1]["t"],
+            "stages": rates.get("stages") or [],
+            "rounds": self.rounds,
+        }
+
+    def lines(self) -> list[str]:
+        """``heterps status``: what a person reads."""
+        d = self.to_dict()
+        out = [f"job: {d['state']}" + (f" ({d['reason']})" if d["reason"] else "") + f", round {d['round']}"]
+        if self.rates is None:
+            out.append("measured: nothing yet (the trainers measure every HETERPS_METER_S; docs/metrics.md)")
+        else:
+            out.append(
+                f"samples/s: {_n(d['samples_per_s'])} measured over the last {_n(d['window_s'])} s, "
+                f"{_n(d['predicted_samples_per_s'])} predicted"
+                + (f", target {_n(d['target_samples_per_s'])}" if d["target_samples_per_s"] else "")
+            )
+            out.append(f"samples trained: {_n(d['samples'])}")
+            if d["cost_per_hour"] is None:
+                out.append("cost: unknown (the plan's resource types have no prices)")
+            else:
+                out.append(
+                    f"cost: {d['cost_per_hour']:.4g}/h, {d['cost_so_far'] or 0:.4g} so far, "
+                    f"{_n(d['cost_per_million_samples'], '.4g')} per million samples measured"
+                )
+            for s in d["stages"]:
+                work = "not measured" if s.get("work_share") is None else f"{s['work_share']:.0%}"
+                price = "" if s.get("price_per_hour") is None else f" at {s['price_per_hour']:.4g}/h each"
+                out.append(
+                    f"  stage {s['stage']}: {s['units']} x {s['resource']} ({s['kind']}){price}: "
+                    f"{_n(s['samples_per_s'])} samples/s measured vs {_n(s['predicted_samples_per_s'])} predicted, "
+                    f"work {work}, could do {_n(s.get('capacity_samples_per_s'))} alone"
+                )
+        for r in self.rounds:
+            out.append(
+                f"round {r['round']} ({r['kind']}, {time.strftime('%H:%M:%S', time.localtime(r['at']))}): {r['why']}"
+            )
+        return out
+
+
+def _n(value: Any, spec: str = ",.0f") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "?"
+    return format(value, spec)
+
+
+def of_log(log_dir: str) -> JobFigures:
+    """The figures of the log at ``log_dir`` (its newest launch's, and the job's records it holds)."""
+    return JobFigures().read(log_dir)

@@ -1,0 +1,69 @@
+"""``heterps status LOG_DIR [--json] [--plot FILE.png]``: what a running or finished job costs and delivers, from
+its event log (the ``--log_dir`` of ``heterps launch``, on any host of the job: every host's log gets the job's
+records from the coordinator).  The figures are launch/figures.py's, the same the metrics endpoint serves
+(docs/metrics.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from heterps_paddle.errors import CommandError
+from heterps_paddle.files import input_dir, output_file, save_figure_atomic
+from heterps_paddle.launch import event_log
+from heterps_paddle.launch.figures import JobFigures, of_log
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log_dir", metavar="LOG_DIR", help="the --log_dir of the job's heterps launch on this host")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--plot", help="draw the rates, the target and the cost over time, rounds marked (PNG)")
+
+
+def run(args: argparse.Namespace) -> int:
+    input_dir("log_dir", args.log_dir)
+    if args.plot is not None:
+        output_file("--plot", args.plot)
+    if not os.path.isfile(event_log.path_in(args.log_dir)):
+        raise CommandError(
+            f"log_dir {args.log_dir}: no event log ({event_log.FILE}) there: is it the --log_dir of a heterps launch?"
+        )
+    figures = of_log(args.log_dir)
+    if args.plot is not None:
+        plot(figures, args.plot)
+    if args.json:
+        print(json.dumps(figures.to_dict()))
+    else:
+        print("\n".join(figures.lines()))
+    return 0
+
+
+def plot(figures: JobFigures, path: str) -> None:
+    """Measured and predicted samples/s, the target, and the cost so far over the job's time; rounds marked."""
+    import matplotlib  # lazy: the optional extra `plot`
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    start = figures.started_at or (figures.series[0]["t"] if figures.series else 0.0)
+    t = [(p["t"] - start) for p in figures.series]
+    fig, rates = plt.subplots(figsize=(9, 4.5))
+    rates.plot(t, [p["samples_per_s"] for p in figures.series], label="measured samples/s")
+    rates.plot(t, [p["predicted_samples_per_s"] for p in figures.series], "--", label="predicted samples/s")
+    if any(p["target_samples_per_s"] for p in figures.series):
+        rates.plot(t, [p["target_samples_per_s"] for p in figures.series], ":", label="target")
+    for change in figures.rounds:
+        rates.axvline(change["at"] - start, color="grey", linewidth=0.8)
+        rates.annotate(
+            f"round {change['round']} ({change['kind']})", (change["at"] - start, 0), rotation=90, fontsize=7
+        )
+    rates.set_xlabel("seconds since the launch started")
+    rates.set_ylabel("samples/s")
+    cost = rates.twinx()
+    cost.plot(t, [p["cost_so_far"] for p in figures.series], color="tab:red", label="cost so far")
+    cost.set_ylabel("cost so far")
+    fig.legend(loc="upper left", fontsize=8)
+    rates.set_title(f"job: {figures.state}, round {figures.round}")
+    save_figure_atomic(fig, path)
+    plt.close(fig)
