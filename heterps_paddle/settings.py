@@ -35,6 +35,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
 def _flag(text: str) -> bool:
     if text not in ("0", "1"):
         raise ValueError("must be 0 or 1")
@@ -223,6 +230,41 @@ _ALL = (
         "60",
         "seconds between the console's lines of measured rates and cost (launch/gauge.py)",
         _positive_float,
+    ),
+    Setting(
+        "HETERPS_ADAPT_MISS",
+        "0.10",
+        "--adapt: the target counts as missed when every rates of HETERPS_ADAPT_SUSTAIN_S is under it by more than this share",
+        _positive_float,
+    ),
+    Setting("HETERPS_ADAPT_SUSTAIN_S", "45", "--adapt: how long a miss must last before it counts", _positive_float),
+    Setting(
+        "HETERPS_ADAPT_SAVING",
+        "0.15",
+        "--adapt: a plan meeting the target is worth a move when it costs at least this share less",
+        _positive_float,
+    ),
+    Setting(
+        "HETERPS_ADAPT_FASTER",
+        "0.15",
+        "--adapt: under a budget, a plan within it is worth a move when it is at least this share faster",
+        _positive_float,
+    ),
+    Setting(
+        "HETERPS_ADAPT_EVERY_S", "30", "--adapt: seconds between two reconsiderations of the plan", _positive_float
+    ),
+    Setting("HETERPS_ADAPT_COOLDOWN", "2", "--adapt: checkpoints after a move before another, but for a miss", _count),
+    Setting(
+        "HETERPS_ADAPT_MOVE_S",
+        "60",
+        "--adapt: what a move costs the job in seconds (checkpoint, restart, restore), weighed against its saving",
+        _positive_float,
+    ),
+    Setting(
+        "HETERPS_ADAPT_HORIZON_S",
+        "0",
+        "--adapt: how long the job is expected to run on, seconds (0: as long again as it has run)",
+        _non_negative_float,
     ),
     Setting("HETERPS_OPS_DIR", "", "directory of the sparse-table libraries to load instead of the installed ones"),
     Setting("HETERPS_SLOW_TESTS", "0", "1: run the timing-sensitive tests too", _flag),

@@ -56,7 +56,9 @@ def kinds(actions):
     return [type(a).__name__ for a in actions]
 
 
-RATES = SimpleNamespace(round=0, samples_per_s=100.0)  # a Rates of round 0, as launch/gauge.py makes them
+RATES = SimpleNamespace(round=0, samples_per_s=100.0, target_samples_per_s=None)  # a Rates of round 0 (gauge.py)
+# the running plan again: nothing to gain
+PROPOSAL = m.Proposal({"stages": []}, "a -> a", 100.0, 4.0, True, 100.0, 4.0, target=100.0)
 
 SETTLING = dict(state=S.SETTLING, settle_at=NOW + 1, trouble=("host B: x",))
 RETRY_SETTLING = dict(state=S.SETTLING, settle_at=NOW, trouble=("host B: abort",), connect_timeout=True)
@@ -298,8 +300,9 @@ TABLE = [
     ),
     ("after the end a host done is noted", job(S.ENDED), m.Done(A, 0), S.ENDED, []),
     ("after the abort a host done is noted", job(S.ABORTED, reason="x"), m.Done(A, 0), S.ABORTED, []),
-    # ---- measured rates (launch/gauge.py)
+    # ---- measured rates (launch/gauge.py); the plan follows the job (--adapt)
     ("the running round's rates are kept", job(S.RUNNING), m.Measured(RATES), S.RUNNING, []),
+    ("a proposal no better: the job stays", job(S.RUNNING), m.Proposed(PROPOSAL), S.RUNNING, []),
     # ---- what else a round meets while it joins, settles or is re-planned
     ("a spare stands by while the round joins", job(), m.SpareJoined(D, "d", 0), S.JOINING, ["StandBy"]),
     ("a spare gone while the round joins", job(spares=frozenset({D})), m.SpareGone(D), S.JOINING, ["SpareLost"]),
@@ -387,9 +390,11 @@ SAMPLE = {
     m.Planned: planned(),
     m.PlanFailed: m.PlanFailed("x"),
     m.Measured: m.Measured(RATES),
+    m.Proposed: m.Proposed(PROPOSAL),
 }
 NOT_RUNNING = "a round that does not run (yet, or any more) has no rates of a plan being run"
 IGNORED.update({(state, m.Measured): NOT_RUNNING for state in S if state is not S.RUNNING})
+IGNORED.update({(state, m.Proposed): NOT_RUNNING for state in S if state is not S.RUNNING})
 IN_STATE = {S.SETTLING: SETTLING, S.REPLANNING: MOVING, S.ABORTED: {"reason": "x"}}
 
 
@@ -447,6 +452,7 @@ def test_a_full_job_restart_then_move_then_end():
         "why": j.history[0].why,
         "joined": [],
         "left": [],
+        "released": {},
     }
     assert j.round.restarts_used == 1 and j.restarts_left == 0 and j.round.resumes_from == "ckpt/pass-000002"
     assert j.seen == m.Seen(startup_deadline=NOW + 6 + 60.0)  # a new round has seen nothing yet
@@ -631,19 +637,21 @@ def test_every_action_has_its_words_and_every_job_fact_its_record():
     told += [m.EndAll(), m.AbortAll("x")]
     for action in told:
         assert render.message(action)["op"] in ("abort", "standby", "leave", "end")
-    for note in (m.Settling("x", m.Kind.RESTART, 1), m.HostBack(D, None, True), m.SpareLeft(D), m.SpareLost(D)):
-        assert render.line(note, j).startswith("heterps launch: ")
-    for note in (m.LeaveNoted(B, 60), m.MoveDeclined((D,), "p"), m.MoveImpossible((D,), "x")):
+    notes = {
+        m.Settling: m.Settling("x", m.Kind.RESTART, 1),
+        m.HostBack: m.HostBack(D, None, True),
+        m.SpareLeft: m.SpareLeft(D),
+        m.SpareLost: m.SpareLost(D),
+        m.LeaveNoted: m.LeaveNoted(B, 60),
+        m.MoveDeclined: m.MoveDeclined((D,), "p"),
+        m.MoveImpossible: m.MoveImpossible((D,), "x"),
+        m.AdaptAdvice: m.AdaptAdvice("move", "x", PROPOSAL),
+    }
+    assert set(notes) == set(m.NOTES)  # a new note fails here until it has its words and record
+    for note in notes.values():
         assert render.line(note, j).startswith("heterps launch: ")
         kind, fields = record_of(note, j)
-        assert set(fields) == set(SCHEMA[kind]), kind
-    assert set(m.NOTES) <= {type(a) for a in (m.Settling("x", m.Kind.RESTART, 1), m.HostBack(D, None, True))} | {
-        m.SpareLeft,
-        m.SpareLost,
-        m.LeaveNoted,
-        m.MoveDeclined,
-        m.MoveImpossible,
-    }
+        assert set(SCHEMA[kind]) <= set(fields), kind
 
 
 def test_the_newest_rates_of_the_running_round_are_kept_and_an_earlier_rounds_are_not():
@@ -651,3 +659,113 @@ def test_the_newest_rates_of_the_running_round_are_kept_and_an_earlier_rounds_ar
     assert j.measured is RATES
     late = SimpleNamespace(round=-1, samples_per_s=1.0)  # measured before a new round started
     assert m.step(j, m.Measured(late), NOW)[0].measured is RATES
+
+
+# ---- the plan follows the job (--adapt, docs/adaptive.md): decisions on measured rates, pure
+
+ADAPT = m.Adapt(mode="on", miss=0.10, sustain_s=45.0, saving=0.15, every_s=30.0, cooldown=2, move_s=60.0)
+
+
+def adaptive(mode="on", **fields):
+    j = job(S.RUNNING, **fields)
+    return replace(j, rules=replace(j.rules, adapt=replace(ADAPT, mode=mode), started_at=NOW - 3600))
+
+
+def rates(per_s, target=1000.0):
+    return SimpleNamespace(round=0, samples_per_s=per_s, target_samples_per_s=target)
+
+
+def feed(j, values, start=NOW, every=10.0):
+    """Measured rates every ``every`` s from ``start``; every action they led to."""
+    said = []
+    for i, value in enumerate(values):
+        j, actions = m.step(j, m.Measured(rates(value)), start + i * every)
+        said += actions
+    return j, said
+
+
+def proposal(**fields):
+    base = dict(
+        plan={"stages": ["cheaper"]},
+        summary="2 x cpu | 1 x gpu (4/h) -> 2 x cpu (2/h)",
+        samples_per_s=1100.0,
+        cost_per_hour=2.0,
+        meets_target=True,
+        current_samples_per_s=1050.0,
+        current_cost_per_hour=4.0,
+        target=1000.0,
+        released={C: 2.0},
+    )
+    return m.Proposal(**{**base, **fields})
+
+
+def test_rates_that_jitter_by_a_fifth_around_the_target_never_count_as_a_miss():
+    import random
+
+    rng = random.Random(7)
+    j, said = feed(adaptive(), [1000.0 * (1 + rng.uniform(-0.2, 0.2)) + 50 for _ in range(60)])
+    assert not [a for a in said if isinstance(a, m.Reconsider) and a.missed], said
+    # it looks for cheaper plans now and then (at most every every_s), and a proposal no cheaper moves nothing
+    asked = [a for a in said if isinstance(a, m.Reconsider)]
+    assert 10 <= len(asked) <= 21
+    j, actions = m.step(j, m.Proposed(proposal(cost_per_hour=3.6)), NOW + 700)  # 10% cheaper: under the margin
+    assert actions == [] and j.seen.adapting is None
+
+
+def test_a_sustained_miss_moves_at_the_next_checkpoint_and_lets_the_unneeded_host_go():
+    j, said = feed(adaptive(newest_checkpoint=3), [600.0] * 10)  # 90 s under 900 samples/s
+    ask = [a for a in said if isinstance(a, m.Reconsider) and a.missed][0]
+    assert "was missed for 45 s" in ask.why
+    j, actions = m.step(j, m.Proposed(proposal()), NOW + 100)
+    assert kinds(actions) == ["AdaptAdvice", "AskCheckpoint"] and actions[0].decision == "move"
+    assert "reaches it" in actions[0].why
+    j, actions = m.step(j, m.CheckpointComplete(3), NOW + 101)  # not newer than the decision: it waits
+    assert actions == []
+    j, actions = m.step(j, m.CheckpointComplete(4), NOW + 110)
+    assert actions == [m.Replan(frozenset(), m.Kind.ADAPT)] and j.state is S.REPLANNING
+    done = replace(planned(members={A: True, B: True}), released={C: 2.0})
+    j, actions = m.step(j, done, NOW + 111)
+    (new_round,) = actions
+    assert new_round.released == {C: 2.0} and render.message(new_round)["released"] == {C: 2.0}
+    assert j.history[-1].kind is m.Kind.ADAPT and j.history[-1].released == (C,)
+    assert C in j.lost and j.round.restarts_used == 0 and j.moved_at == 2
+    assert "the plan follows the job: moving to another plan (round 1)" in render.line(new_round, j)
+
+
+def test_advise_says_what_it_would_do_and_does_nothing():
+    j, _ = feed(adaptive("advise", newest_checkpoint=3), [600.0] * 10)
+    j, actions = m.step(j, m.Proposed(proposal()), NOW + 100)
+    assert kinds(actions) == ["AdaptAdvice"] and actions[0].decision == "would move"
+    assert j.seen.adapting is None
+    assert "adapt (advise: doing nothing): would move" in render.line(actions[0], j)
+
+
+def test_a_cheaper_plan_moves_only_when_its_saving_beats_the_moves_cost_and_the_cooldown_passed():
+    j = adaptive(newest_checkpoint=5)
+    j, actions = m.step(j, m.Proposed(proposal()), NOW)  # half the cost, an hour run: saves far more than a move
+    assert kinds(actions) == ["AdaptAdvice", "AskCheckpoint"] and "meets the target for 50% less" in actions[0].why
+    short = replace(adaptive(newest_checkpoint=5), rules=replace(j.rules, started_at=NOW - 20))
+    assert m.step(short, m.Proposed(proposal()), NOW)[1] == []  # 20 s run: 20 s of saving do not pay for a move
+    cooling = adaptive(newest_checkpoint=5, moved_at=4)  # moved one checkpoint ago
+    assert m.step(cooling, m.Proposed(proposal()), NOW)[1] == []
+
+
+def test_a_miss_only_more_units_reach_wishes_for_them_once():
+    j, _ = feed(adaptive(newest_checkpoint=3), [600.0] * 10)
+    short = proposal(meets_target=False, wanted={"cpu_small": 1}, released={})
+    j, actions = m.step(j, m.Proposed(short), NOW + 100)
+    assert kinds(actions) == ["AdaptAdvice", "OnScale"] and actions[1].wanted == {"cpu_small": 1}
+    assert actions[0].decision == "wish" and "needs 1 x cpu_small more" in actions[0].why
+    assert m.step(j, m.Proposed(short), NOW + 130)[1] == []  # asked already this round
+    advised, _ = feed(adaptive("advise", newest_checkpoint=3), [600.0] * 10)
+    assert kinds(m.step(advised, m.Proposed(short), NOW + 100)[1]) == ["AdaptAdvice"]  # logged, no command run
+
+
+def test_a_target_out_of_every_plans_reach_moves_to_the_plan_that_comes_closest():
+    j, _ = feed(adaptive(newest_checkpoint=3), [600.0] * 10)
+    closer = proposal(meets_target=False, samples_per_s=800.0, wanted={})
+    j, actions = m.step(j, m.Proposed(closer), NOW + 100)
+    assert kinds(actions) == ["AdaptAdvice", "AskCheckpoint"] and "no plan reaches it" in actions[0].why
+    j, _ = feed(adaptive(newest_checkpoint=3), [600.0] * 10)
+    barely = proposal(meets_target=False, samples_per_s=650.0, wanted={})  # 8% faster: under the margin
+    assert m.step(j, m.Proposed(barely), NOW + 100)[1] == []

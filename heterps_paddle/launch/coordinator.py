@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import threading
 import time
 import uuid
-from typing import Any, BinaryIO, Callable, Mapping
+from typing import Any, BinaryIO, Callable, Mapping, Sequence
 
 from heterps_paddle import control
 from heterps_paddle.errors import HeterPSError
@@ -35,9 +36,12 @@ from heterps_paddle.launch.event_log import EventLog, JobLog
 from heterps_paddle.launch.job import HostsJob, JobAborted, RoundPlan, RoundRequest, host_timeout, startup_timeout
 from heterps_paddle.launch.leave import MAX_GRACE_S
 from heterps_paddle.launch.measuring import Measuring
+from heterps_paddle.launch.session import stop_session
 from heterps_paddle.planning.hosts import joined_spec
 from heterps_paddle.runtime.checkpoint_choice import ask_checkpoint, choose, listed
 
+WINDOWS_KEPT = 6  # rates records the refit takes its median over (a window every 10 s: the last minute)
+ON_SCALE_TIMEOUT_S = 120.0  # the --on-scale command's, at most
 SETTLE_S = 5.0  # after a failure, what else is lost: a host's death fails its peers' processes within seconds
 WATCH_S = 1.0
 
@@ -62,6 +66,9 @@ class Coordinator:
         checkpoint_dir: str | None = None,
         settle_s: float = SETTLE_S,
         log: EventLog | None = None,
+        adapt: m.Adapt = m.Adapt(),
+        propose: Callable[[RoundRequest, Sequence[Mapping[str, Any]], str], m.Proposal | None] | None = None,
+        on_scale: str | None = None,
     ):
         self.job = job  # this host's part of the running round (the control port, the plan's writer)
         self.say = say
@@ -81,7 +88,12 @@ class Coordinator:
             checkpoints=checkpoint_dir is not None,
             file_hosts=frozenset(job.file_hosts),
             files_digest=job.digest,
+            adapt=adapt if propose is not None and checkpoint_dir is not None else m.Adapt(),
         )
+        self.propose = propose
+        self.on_scale = on_scale
+        self.windows: list[Mapping[str, Any]] = []  # the round's rates records, the newest last (the refit's)
+        self.refit: Any = None  # the correction the newest proposal used (later rounds plan on it too)
         self.machine = m.first_job(rules, first_round(job), time.monotonic())
         self.planned: RoundPlan | None = None  # the plan a NextRound action starts
         self.board = Board(job.plan_writer)
@@ -292,7 +304,11 @@ class Coordinator:
                 path = ask_checkpoint(self.checkpoint_dir, self.launch_id, action.reason)
                 self.say(f"heterps launch: asked the trainers for a checkpoint at the end of the pass ({path})")
         elif isinstance(action, m.Replan):
-            return self._replan(action.lost, action.joined)
+            return self._replan(action.lost, action.joined, adapt=action.kind is m.Kind.ADAPT)
+        elif isinstance(action, m.Reconsider):
+            self._reconsider(action)
+        elif isinstance(action, m.OnScale):
+            self._on_scale(action)
         elif isinstance(action, m.NextRound):
             self._next_round(action)
         return None
@@ -320,12 +336,11 @@ class Coordinator:
             each.gone = True
         self.spares = {}
 
-    def _replan(self, lost: frozenset[str], joined: Mapping[str, Mapping[str, Any]]) -> m.Event:
-        """The next round's plan for the hosts the job has, those of the file and ``joined``, less ``lost``
-        (launch/rounds.py)."""
-        assert self.next_round is not None
+    def _request(
+        self, lost: frozenset[str], joined: Mapping[str, Mapping[str, Any]], adapt: bool = False
+    ) -> RoundRequest:
         job = self.machine
-        request = RoundRequest(
+        return RoundRequest(
             lost,
             job.round.lost,
             self.board.published() or {},
@@ -333,7 +348,55 @@ class Coordinator:
             job.round.number + 1,
             joined={h: dict(spec) for h, spec in joined.items() if h not in lost},
             joined_before=job.round.joined,
+            refit=self.refit,
+            adapt=adapt,
         )
+
+    def _reconsider(self, action: m.Reconsider) -> None:
+        """Plan again on the measured rates, in a thread of its own (planning takes a while; the machine goes on),
+        and feed the machine its proposal."""
+        assert self.propose is not None
+        request, windows, number = (
+            self._request(self.machine.lost, self.machine.extra),
+            list(self.windows),
+            self.machine.round.number,
+        )
+        if not request.published.get("inputs"):
+            return  # the job published nothing to plan again with (a saved plan): it runs its plan as it is
+
+        def work() -> None:
+            try:
+                proposal = self.propose(request, windows, action.why) if self.propose else None
+                event = m.Proposed(proposal, "" if proposal is not None else "no window to correct the model by")
+            except Exception as exc:  # re-planning failed: said, and the job goes on with its plan
+                event = m.Proposed(None, printable(f"{type(exc).__name__}: {exc}"))
+            with self.lock:
+                if self.machine.round.number != number:
+                    return  # a new round started meanwhile: its own rates decide
+                if event.proposal is not None:
+                    self.refit = event.proposal.correction
+                else:
+                    self.say(f"heterps launch: adapt: no proposal ({event.detail})")
+                self._feed(event)
+
+        threading.Thread(target=work, name="heterps-reconsider", daemon=True).start()
+
+    def _on_scale(self, action: m.OnScale) -> None:
+        """The user's --on-scale command, with what is wanted and what was let go (JSON on stdin), bounded; its
+        failure or hang is logged, never the job's."""
+        if self.on_scale is None:
+            self.say("heterps launch: adapt: no --on-scale command: the wish is in the event log and heterps status")
+            return
+        message = {"wanted": dict(action.wanted), "released": dict(action.released), "why": action.why}
+        threading.Thread(
+            target=run_on_scale, args=(self.on_scale, message, self.records, self.say), daemon=True
+        ).start()
+
+    def _replan(self, lost: frozenset[str], joined: Mapping[str, Mapping[str, Any]], adapt: bool = False) -> m.Event:
+        """The next round's plan for the hosts the job has, those of the file and ``joined``, less ``lost``
+        (launch/rounds.py)."""
+        assert self.next_round is not None
+        request = self._request(lost, joined, adapt)
         try:
             planned = self.next_round(request)
         except HeterPSError as exc:
@@ -352,6 +415,7 @@ class Coordinator:
             checkpoint=checkpoint_report(self.checkpoint_dir),
             at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             better=planned.better,
+            released=dict(planned.released),
         )
 
     def _next_round(self, action: m.NextRound) -> None:
@@ -366,6 +430,7 @@ class Coordinator:
         self.job = self.planned.job
         self.planned = None
         self.members = {}
+        self.windows = []  # the new round's plan is measured anew
         self.launch_id = uuid.uuid4().hex[:16]
         self.board = Board(self.job.plan_writer)
 
@@ -379,10 +444,12 @@ class Coordinator:
                     for peer in list(self.members.values()):
                         if not peer.gone and now - peer.last_seen > self.host_timeout:
                             self._feed(m.HostSilent(peer.host, peer.round, self.host_timeout))
-                if (self.machine.back or self.machine.leaving) and self.checkpoint_dir is not None:
+                waiting = self.machine.back or self.machine.leaving or self.machine.seen.adapting is not None
+                if waiting and self.checkpoint_dir is not None:
                     self._feed(m.CheckpointComplete(newest_checkpoint(self.checkpoint_dir)))
                 rates = self.measuring.tick(self.machine.round.number, self.board, self.job.devices)
                 if rates is not None:
+                    self.windows = [*self.windows, rates.to_record()][-WINDOWS_KEPT:]
                     self._feed(m.Measured(rates))
                 self._feed(m.Tick())
 
@@ -427,3 +494,32 @@ def checkpoint_report(root: str | None) -> dict[str, Any]:
         "passes_done": choice.passes_done,
         "work_redone": f"the training since that checkpoint ({since:.0f} s; passes after pass {choice.passes_done})",
     }
+
+
+def run_on_scale(command: str, message: Mapping[str, Any], records: Any, say: Callable[[str], None]) -> None:
+    """``command`` (a shell command line, the user's) with ``message`` as JSON on stdin, at most
+    ON_SCALE_TIMEOUT_S; what it did goes to the event log and the console."""
+    try:
+        proc = subprocess.Popen(
+            command,
+            shell=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # whatever it starts is stopped with it on a hang
+        )
+    except OSError as exc:
+        code, output = None, f"could not be run: {exc}"
+    else:
+        try:
+            output, _ = proc.communicate(json.dumps(message), timeout=ON_SCALE_TIMEOUT_S)
+            code, output = proc.returncode, output[-2000:]
+        except subprocess.TimeoutExpired:
+            stop_session(proc.pid)
+            proc.wait()
+            code, output = None, f"still running after {ON_SCALE_TIMEOUT_S:.0f} s: stopped"
+    if records is not None:
+        records.write("on_scale_ran", command=command, code=code, output=output)
+    what = "ran" if code == 0 else f"FAILED ({'exit status ' + str(code) if code is not None else output})"
+    say(f"heterps launch: adapt: --on-scale {what}; the job goes on")

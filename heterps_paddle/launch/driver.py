@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, cast
+from typing import Any, Mapping, Protocol, cast
 
 from heterps_paddle import control, settings
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
@@ -54,7 +54,7 @@ from heterps_paddle.launch.metrics_server import MetricsServer
 from heterps_paddle.launch.options import LaunchOptions
 from heterps_paddle.launch.ports import PortBlock, claim_port_block
 from heterps_paddle.launch.result import RESULT_FD_ENV, Outcome, RunResult
-from heterps_paddle.launch.rounds import joined_of, part_of_round, plan_maker
+from heterps_paddle.launch.rounds import joined_of, part_of_round, plan_maker, proposer
 from heterps_paddle.launch.session import stop_session
 from heterps_paddle.planning.launch import LAUNCH_ENV
 from heterps_paddle.rendezvous import LAUNCH_ID_ENV, FileBoard, launch_files_dir
@@ -94,7 +94,7 @@ class HostEnd:
     """How the job ended for this host: its launch's exit status, and what the event log says of it."""
 
     code: int
-    how: str  # finished | left | failed
+    how: str  # finished | left | released | failed
     log_dir: str
     reason: str = ""
 
@@ -173,6 +173,25 @@ def run(options: LaunchOptions) -> int:
             f"heterps launch: job FAILED (exit status {end.code}) after {seconds:.1f} s (logs in {end.log_dir})"
         )
     return end.code
+
+
+def adapt_rules(mode: str) -> m.Adapt:
+    """--adapt and its margins (HETERPS_ADAPT_*: docs/adaptive.md)."""
+
+    def number(name: str) -> float:
+        return float(cast(float, settings.get(name)))
+
+    return m.Adapt(
+        mode=mode,
+        miss=number("HETERPS_ADAPT_MISS"),
+        sustain_s=number("HETERPS_ADAPT_SUSTAIN_S"),
+        saving=number("HETERPS_ADAPT_SAVING"),
+        faster=number("HETERPS_ADAPT_FASTER"),
+        every_s=number("HETERPS_ADAPT_EVERY_S"),
+        cooldown=int(number("HETERPS_ADAPT_COOLDOWN")),
+        move_s=number("HETERPS_ADAPT_MOVE_S"),
+        horizon_s=number("HETERPS_ADAPT_HORIZON_S"),
+    )
 
 
 def _rounds(shell: Shell, console: Console, log: EventLog) -> HostEnd:
@@ -406,6 +425,9 @@ class HostOfJob:
                 restarts_path=os.path.join(log_dir, "restarts.json"),
                 checkpoint_dir=self.options.checkpoint_dir,
                 log=self.log,
+                adapt=adapt_rules(self.options.adapt),
+                propose=proposer(self.firsts),
+                on_scale=self.options.on_scale,
             ).start()
         return self.served
 
@@ -442,6 +464,11 @@ class HostOfJob:
         result, told = ran.result, ran.result.told or {}
         if result.outcome is Outcome.NEW_ROUND:
             number = int(told["round"])
+            released = told.get("released") or {}
+            if isinstance(released, Mapping) and turn.part.address in released:
+                saves = float(released[turn.part.address] or 0.0)
+                line = f"heterps launch: released: the plan no longer needs it (saves {saves:.4g}/h; round {number})"
+                return Verdict(end=HostEnd(0, "released", ran.log_dir), lines=(line,))
             if turn.part.address in (told.get("left") or ()):
                 line = f"heterps launch: this host left the job; it goes on without it (round {number})"
                 return Verdict(end=HostEnd(0, "left", ran.log_dir), lines=(line,))

@@ -46,6 +46,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "lost",
         "lost_so_far",
         "left",
+        "released",
         "joined",
         "hosts",
     ),  # and the checkpoint's and the re-planning's report's fields (restarts.json's record)
@@ -69,6 +70,10 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "cost_per_million_samples",
         "stages",
     ),
+    "reconsidering": ("why", "missed"),
+    "adapt": ("decision", "why", "proposal"),
+    "on_scale": ("wanted", "released", "why"),
+    "on_scale_ran": ("command", "code", "output"),
     "job_ended": (),
     "job_aborted": ("reason",),
 }
@@ -192,6 +197,12 @@ def record_of(action: Any, job: Job) -> tuple[str, dict[str, Any]] | None:
         return "move_declined", {"hosts": list(action.hosts), "plan": action.plan}
     if isinstance(action, e.MoveImpossible):
         return "move_impossible", {"hosts": list(action.hosts), "detail": action.detail}
+    if isinstance(action, e.Reconsider):
+        return "reconsidering", {"why": action.why, "missed": action.missed}
+    if isinstance(action, e.AdaptAdvice):
+        return "adapt", {"decision": action.decision, "why": action.why, "proposal": proposal_record(action.proposal)}
+    if isinstance(action, e.OnScale):
+        return "on_scale", {"wanted": dict(action.wanted), "released": dict(action.released), "why": action.why}
     if isinstance(action, e.AskCheckpoint):
         return "checkpoint_asked", {"reason": action.reason}
     if isinstance(action, e.Refuse):
@@ -201,6 +212,22 @@ def record_of(action: Any, job: Job) -> tuple[str, dict[str, Any]] | None:
     if isinstance(action, e.AbortAll):
         return "job_aborted", {"reason": action.reason}
     return None
+
+
+def proposal_record(p: e.Proposal) -> dict[str, Any]:
+    return {
+        "summary": p.summary,
+        "samples_per_s": round(p.samples_per_s, 3),
+        "cost_per_hour": p.cost_per_hour,
+        "meets_target": p.meets_target,
+        "current_samples_per_s": round(p.current_samples_per_s, 3),
+        "current_cost_per_hour": p.current_cost_per_hour,
+        "target": p.target,
+        "budget": p.budget,
+        "released": dict(p.released),
+        "wanted": dict(p.wanted),
+        "refit": dict(p.refit),
+    }
 
 
 def read(log_dir_or_path: str) -> list[dict[str, Any]]:

@@ -112,6 +112,7 @@ class Planned:
     checkpoint: Mapping[str, Any]  # the checkpoint the round resumes from and the work redone
     at: str  # the time, as the event log writes it
     better: bool = True
+    released: Mapping[str, float] = field(default_factory=dict)  # an adaptive move: hosts it lets go -> saves/h
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,42 @@ class PlanFailed:
 
     detail: str
     expected: bool = True
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What another plan would do, on the cost model the measurements corrected (planning/refit.py), beside the
+    running plan on the same corrected model: the shell's answer to Reconsider (launch/rounds.py: propose)."""
+
+    plan: Mapping[str, Any]  # the proposed plan, as its file holds it
+    summary: str  # the running plan -> the proposed one
+    samples_per_s: float  # the proposed plan's, predicted on the corrected model
+    cost_per_hour: float
+    meets_target: bool
+    current_samples_per_s: float  # the running plan's, predicted on the corrected model
+    current_cost_per_hour: float
+    target: float | None = None
+    budget: float | None = None
+    released: Mapping[str, float] = field(default_factory=dict)  # hosts it runs nothing on -> what each costs an hour
+    wanted: Mapping[str, int] = field(default_factory=dict)  # units a plan meeting the target needs beyond the hosts
+    refit: Mapping[str, Any] = field(default_factory=dict)  # the correction (planning/refit.py: Refit.to_dict)
+    why: str = ""  # why the machine asked
+    correction: Any = field(default=None, compare=False, repr=False)  # the Refit itself, for the rounds after
+
+    @property
+    def better_by(self) -> float:
+        """The share of the running plan's cost per hour the proposal saves."""
+        if self.current_cost_per_hour <= 0:
+            return 0.0
+        return 1.0 - self.cost_per_hour / self.current_cost_per_hour
+
+
+@dataclass(frozen=True)
+class Proposed:
+    """The shell's answer to Reconsider: another plan (or None: no plan runs the job on what it has)."""
+
+    proposal: Proposal | None
+    detail: str = ""  # why there is none
 
 
 @dataclass(frozen=True)
@@ -144,6 +181,7 @@ Event = Union[
     Planned,
     PlanFailed,
     Measured,
+    Proposed,
 ]
 EVENTS: tuple[type, ...] = Event.__args__  # type: ignore[attr-defined]
 
@@ -239,12 +277,32 @@ class Replan:
 @dataclass(frozen=True)
 class NextRound:
     """Start ``round`` (``change`` led to it; ``joined``: every machine from outside the hosts file, as every host
-    expands them): tell every host and spare, write the history, a new board."""
+    expands them): tell every host and spare, write the history, a new board.  ``released``: hosts the new plan lets
+    go (an adaptive move), and what each costs an hour."""
 
     round: Round
     change: Change
     summary: str  # the old plan -> the new plan, how it was chosen
     joined: tuple[Mapping[str, Any], ...]
+    released: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reconsider:
+    """Plan again on the cost model the measured rates correct, over the job's hosts and standing spares; answer
+    Proposed.  ``missed``: the target has been missed over a window."""
+
+    why: str
+    missed: bool
+
+
+@dataclass(frozen=True)
+class OnScale:
+    """Ask the user's command (--on-scale) for units the plan needs and the job has not, and say what was let go."""
+
+    wanted: Mapping[str, int]
+    released: Mapping[str, float]
+    why: str
 
 
 # ---- notes: facts of the job's life, for the console and the event log
@@ -301,6 +359,16 @@ class MoveDeclined:
 
 
 @dataclass(frozen=True)
+class AdaptAdvice:
+    """What the measurements say the job should do (``decision``: move, would-move in advise mode, wish for units),
+    with the figures that decided it."""
+
+    decision: str
+    why: str
+    proposal: Proposal
+
+
+@dataclass(frozen=True)
 class MoveImpossible:
     """No plan with ``hosts`` back (``detail``): the job goes on."""
 
@@ -327,5 +395,17 @@ Action = Union[
     LeaveNoted,
     MoveDeclined,
     MoveImpossible,
+    Reconsider,
+    OnScale,
+    AdaptAdvice,
 ]
-NOTES: tuple[type, ...] = (Settling, HostBack, SpareLeft, SpareLost, LeaveNoted, MoveDeclined, MoveImpossible)
+NOTES: tuple[type, ...] = (
+    Settling,
+    HostBack,
+    SpareLeft,
+    SpareLost,
+    LeaveNoted,
+    MoveDeclined,
+    MoveImpossible,
+    AdaptAdvice,
+)

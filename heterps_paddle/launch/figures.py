@@ -75,7 +75,9 @@ class JobFigures:
             self.ended_at = t
         elif kind == "host_ended":
             if self.state not in ("ended", "aborted"):
-                self.state = {"finished": "ended", "left": "left"}.get(str(record.get("how")), "failed")
+                self.state = {"finished": "ended", "left": "left", "released": "released"}.get(
+                    str(record.get("how")), "failed"
+                )
                 self.reason = record.get("reason") or self.reason
             self.ended_at = self.ended_at or t
 

@@ -78,6 +78,10 @@ class RoundRequest:
     # joined_spec), less the lost ones; and those the round that ends was planned with
     joined: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     joined_before: frozenset[str] = frozenset()
+    # the measured rates the cost model is corrected by (planning/refit.py: Refit; None: the model as published),
+    # and whether the plan follows the job (an adaptive move: the running plan judged on the corrected model)
+    refit: Any = None
+    adapt: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ class RoundPlan:
     job: HostsJob  # the coordinator's host's part of it (members, digest)
     report: Mapping[str, Any]  # for restarts.json: the old and new plans, how the new one was chosen
     better: bool = True  # whether the new plan beats the old one (planning/replan.py: better); a move needs it
+    released: Mapping[str, float] = field(default_factory=dict)  # an adaptive move: hosts let go -> their price/h
 
 
 def host_timeout() -> float:

@@ -48,6 +48,7 @@ from heterps_paddle.launch.events import (
     NOTES,
     AbortAll,
     Action,
+    AdaptAdvice,
     AskCheckpoint,
     Beat,
     CheckpointComplete,
@@ -67,9 +68,13 @@ from heterps_paddle.launch.events import (
     MoveDeclined,
     MoveImpossible,
     NextRound,
+    OnScale,
     PlanFailed,
     Planned,
     ProcessFailed,
+    Proposal,
+    Proposed,
+    Reconsider,
     Refuse,
     Replan,
     Settling,
@@ -81,12 +86,18 @@ from heterps_paddle.launch.events import (
     Start,
     Tick,
 )
-from heterps_paddle.launch.state import Change, Job, JobState, Kind, Round, RoundChange, Rules, Seen, first_job
+from heterps_paddle.launch.state import Adapt, Change, Job, JobState, Kind, Round, RoundChange, Rules, Seen, first_job
 
 __all__ = [
     "EVENTS",
     "NOTES",
     "AbortAll",
+    "Adapt",
+    "AdaptAdvice",
+    "OnScale",
+    "Proposal",
+    "Proposed",
+    "Reconsider",
     "Action",
     "AskCheckpoint",
     "Beat",
@@ -321,10 +332,17 @@ def _done(job: Job, event: Done, now: float) -> tuple[Job, list[Action]]:
 def _checkpoint_complete(job: Job, event: CheckpointComplete, now: float) -> tuple[Job, list[Action]]:
     if job.state is not JobState.RUNNING or not job.rules.checkpoints:
         return job, []
+    job = replace(job, newest_checkpoint=max(job.newest_checkpoint, event.passes))
     if job.leaving:
         if event.passes > min(at for _, at in job.leaving.values()):
             return _leave_now(job, f"the job goes on from the checkpoint of pass {event.passes}, nothing redone")
         return job, []
+    adapting = job.seen.adapting
+    if adapting is not None and event.passes > job.seen.adapt_from:
+        # the move the measurements decided, from a checkpoint written after the decision
+        change = Change(Kind.ADAPT, job.lost, (), adapting.why, proposal=adapting)
+        job = _seen(replace(job, back={}, state=JobState.REPLANNING), pending=change, adapting=None)
+        return job, [Replan(job.lost, Kind.ADAPT, job.extra)]
     if not job.back or event.passes <= max(job.back.values()):
         return job, []  # the move waits for a checkpoint written after the host came back
     hosts = tuple(sorted(job.back))
@@ -358,7 +376,7 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
     change = job.seen.pending
     if job.state is not JobState.REPLANNING or change is None:
         return job, []
-    if change.kind is Kind.MOVE and not event.better:
+    if change.kind in (Kind.MOVE, Kind.ADAPT) and not event.better:
         job = _seen(replace(job, state=JobState.RUNNING), pending=None)
         return job, [MoveDeclined(change.back, str(event.report.get("new_summary", "?")))]
     old = job.round
@@ -382,6 +400,7 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         lost=change.lost_now,
         lost_so_far=tuple(sorted(change.lost)),
         left=change.left,
+        released=tuple(sorted(event.released)) if change.kind is Kind.ADAPT else (),
         # the machines from outside the hosts file that this round's plan takes in for the first time since they came
         joined=tuple({"address": h, **job.extra[h]} for h in job.extra if h in event.members and h not in old.members),
         hosts=tuple(sorted(event.members)),
@@ -398,16 +417,20 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         lost=change.lost,
         history=(*job.history, record),
         back={h: passes for h, passes in job.back.items() if h not in event.members},  # taken in: nothing to move for
+        moved_at=int(event.checkpoint.get("passes_done") or 0) if change.kind is Kind.ADAPT else job.moved_at,
     )
+    if change.kind is Kind.ADAPT and event.released:  # let go: a later round's plan is made without them
+        job = replace(job, lost=job.lost | frozenset(event.released))
     joined = tuple({"address": host, **spec} for host, spec in job.extra.items())
-    return job, [NextRound(new, change, str(event.report.get("summary", "")), joined)]
+    released = dict(event.released) if change.kind is Kind.ADAPT else {}
+    return job, [NextRound(new, change, str(event.report.get("summary", "")), joined, released)]
 
 
 def _plan_failed(job: Job, event: PlanFailed, now: float) -> tuple[Job, list[Action]]:
     change = job.seen.pending
     if job.state is not JobState.REPLANNING or change is None:
         return job, []
-    if change.kind is Kind.MOVE:  # the job runs on as it was: its plan still works
+    if change.kind in (Kind.MOVE, Kind.ADAPT):  # the job runs on as it was: its plan still works
         return _seen(replace(job, state=JobState.RUNNING), pending=None), [MoveImpossible(change.back, event.detail)]
     job = _seen(job, pending=None)
     if event.expected:
@@ -474,10 +497,96 @@ def _abort(job: Job, reason: str) -> tuple[Job, list[Action]]:
 
 
 def _measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action]]:
-    """The running round's rates, kept (the newest): what the plan delivers, for the decisions that follow it."""
+    """The running round's rates, kept: what the plan delivers.  With --adapt, a reconsideration asked for, at most
+    every ``every_s``: when the target has been missed over ``sustain_s``, or (past the cooldown after a move) to
+    look for a cheaper or faster plan."""
     if job.state is not JobState.RUNNING or getattr(event.rates, "round", None) != job.round.number:
         return job, []
-    return replace(job, measured=event.rates), []
+    adapt = job.rules.adapt
+    kept = tuple(r for r in job.seen.rates if now - r[0] <= 2 * adapt.sustain_s) + ((now, event.rates),)
+    job = _seen(replace(job, measured=event.rates), rates=kept)
+    if not adapt.active or job.leaving or job.back or job.seen.adapting is not None:
+        return job, []
+    if job.seen.asked_at is not None and now - job.seen.asked_at < adapt.every_s:
+        return job, []
+    missed = _missed(job, now)
+    if missed is None and not _cooled(job):
+        return job, []
+    why = missed or "looking for a plan that meets the target for less, on the measured rates"
+    return _seen(job, asked_at=now), [Reconsider(why, missed is not None)]
+
+
+def _missed(job: Job, now: float) -> str | None:
+    """Why the target counts as missed (None: it does not): every rates of the last ``sustain_s`` under it by more
+    than ``miss``, and the rates cover that long."""
+    adapt, rates = job.rules.adapt, job.seen.rates
+    target = getattr(rates[-1][1], "target_samples_per_s", None) if rates else None
+    if not target or not rates or now - rates[0][0] < adapt.sustain_s:
+        return None
+    window = [r for t, r in rates if now - t <= adapt.sustain_s]
+    floor = target * (1.0 - adapt.miss)
+    if not window or any(r.samples_per_s >= floor for r in window):
+        return None
+    worst = max(r.samples_per_s for r in window)
+    return (
+        f"the target of {target:,.0f} samples/s was missed for {adapt.sustain_s:.0f} s "
+        f"(at most {worst:,.0f} samples/s measured, under {floor:,.0f})"
+    )
+
+
+def _cooled(job: Job) -> bool:
+    """Whether ``cooldown`` checkpoints passed since the last adaptive move (a miss does not wait for them)."""
+    return job.moved_at is None or job.newest_checkpoint - job.moved_at >= job.rules.adapt.cooldown
+
+
+def _proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action]]:
+    """The shell's proposal: a move at the next complete checkpoint when (a) the target is missed and it reaches
+    it, or no plan reaches it (more units neither) and it is at least ``faster`` faster; (b) it meets the target for
+    at least ``saving`` less and what it saves over the rest of the job beats the move's own cost; (c) under a
+    budget, it is at least ``faster`` faster within it.  Units the job has not are wished for when only they reach
+    a missed target.  In advise mode the job does nothing but say so (once a round for each plan)."""
+    p = event.proposal
+    if job.state is not JobState.RUNNING or job.seen.adapting is not None or p is None:
+        return job, []
+    adapt = job.rules.adapt
+    missed = _missed(job, now)
+    measured = job.measured.samples_per_s if job.measured is not None else p.current_samples_per_s
+    why = None
+    if missed and p.meets_target:
+        why = f"{missed}; {p.summary} reaches it"
+    elif missed and not p.wanted and p.samples_per_s >= measured * (1 + adapt.faster):
+        # out of reach on any plan, more units included: the plan that comes closest, when it does by a margin
+        why = f"{missed}, and no plan reaches it; {p.summary} is {p.samples_per_s / measured - 1:.0%} faster"
+    elif _cooled(job) and p.target and p.meets_target and p.better_by >= adapt.saving:
+        horizon = adapt.horizon_s or max(0.0, now - job.rules.started_at)
+        saved = (p.current_cost_per_hour - p.cost_per_hour) * horizon
+        costs = p.current_cost_per_hour * adapt.move_s  # the job paid while it did not train
+        if saved > costs:
+            why = (
+                f"{p.summary} meets the target for {p.better_by:.0%} less: saves {saved / 3600:.4g} over the next "
+                f"{horizon:.0f} s, the move costs {costs / 3600:.4g}"
+            )
+    elif _cooled(job) and p.budget and p.cost_per_hour <= p.budget and p.samples_per_s >= measured * (1 + adapt.faster):
+        why = f"{p.summary} is {p.samples_per_s / measured - 1:.0%} faster within the budget of {p.budget:.4g}/h"
+    if why is None:
+        if missed and p.wanted and not job.seen.wished:
+            job = _seen(job, wished=True)
+            wish = f"{missed}: the job needs {_units(p.wanted)} more"
+            actions: list[Action] = [AdaptAdvice("wish", wish, p)]
+            if adapt.mode == "on":
+                actions.append(OnScale(dict(p.wanted), dict(p.released), wish))
+            return job, actions
+        return job, []
+    if adapt.mode != "on":
+        if p.summary in job.seen.advised:
+            return job, []  # said once a round: the log and the console are not flooded by the same advice
+        return _seen(job, advised=job.seen.advised | {p.summary}), [AdaptAdvice("would move", why, p)]
+    job = _seen(job, adapting=replace(p, why=why), adapt_from=job.newest_checkpoint)
+    return job, [AdaptAdvice("move", why, p), AskCheckpoint(f"the plan follows the job: {why}")]
+
+
+def _units(wanted: Any) -> str:
+    return ", ".join(f"{units} x {rtype}" for rtype, units in sorted(wanted.items()))
 
 
 _HANDLERS: dict[type, Any] = {
@@ -494,4 +603,5 @@ _HANDLERS: dict[type, Any] = {
     Planned: _planned,
     PlanFailed: _plan_failed,
     Measured: _measured,
+    Proposed: _proposed,
 }

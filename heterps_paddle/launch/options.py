@@ -25,7 +25,7 @@ USAGE = (
     "(the arguments of python -m paddle.distributed.launch; see `python -m paddle.distributed.launch -h`)\n"
     "   or: heterps launch [--timeout S] [--quiet] [--checkpoint-dir DIR ...] --hosts HOSTS --plan PLAN "
     "[--host ADDR] [--restarts N] [--devices plan|cpu] [--cluster FILE] [--server-num N] "
-    "[--join type=TYPE[,units=N][,port=P]] --log_dir LOG train.py [ARGS...]\n"
+    "[--join type=TYPE[,units=N][,port=P]] [--adapt off|advise|on] [--on-scale CMD] --log_dir LOG train.py [ARGS...]\n"
     "(across hosts, the same command on every host: docs/across-hosts.md; options in any order before train.py;\n"
     " --join: a machine that is not in the hosts file joins the running job as that)\n"
     "   or: heterps launch --leave --log_dir LOG   (LOG: the --log_dir of the heterps launch running on this host)\n"
@@ -47,6 +47,8 @@ OWN_VALUED = (
     "--restarts",
     "--join",
     "--metrics-port",
+    "--adapt",
+    "--on-scale",
 )
 OWN_FLAGS = ("--quiet",)
 # Paddle 2.6.2's launcher options (fleet/launch.py: _parse_args), every one of which takes a value; --gpus /
@@ -84,6 +86,7 @@ PADDLE_VALUED = (
     "--force",
 )
 DEVICES = ("plan", "cpu")
+ADAPT_MODES = ("off", "advise", "on")
 
 
 class OptionsError(HeterPSError, ValueError):
@@ -124,6 +127,8 @@ class LaunchOptions:
     checkpoint_every: str | None = None
     hosts: HostsOptions | None = None
     metrics_port: int | None = None  # --metrics-port P: the job's figures for Prometheus (launch/metrics_server.py)
+    adapt: str = "advise"  # --adapt off|advise|on: the plan follows the job's measurements (docs/adaptive.md)
+    on_scale: str | None = None  # --on-scale CMD: run with the units the plan wants and those it let go (JSON)
 
     def get(self, name: str) -> str | None:
         """A Paddle launcher option's value as given (None: not given)."""
@@ -222,6 +227,8 @@ def parse(argv: list[str]) -> LaunchOptions:
         checkpoint_every=values.get("--checkpoint-every"),
         hosts=_hosts_options(values),
         metrics_port=_port("--metrics-port", values["--metrics-port"]) if "--metrics-port" in values else None,
+        adapt=_adapt(values.get("--adapt", "advise")),
+        on_scale=values.get("--on-scale") or None,
     )
 
 
@@ -283,6 +290,12 @@ def _count(name: str, text: str) -> int:
     if value < 0:
         raise OptionsError(f"heterps launch: {name} must be >= 0, got {value}")
     return value
+
+
+def _adapt(text: str) -> str:
+    if text not in ADAPT_MODES:
+        raise OptionsError(f"heterps launch: --adapt must be one of {', '.join(ADAPT_MODES)}, got {text!r}")
+    return text
 
 
 def _port(name: str, text: str) -> int:

@@ -42,6 +42,7 @@ def message(action: Any) -> dict[str, Any]:
             "why": change.reason,
             "joined": [dict(j) for j in action.joined],
             "left": list(change.left),
+            "released": {host: round(saves, 6) for host, saves in action.released.items()},
         }
     raise TypeError(f"no message for {type(action).__name__}")
 
@@ -89,7 +90,25 @@ def line(action: Any, job: Job) -> str | None:
     if isinstance(action, e.MoveImpossible):
         return f"{PREFIX}no plan with host(s) {', '.join(action.hosts)} back ({action.detail}); the job goes on"
     if isinstance(action, e.NextRound):
-        return f"{PREFIX}{round_title(action, job)}: {_what(action)}; {action.summary}"
+        released = ""
+        if action.released:
+            released = f"; released {', '.join(sorted(action.released))} (saves {sum(action.released.values()):.4g}/h)"
+        return f"{PREFIX}{round_title(action, job)}: {_what(action)}; {action.summary}{released}"
+    if isinstance(action, e.AdaptAdvice):
+        p = action.proposal
+        figures = (
+            f"(predicted on the measured rates: {p.samples_per_s:,.0f} samples/s at {p.cost_per_hour:.4g}/h, "
+            f"against the running plan's {p.current_samples_per_s:,.0f} at {p.current_cost_per_hour:.4g}/h)"
+        )
+        if action.decision == "move":
+            return f"{PREFIX}adapt: moving at the next checkpoint: {action.why} {figures}"
+        if action.decision == "would move":
+            return f"{PREFIX}adapt (advise: doing nothing): would move: {action.why} {figures}"
+        return f"{PREFIX}adapt: {action.why} {figures}"
+    if isinstance(action, e.OnScale):
+        return (
+            f"{PREFIX}adapt: asking --on-scale for {', '.join(f'{u} x {t}' for t, u in sorted(action.wanted.items()))}"
+        )
     return None
 
 
@@ -102,6 +121,8 @@ def round_title(action: e.NextRound, job: Job) -> str:
         return f"restart {new.restarts_used} ({job.rules.restarts - new.restarts_used} left; round {new.number})"
     if kind is Kind.LEAVE:
         return f"going on without the host(s) that left (round {new.number})"
+    if kind is Kind.ADAPT:
+        return f"the plan follows the job: moving to another plan (round {new.number})"
     return f"moving to another plan (round {new.number})"
 
 

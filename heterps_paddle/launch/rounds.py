@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Mapping
+from dataclasses import replace
+from typing import Any, Callable, Mapping, Sequence
 
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.launch.events import Proposal
 from heterps_paddle.launch.hosts import HostRound, RoundFiles, host_round, job_for_round
 from heterps_paddle.launch.job import RoundPlan, RoundRequest
 from heterps_paddle.launch.options import LaunchOptions
-from heterps_paddle.launch.placement import Expansion
-from heterps_paddle.planning.hosts import joined_hosts, joined_spec, with_joined
-from heterps_paddle.planning.model import Plan, plan_from_dict, save_plan
+from heterps_paddle.launch.placement import Expansion, expand
+from heterps_paddle.planning.hosts import HostsFile, joined_hosts, joined_spec, with_joined, without_hosts
+from heterps_paddle.planning.model import Cluster, Plan, plan_from_dict, save_plan
+from heterps_paddle.planning.refit import Refit, combine, corrected_profile, from_rates, rate_of
+from heterps_paddle.planning.schedulers.exact import REACH_TOLERANCE
 
 
 def plan_maker(part: HostRound, log_dir: str) -> Callable[[RoundRequest], RoundPlan]:
@@ -32,21 +36,24 @@ def plan_maker(part: HostRound, log_dir: str) -> Callable[[RoundRequest], RoundP
     def next_round(request: RoundRequest) -> RoundPlan:
         published = request.published
         inputs = published.get("inputs")
-        if published.get("plan"):
-            old = plan_from_dict(published["plan"], "the job's published plan")
-        elif request.plan_now is not None:
-            old = plan_from_dict(request.plan_now, "the round's plan")
-        else:
-            old = first.plan
+        old = _running_plan(request, first.plan)
         hosts = with_joined(first.hosts, joined_hosts(request.joined))
+        released: dict[str, float] = {}
         lost_changed = request.lost != request.lost_before
-        if lost_changed and inputs is None:
+        if request.adapt and inputs is not None:  # the plan follows the job: judged on the corrected model
+            planning = corrected(PlanningInputs.from_dict(inputs), request.refit)
+            replanned = replan(planning, hosts, request.lost)
+            new, how = replanned.plan, f"{replanned.note}, on the measured rates"
+            measured_old = replace(old, throughput=rate_of(old, planning.profile, planning.cluster))
+            better_plan = better(new, measured_old, planning.target_throughput)
+            released = released_hosts(new, hosts, request.lost, planning.cluster, part.address, given.server_num)
+        elif lost_changed and inputs is None:
             raise HeterPSError(
                 "the job published no planning inputs to re-plan with (the automatic path, "
                 "heterps_configs['cluster'], publishes them)"
             )
-        if inputs is not None and (lost_changed or frozenset(request.joined) != request.joined_before):
-            planning = PlanningInputs.from_dict(inputs)
+        elif inputs is not None and (lost_changed or frozenset(request.joined) != request.joined_before):
+            planning = corrected(PlanningInputs.from_dict(inputs), request.refit)
             replanned = replan(planning, hosts, request.lost)
             new, how = replanned.plan, replanned.note
             better_plan = better(new, old, planning.target_throughput)
@@ -66,9 +73,109 @@ def plan_maker(part: HostRound, log_dir: str) -> Callable[[RoundRequest], RoundP
         with open(path, encoding="utf-8") as f:
             document = json.load(f)
         plan_from_dict(document)  # what every host reads back
-        return RoundPlan(document, again, report, better_plan)
+        return RoundPlan(document, again, report, better_plan, released)
 
     return next_round
+
+
+def _running_plan(request: RoundRequest, first: Plan) -> Plan:
+    """The plan the round that ends runs: the one trainer 0 published, else the round's file, else the first's."""
+    if request.published.get("plan"):
+        return plan_from_dict(request.published["plan"], "the job's published plan")
+    if request.plan_now is not None:
+        return plan_from_dict(request.plan_now, "the round's plan")
+    return first
+
+
+def corrected(inputs: Any, refit: Refit | None) -> Any:
+    """The planning inputs with the profile the measured rates corrected (planning/refit.py), when there are any."""
+    if refit is None:
+        return inputs
+    return replace(inputs, profile=corrected_profile(inputs.profile, refit))
+
+
+def released_hosts(
+    plan: Plan, hosts: HostsFile, lost: frozenset[str], cluster: Cluster, coordinator: str, server_num: int | None
+) -> dict[str, float]:
+    """The hosts of the job (less the lost) that ``plan`` runs nothing on, but the coordinator's: what each costs an
+    hour (its units at its type's price).  They are let go when the job moves to it."""
+    left = without_hosts(hosts, lost)
+    expansion = expand(plan, left, {t.name: t.kind for t in cluster.resource_types}, server_num, gpu=False)
+    running = {p.host.address for p in expansion.parts if p.processes}
+    prices = {t.name: t.price_per_hour for t in cluster.resource_types}
+    return {
+        h.address: h.units * prices.get(h.type, 0.0)
+        for h in left.hosts
+        if h.address not in running and h.address != coordinator
+    }
+
+
+def proposer(part: HostRound) -> Callable[[RoundRequest, Sequence[Mapping[str, Any]], str], Proposal | None]:
+    """The coordinator's answer to Reconsider (launch/machine.py): another plan for the hosts the job has, on the
+    cost model its measured windows (``rates`` records) correct, beside the running plan on the same model; what it
+    lets go, and what more units a plan meeting a missed target needs (docs/adaptive.md)."""
+    from heterps_paddle.planning.replan import PlanningInputs, replan
+
+    first = part.expansion
+    given = part.options.hosts
+    assert given is not None
+
+    def propose(request: RoundRequest, windows: Sequence[Mapping[str, Any]], why: str) -> Proposal | None:
+        inputs = request.published.get("inputs")
+        if inputs is None:
+            raise HeterPSError("the job published no planning inputs to plan again with (heterps_configs['cluster'])")
+        planning = PlanningInputs.from_dict(inputs)
+        old = _running_plan(request, first.plan)
+        refits = [r for r in (from_rates(old, w, planning.profile, planning.cluster) for w in windows) if r is not None]
+        if not refits:
+            return None
+        refit = combine(refits)
+        planning = corrected(planning, refit)
+        hosts = with_joined(first.hosts, joined_hosts(request.joined))
+        target = planning.target_throughput
+        new = replan(planning, hosts, request.lost).plan
+        current_rate = rate_of(old, planning.profile, planning.cluster)
+        meets = target is None or new.throughput >= target * (1 - REACH_TOLERANCE)
+        wanted: dict[str, int] = {}
+        if not meets and target is not None:
+            wanted = _units_wanted(planning, hosts, request.lost, target)
+        return Proposal(
+            plan=new.to_dict(),
+            summary=f"{describe_plan(old)} -> {describe_plan(new)}",
+            samples_per_s=new.throughput,
+            cost_per_hour=new.cost_per_hour,
+            meets_target=meets,
+            current_samples_per_s=current_rate,
+            current_cost_per_hour=old.cost_per_hour,
+            target=target,
+            budget=planning.budget,
+            released=released_hosts(new, hosts, request.lost, planning.cluster, part.address, given.server_num),
+            wanted=wanted,
+            refit={**refit.to_dict(), "windows": len(refits)},
+            why=why,
+            correction=refit,
+        )
+
+    return propose
+
+
+def _units_wanted(planning: Any, hosts: HostsFile, lost: frozenset[str], target: float) -> dict[str, int]:
+    """The units of each type the cheapest plan meeting ``target`` needs beyond those the job's hosts have (the
+    cluster file's limits, not the hosts'); {} when no plan meets it even so."""
+    from heterps_paddle.planning.planner import make_plans
+
+    ((_, plan),) = make_plans(
+        planning.profile, planning.cluster, "exact", [target], planning.seed, planning.trainer_kinds
+    )
+    if not plan.feasible:
+        return {}
+    have: dict[str, int] = {}
+    for h in without_hosts(hosts, lost).hosts:
+        have[h.type] = have.get(h.type, 0) + h.units
+    need: dict[str, int] = {}
+    for stage in plan.stages:
+        need[stage.resource] = need.get(stage.resource, 0) + stage.units
+    return {t: n - have.get(t, 0) for t, n in sorted(need.items()) if n > have.get(t, 0)}
 
 
 def part_of_round(

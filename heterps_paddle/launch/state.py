@@ -5,7 +5,7 @@ round has seen so far (replaced whole when the next round starts).  Frozen recor
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 # ------------------------------------------------------------------------------------------------ the records
@@ -31,6 +31,26 @@ class Kind(enum.Enum):
     RETRY = "retry"  # Paddle's connect-timeout abort: the same plan on the same hosts, uses up a retry only
     MOVE = "move"  # a lost host is back, or a machine joined: a better plan at a checkpoint, uses up nothing
     LEAVE = "leave"  # a host asked to leave: re-planned without it at a checkpoint, uses up nothing
+    ADAPT = "adapt"  # the measured rates say another plan does better: at a checkpoint, uses up nothing
+
+
+@dataclass(frozen=True)
+class Adapt:
+    """How the job follows its measurements (--adapt, docs/adaptive.md): every margin a setting."""
+
+    mode: str = "off"  # off | advise (log what it would do) | on (do it)
+    miss: float = 0.10  # the target missed by more than this share ...
+    sustain_s: float = 45.0  # ... for this long is a miss (noise under it never moves the job)
+    saving: float = 0.15  # a plan that meets the target for at least this share less is worth a move ...
+    faster: float = 0.15  # ... and under a budget, one at least this share faster
+    every_s: float = 30.0  # seconds between two reconsiderations (each plans again)
+    cooldown: int = 2  # checkpoints after a move before another, unless the target is missed
+    move_s: float = 60.0  # what a move costs, seconds of the job (checkpoint, restart, restore) until one is measured
+    horizon_s: float = 0.0  # how long the job is expected to run on (0: as long again as it has run)
+
+    @property
+    def active(self) -> bool:
+        return self.mode in ("advise", "on")
 
 
 @dataclass(frozen=True)
@@ -47,6 +67,8 @@ class Rules:
     # empty file_hosts admits none
     file_hosts: frozenset[str] = frozenset()
     files_digest: str = ""
+    adapt: Adapt = Adapt()
+    started_at: float = 0.0  # the job's start, on the machine's clock (how long it has run)
 
 
 @dataclass(frozen=True)
@@ -80,6 +102,7 @@ class Change:
     reason: str
     back: tuple[str, ...] = ()  # a move: the hosts back (or joined)
     left: tuple[str, ...] = ()  # a leave: the hosts that asked to leave
+    proposal: Any = None  # an adaptive move: the Proposal that decided it (launch/events.py)
 
 
 @dataclass(frozen=True)
@@ -94,6 +117,7 @@ class RoundChange:
     lost: tuple[str, ...]  # the hosts this change lost
     lost_so_far: tuple[str, ...]  # every host lost when it was decided
     left: tuple[str, ...]  # the hosts that left on notice with it
+    released: tuple[str, ...]  # the hosts an adaptive move let go
     joined: tuple[Mapping[str, Any], ...]  # machines from outside the hosts file it takes in (address, type, ...)
     hosts: tuple[str, ...]  # the hosts the new round runs on
     checkpoint: Mapping[str, Any]  # the checkpoint it resumes from, and the work redone
@@ -108,6 +132,7 @@ class RoundChange:
             "lost": list(self.lost),
             "lost_so_far": list(self.lost_so_far),
             "left": list(self.left),
+            "released": list(self.released),
             "joined": [dict(j) for j in self.joined],
             "hosts": list(self.hosts),
             **dict(self.checkpoint),
@@ -130,6 +155,12 @@ class Seen:
     settle_at: float | None = None
     connect_timeout: bool = False  # the failure being settled began with Paddle's connect-timeout abort
     pending: Change | None = None  # the new round asked for (state REPLANNING)
+    rates: tuple[Any, ...] = ()  # the round's measured rates, the newest last (launch/gauge.py: Rates)
+    asked_at: float | None = None  # when the machine last asked to reconsider the plan
+    adapting: Any = None  # an adaptive move decided: the Proposal, waiting for the next complete checkpoint
+    adapt_from: int = 0  # ... the newest checkpoint's passes when it was decided
+    wished: bool = False  # units asked for (--on-scale) in this round
+    advised: frozenset[str] = frozenset()  # advise mode: the moves said already this round (once each)
 
 
 @dataclass(frozen=True)
@@ -149,6 +180,8 @@ class Job:
     leaving: Mapping[str, tuple[float, int]] = field(default_factory=dict)
     reason: str | None = None  # why the launch aborted
     measured: Any = None  # the running round's measured rates, the newest (launch/gauge.py: Rates)
+    moved_at: int | None = None  # the checkpoint (passes) the last adaptive move resumed from
+    newest_checkpoint: int = 0  # the passes of the newest complete checkpoint the machine was told of
     history: tuple[RoundChange, ...] = ()  # every change of round
 
     @property
@@ -161,4 +194,6 @@ class Job:
 
 
 def first_job(rules: Rules, round_: Round, now: float) -> Job:
+    if not rules.started_at:
+        rules = replace(rules, started_at=now)
     return Job(rules, round_, Seen(startup_deadline=now + rules.startup_s))

@@ -1,0 +1,83 @@
+"""The refit (planning/refit.py): measured rates correct the cost model for the layers and types the job runs, and
+the scheduler plans again on the corrected model.  Judged against the exact optimum of the same corrected model."""
+
+import pytest
+
+from heterps_paddle.planning.cost_model import CostModel
+from heterps_paddle.planning.model import Cluster, LayerProfile, ModelProfile, ResourceType
+from heterps_paddle.planning.refit import combine, corrected_profile, from_rates
+from heterps_paddle.planning.schedulers.exact import ExactScheduler
+
+COMMON = dict(mem_bw=1e10, net_bw=1e9)
+# at 3,500 samples/s: one stage needs 4 cpu_small (4/h); the file says gpu_fast runs the fc layers 10x faster, so
+# the split (1 cpu_small for the embedding, 1 gpu_fast: 3/h) is the plan
+CLUSTER = Cluster(
+    (
+        ResourceType("cpu_small", "cpu", 1.0, 4, flops=1e9, memory=1e10, **COMMON),
+        ResourceType("gpu_fast", "gpu", 2.0, 1, flops=1e10, memory=1e8, **COMMON),
+    ),
+    throughput=3500.0,
+)
+PROFILE = ModelProfile(
+    "ctr",
+    512,
+    (
+        LayerProfile("embedding_0", "sparse", flops=0.0, param_bytes=5e8, io_bytes=832.0, out_bytes=100.0),
+        LayerProfile("fc_0", "dense", flops=5e5, param_bytes=1e5, out_bytes=25.0),
+        LayerProfile("fc_1", "dense", flops=4.9e5, param_bytes=1e5, out_bytes=25.0),
+        LayerProfile("fc_2", "dense", flops=1e3, param_bytes=1e3, out_bytes=8.0),
+    ),
+)
+
+
+def window(measured, works):
+    return {"samples_per_s": measured, "stages": [{"stage": i, "work_share": w} for i, w in enumerate(works, 1)]}
+
+
+def split_plan():
+    plan = ExactScheduler().plan(CostModel(PROFILE, CLUSTER))
+    assert [s.resource for s in plan.stages] == ["cpu_small", "gpu_fast"], plan  # what the file's figures say
+    return plan
+
+
+def test_an_overstated_type_is_found_and_the_corrected_optimum_leaves_it():
+    plan = split_plan()
+    # measured: the gpu stage works all the time at a tenth of its prediction; the cpu stage waits for it
+    measured = plan.stages[1].throughput / 10
+    refit = from_rates(plan, window(measured, [0.05, 1.0]), PROFILE, CLUSTER)
+    assert refit.unexplained == 1.0
+    assert refit.factors(PROFILE, CLUSTER)["gpu_fast"] > 9
+    assert {layer for layer, _ in refit.times} == {"embedding_0", "fc_0", "fc_1", "fc_2"}
+    corrected = CostModel(corrected_profile(PROFILE, refit), CLUSTER)
+    # the corrected model explains the window: the running plan's gpu stage, on its one unit, trains what was measured
+    assert 1 / corrected.stage_time(1, 4, 1, 1) == pytest.approx(measured, rel=0.05)
+    best = ExactScheduler().plan(corrected)
+    assert [s.resource for s in best.stages] == ["cpu_small"]  # one stage on the CPUs: the split does not pay
+    # fc on cpu_small was never run: its time is the model's (a bet the next windows check)
+    assert ("fc_0", "cpu_small") not in refit.times
+
+
+def test_a_slowdown_no_work_share_explains_slows_every_stage_it_runs():
+    """A throttled host: its processes are off the CPU without waiting for a neighbour; the work shares look low,
+    the rate does too.  The shortfall is spread over the plan's stages."""
+    plan = split_plan()
+    measured = plan.throughput / 2
+    refit = from_rates(plan, window(measured, [0.01, 0.3]), PROFILE, CLUSTER)
+    assert refit.unexplained > 1.0
+    corrected = CostModel(corrected_profile(PROFILE, refit), CLUSTER)
+    stage_rates = [
+        plan.stages[0].units / corrected.stage_time(0, 1, 0, plan.stages[0].units),
+        1 / corrected.stage_time(1, 4, 1, 1),
+    ]
+    assert min(stage_rates) == pytest.approx(measured, rel=0.05)
+
+
+def test_windows_combine_to_their_median_and_say_their_spread():
+    plan = split_plan()
+    base = plan.stages[1].throughput
+    refits = [from_rates(plan, window(base / f, [0.05, 1.0]), PROFILE, CLUSTER) for f in (9.0, 10.0, 12.0)]
+    combined = combine(refits)
+    middle = refits[1].times[("fc_0", "gpu_fast")]
+    assert combined.times[("fc_0", "gpu_fast")] == pytest.approx(middle)
+    assert combined.spread["gpu_fast"] > 0.2
+    assert from_rates(plan, window(0.0, [0.5, 0.5]), PROFILE, CLUSTER) is None  # nothing trained: nothing said
