@@ -64,7 +64,7 @@ def setup(tmp_path_factory, heterps_cache, data_100k):
     return {"tmp": tmp, "data": data, "plan": str(plan), "cluster": str(cluster)}
 
 
-def run_job(setup, name, env=None, listed=HOSTS, plan=None, first=()):
+def run_job(setup, name, env=None, listed=HOSTS, plan=None, first=(), cluster=None, cpu_type="cpu_small", options=()):
     """The job on the ``listed`` hosts of its hosts file (each started, after ``first``: (address, options) of
     machines the file does not name), from ``plan`` (default: the split).  As the README says to run it: each host
     in a directory of its own with its copy of the files (hosts.yaml, its key, plan.json, cluster.yaml), the command
@@ -75,8 +75,8 @@ def run_job(setup, name, env=None, listed=HOSTS, plan=None, first=()):
     hosts = work / "hosts.yaml"
     # one server: a checkpoint is then regrouped into the one-stage layout, which any later plan resumes from
     lines = {
-        A: f"  - {{address: {A}, type: cpu_small, servers: 1, port: {free_port_block(A, 8)}}}\n",
-        B: f"  - {{address: {B}, type: cpu_small, port: {free_port_block(B, 8)}}}\n",
+        A: f"  - {{address: {A}, type: {cpu_type}, servers: 1, port: {free_port_block(A, 8)}}}\n",
+        B: f"  - {{address: {B}, type: {cpu_type}, port: {free_port_block(B, 8)}}}\n",
         C: f"  - {{address: {C}, type: gpu_fast, port: {free_port_block(C, 8)}}}\n",
     }
     hosts.write_text("format: 1\nhosts:\n" + "".join(lines[address] for address in listed))
@@ -87,7 +87,7 @@ def run_job(setup, name, env=None, listed=HOSTS, plan=None, first=()):
         argv,
         str(work),
         own_dirs=True,
-        files=(setup["cluster"],),
+        files=(cluster or setup["cluster"],),
         launch_options=(
             "--devices",
             "cpu",
@@ -97,6 +97,7 @@ def run_job(setup, name, env=None, listed=HOSTS, plan=None, first=()):
             str(work / "checkpoints"),
             "--checkpoint-every",
             "1",
+            *options,
         ),
         env={**os.environ, **(env or {})},
         timeout=600,
@@ -296,3 +297,71 @@ def test_a_machine_never_in_the_hosts_file_joins_then_leaves_on_sigterm_without_
     print(f"\nheld-out AUC: grown and shrunk {grown:.4f}, undisturbed {calm:.4f}")
     # the issue's 0.02 below; above, the one-stage passes' gain under load (the test above says why)
     assert calm - 0.02 <= grown <= calm + 0.04, f"grown and shrunk {grown:.4f} vs undisturbed {calm:.4f}"
+
+
+# A cluster file whose heterogeneous type is a datasheet's, far faster than what runs it here (a CPU process), and
+# whose CPU type is this machine's (local_cpu: its layer times measured by the profiler inside minimize).  The target
+# is out of any plan's reach, so the plan is the fastest the file predicts: the split onto gpu_fast.
+OVERSTATED = (
+    "format: 1\nthroughput: 1.0e+7\nresource_types:\n"
+    "  - {name: local_cpu, kind: cpu, price_per_hour: 1.0, max_units: 2, flops: 1.0e+9, mem_bw: 1.0e+10,\n"
+    "     memory: 1.0e+10, net_bw: 1.0e+9}\n"
+    "  - {name: gpu_fast, kind: gpu, price_per_hour: 2.0, max_units: 1, flops: 1.0e+13, mem_bw: 1.0e+11,\n"
+    "     memory: 1.0e+8, net_bw: 1.0e+9}\n"
+)
+LOCAL_SPLIT = [
+    {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
+    {"resource": "gpu_fast", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
+]
+# the windows short enough that a pass holds a decision (docs/adaptive.md: the same rules, other margins' times)
+ADAPT_ENV = {
+    "HETERPS_METER_S": "1",
+    "HETERPS_RATES_WINDOW_S": "9",
+    "HETERPS_ADAPT_SUSTAIN_S": "10",
+    "HETERPS_ADAPT_EVERY_S": "5",
+}
+
+
+def test_a_split_the_measurements_show_does_not_pay_moves_and_releases_its_host(setup, undisturbed):
+    """The plan follows the job (issue 41, test i): the split onto an overstated type is chosen; its measured rates
+    correct the model; the job moves at the next checkpoint to the plan they say is best (one stage on the CPU
+    hosts), releases the heterogeneous host (its launch ends 0, released), and trains on; its measured cost per
+    million samples falls."""
+    (setup["tmp"] / "overstated").mkdir()
+    (setup["tmp"] / "overstated" / "cluster.yaml").write_text(OVERSTATED)  # each host's cluster.yaml
+    (setup["tmp"] / "local_split.json").write_text(json.dumps({"format": 1, "feasible": True, "stages": LOCAL_SPLIT}))
+    run, work = run_job(
+        setup,
+        "adaptive",
+        ADAPT_ENV,
+        plan=str(setup["tmp"] / "local_split.json"),
+        cluster=str(setup["tmp"] / "overstated" / "cluster.yaml"),
+        cpu_type="local_cpu",
+        options=("--adapt", "on"),
+    )
+    try:
+        codes = run.wait()
+        consoles = {a: run.hosts[a].console() for a in HOSTS}
+        assert codes == {a: 0 for a in HOSTS}, "\n".join(c[-4000:] for c in consoles.values())
+    finally:
+        run.stop()
+    assert run.leftovers() == []
+    coordinator = run.hosts[A]
+    (decided,) = coordinator.events("adapt", decision="move")
+    (moved,) = coordinator.events("round_planned", kind="adapt")
+    assert (
+        moved["round"] == 1 and moved["released"] == [C] and moved["new_plan"]["stages"] == ["2 x local_cpu (4 layers)"]
+    )
+    assert decided["proposal"]["refit"]["windows"] >= 1
+    assert [r["how"] for r in run.hosts[C].events("host_ended")] == ["released"]
+    assert "released: the plan no longer needs it" in consoles[C]
+    # the measured cost per million samples of each round's last window: lower on the plan the job moved to
+    last = {}
+    for r in coordinator.events("rates"):
+        if r["cost_per_million_samples"] is not None:
+            last[r["round"]] = r["cost_per_million_samples"]
+    assert last[1] < last[0], last
+    grown, calm = heldout(run), undisturbed
+    print(f"\ncost per million samples: split {last[0]:.4g}, moved {last[1]:.4g}; AUC {grown:.4f} vs {calm:.4f}")
+    # the issue's 0.02; above, the one-stage passes' gain (the killed-twice test says why)
+    assert calm - 0.02 <= grown <= calm + 0.04, (grown, calm)

@@ -763,9 +763,11 @@ def test_a_miss_only_more_units_reach_wishes_for_them_once():
 
 def test_a_target_out_of_every_plans_reach_moves_to_the_plan_that_comes_closest():
     j, _ = feed(adaptive(newest_checkpoint=3), [600.0] * 10)
-    closer = proposal(meets_target=False, samples_per_s=800.0, wanted={})
+    closer = proposal(meets_target=False, samples_per_s=800.0, current_samples_per_s=600.0, wanted={})
     j, actions = m.step(j, m.Proposed(closer), NOW + 100)
     assert kinds(actions) == ["AdaptAdvice", "AskCheckpoint"] and "no plan reaches it" in actions[0].why
     j, _ = feed(adaptive(newest_checkpoint=3), [600.0] * 10)
-    barely = proposal(meets_target=False, samples_per_s=650.0, wanted={})  # 8% faster: under the margin
+    barely = proposal(meets_target=False, samples_per_s=650.0, current_samples_per_s=600.0, wanted={})  # 8%: under
     assert m.step(j, m.Proposed(barely), NOW + 100)[1] == []
+    same = proposal(meets_target=True, same=True)  # the running plan itself: nothing to move to
+    assert m.step(j, m.Proposed(same), NOW + 100)[1] == []

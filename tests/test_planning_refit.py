@@ -1,6 +1,8 @@
 """The refit (planning/refit.py): measured rates correct the cost model for the layers and types the job runs, and
 the scheduler plans again on the corrected model.  Judged against the exact optimum of the same corrected model."""
 
+from dataclasses import replace
+
 import pytest
 
 from heterps_paddle.planning.cost_model import CostModel
@@ -57,19 +59,26 @@ def test_an_overstated_type_is_found_and_the_corrected_optimum_leaves_it():
     assert ("fc_0", "cpu_small") not in refit.times
 
 
-def test_a_slowdown_no_work_share_explains_slows_every_stage_it_runs():
-    """A throttled host: its processes are off the CPU without waiting for a neighbour; the work shares look low,
-    the rate does too.  The shortfall is spread over the plan's stages."""
+def test_what_no_work_share_explains_is_the_pipelines_on_a_split_and_the_machines_on_one_stage():
+    """On a split the measured rate under every stage's capacity is the pipeline's (a round trip no stage's work
+    covers): a pipeline is predicted that much slower, one stage is not.  On one stage it is the machine's (a
+    throttled host: its processes off the CPU without waiting for anyone): its unit time is raised."""
+    from heterps_paddle.planning.refit import predicted
+
     plan = split_plan()
     measured = plan.throughput / 2
     refit = from_rates(plan, window(measured, [0.01, 0.3]), PROFILE, CLUSTER)
-    assert refit.unexplained > 1.0
+    assert refit.pipeline > 1.0 and refit.unexplained == 1.0
     corrected = CostModel(corrected_profile(PROFILE, refit), CLUSTER)
-    stage_rates = [
-        plan.stages[0].units / corrected.stage_time(0, 1, 0, plan.stages[0].units),
-        1 / corrected.stage_time(1, 4, 1, 1),
-    ]
-    assert min(stage_rates) == pytest.approx(measured, rel=0.05)
+    rate = min(
+        plan.stages[0].units / corrected.stage_time(0, 1, 0, plan.stages[0].units), 1 / corrected.stage_time(1, 4, 1, 1)
+    )
+    assert predicted(replace(plan, throughput=rate), refit) == pytest.approx(measured, rel=0.05)
+    one = ExactScheduler().plan(CostModel(PROFILE, CLUSTER, throughput=1000.0))
+    assert one.num_stages == 1
+    refit = from_rates(one, window(one.throughput / 3, [0.3]), PROFILE, CLUSTER)
+    # capacity (rate / work) over the rate: the share of the time the stage was neither working nor waiting
+    assert refit.unexplained == pytest.approx(1 / 0.3, rel=0.01) and refit.pipeline == 1.0
 
 
 def test_windows_combine_to_their_median_and_say_their_spread():

@@ -449,7 +449,10 @@ class Coordinator:
                     self._feed(m.CheckpointComplete(newest_checkpoint(self.checkpoint_dir)))
                 rates = self.measuring.tick(self.machine.round.number, self.board, self.job.devices)
                 if rates is not None:
-                    self.windows = [*self.windows, rates.to_record()][-WINDOWS_KEPT:]
+                    if rates.window_s >= 0.9 * self.measuring.gauge.window_s:
+                        # whole windows only: a round's first seconds (processes starting, tables warming) are
+                        # not what its plan trains
+                        self.windows = [*self.windows, rates.to_record()][-WINDOWS_KEPT:]
                     self._feed(m.Measured(rates))
                 self._feed(m.Tick())
 

@@ -141,6 +141,7 @@ class Proposal:
     wanted: Mapping[str, int] = field(default_factory=dict)  # units a plan meeting the target needs beyond the hosts
     refit: Mapping[str, Any] = field(default_factory=dict)  # the correction (planning/refit.py: Refit.to_dict)
     why: str = ""  # why the machine asked
+    same: bool = False  # the proposed plan is the running one (its stages, layers and units)
     correction: Any = field(default=None, compare=False, repr=False)  # the Refit itself, for the rounds after
 
     @property

@@ -548,15 +548,18 @@ def _proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action]]
     p = event.proposal
     if job.state is not JobState.RUNNING or job.seen.adapting is not None or p is None:
         return job, []
+    if p.same:
+        p = replace(p, meets_target=False, samples_per_s=0.0)  # no move to the plan that runs: only a wish
     adapt = job.rules.adapt
     missed = _missed(job, now)
     measured = job.measured.samples_per_s if job.measured is not None else p.current_samples_per_s
     why = None
     if missed and p.meets_target:
         why = f"{missed}; {p.summary} reaches it"
-    elif missed and not p.wanted and p.samples_per_s >= measured * (1 + adapt.faster):
+    elif missed and _cooled(job) and not p.wanted and p.samples_per_s >= p.current_samples_per_s * (1 + adapt.faster):
         # out of reach on any plan, more units included: the plan that comes closest, when it does by a margin
-        why = f"{missed}, and no plan reaches it; {p.summary} is {p.samples_per_s / measured - 1:.0%} faster"
+        faster = p.samples_per_s / p.current_samples_per_s - 1
+        why = f"{missed}, and no plan reaches it; {p.summary} is {faster:.0%} faster on the measured rates"
     elif _cooled(job) and p.target and p.meets_target and p.better_by >= adapt.saving:
         horizon = adapt.horizon_s or max(0.0, now - job.rules.started_at)
         saved = (p.current_cost_per_hour - p.cost_per_hour) * horizon

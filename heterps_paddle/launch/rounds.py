@@ -21,7 +21,7 @@ from heterps_paddle.launch.options import LaunchOptions
 from heterps_paddle.launch.placement import Expansion, expand
 from heterps_paddle.planning.hosts import HostsFile, joined_hosts, joined_spec, with_joined, without_hosts
 from heterps_paddle.planning.model import Cluster, Plan, plan_from_dict, save_plan
-from heterps_paddle.planning.refit import Refit, combine, corrected_profile, from_rates, rate_of
+from heterps_paddle.planning.refit import Refit, combine, corrected_profile, from_rates, predicted, rate_of
 from heterps_paddle.planning.schedulers.exact import REACH_TOLERANCE
 
 
@@ -42,9 +42,9 @@ def plan_maker(part: HostRound, log_dir: str) -> Callable[[RoundRequest], RoundP
         lost_changed = request.lost != request.lost_before
         if request.adapt and inputs is not None:  # the plan follows the job: judged on the corrected model
             planning = corrected(PlanningInputs.from_dict(inputs), request.refit)
-            replanned = replan(planning, hosts, request.lost)
-            new, how = replanned.plan, f"{replanned.note}, on the measured rates"
-            measured_old = replace(old, throughput=rate_of(old, planning.profile, planning.cluster))
+            new = best_on_measurements(planning, hosts, request.lost, request.refit)
+            how = "the best plan on the measured rates"
+            measured_old = replace(old, throughput=running_rate(old, planning, request.refit))
             better_plan = better(new, measured_old, planning.target_throughput)
             released = released_hosts(new, hosts, request.lost, planning.cluster, part.address, given.server_num)
         elif lost_changed and inputs is None:
@@ -87,6 +87,36 @@ def _running_plan(request: RoundRequest, first: Plan) -> Plan:
     return first
 
 
+def running_rate(plan: Plan, planning: Any, refit: Refit | None) -> float:
+    """What the running ``plan`` trains on the corrected model (its units as they are)."""
+    return predicted(replace(plan, throughput=rate_of(plan, planning.profile, planning.cluster)), refit)
+
+
+def best_on_measurements(planning: Any, hosts: HostsFile, lost: frozenset[str], refit: Refit | None) -> Plan:
+    """The plan the measured rates say is best for the hosts the job has: the scheduler's on the corrected model,
+    and one stage on each type the hosts have (a pipeline pays the factor no stage explained: planning/refit.py,
+    which the scheduler does not know), each at its predicted samples/s; the cheapest that meets the target, else
+    the fastest."""
+    from heterps_paddle.planning.replan import remaining_cluster, replan
+
+    candidates = [replan(planning, hosts, lost).plan]
+    for rtype in remaining_cluster(planning.cluster, hosts, lost).resource_types:
+        alone = replace(planning.cluster, resource_types=(rtype,))
+        try:
+            candidates.append(replan(replace(planning, cluster=alone), hosts, lost).plan)
+        except HeterPSError:
+            continue  # that type cannot run the model alone
+    plans = [replace(p, throughput=predicted(p, refit)) for p in candidates if p.feasible]
+    target = planning.target_throughput
+    if planning.budget is not None:
+        within = [p for p in plans if p.cost_per_hour <= planning.budget * (1 + 1e-9)] or plans
+        return max(within, key=lambda p: (p.throughput, -p.cost_per_hour))
+    meeting = [p for p in plans if target is not None and p.throughput >= target * (1 - REACH_TOLERANCE)]
+    if meeting:
+        return min(meeting, key=lambda p: (p.cost_per_hour, -p.throughput))
+    return max(plans, key=lambda p: (p.throughput, -p.cost_per_hour))
+
+
 def corrected(inputs: Any, refit: Refit | None) -> Any:
     """The planning inputs with the profile the measured rates corrected (planning/refit.py), when there are any."""
     if refit is None:
@@ -114,7 +144,7 @@ def proposer(part: HostRound) -> Callable[[RoundRequest, Sequence[Mapping[str, A
     """The coordinator's answer to Reconsider (launch/machine.py): another plan for the hosts the job has, on the
     cost model its measured windows (``rates`` records) correct, beside the running plan on the same model; what it
     lets go, and what more units a plan meeting a missed target needs (docs/adaptive.md)."""
-    from heterps_paddle.planning.replan import PlanningInputs, replan
+    from heterps_paddle.planning.replan import PlanningInputs
 
     first = part.expansion
     given = part.options.hosts
@@ -129,12 +159,12 @@ def proposer(part: HostRound) -> Callable[[RoundRequest, Sequence[Mapping[str, A
         refits = [r for r in (from_rates(old, w, planning.profile, planning.cluster) for w in windows) if r is not None]
         if not refits:
             return None
-        refit = combine(refits)
+        refit = combine(refits).merged(request.refit)
         planning = corrected(planning, refit)
         hosts = with_joined(first.hosts, joined_hosts(request.joined))
         target = planning.target_throughput
-        new = replan(planning, hosts, request.lost).plan
-        current_rate = rate_of(old, planning.profile, planning.cluster)
+        new = best_on_measurements(planning, hosts, request.lost, refit)
+        current_rate = running_rate(old, planning, refit)
         meets = target is None or new.throughput >= target * (1 - REACH_TOLERANCE)
         wanted: dict[str, int] = {}
         if not meets and target is not None:
@@ -153,10 +183,15 @@ def proposer(part: HostRound) -> Callable[[RoundRequest, Sequence[Mapping[str, A
             wanted=wanted,
             refit={**refit.to_dict(), "windows": len(refits)},
             why=why,
+            same=_stages(new) == _stages(old),
             correction=refit,
         )
 
     return propose
+
+
+def _stages(plan: Plan) -> list[tuple[str, tuple[str, ...], int]]:
+    return [(s.resource, tuple(s.layers), s.units) for s in plan.stages]
 
 
 def _units_wanted(planning: Any, hosts: HostsFile, lost: frozenset[str], target: float) -> dict[str, int]:

@@ -13,9 +13,11 @@ the profile with those layers' times on that type corrected, for the scheduler t
   a tenth of the model's.  A stage whose work share is not measured (a GPU stage on its device) is left as it was,
   unless what is left unexplained (below) says otherwise.
 - **What is left unexplained.**  Corrected, the plan predicts its slowest stage's corrected samples/s.  When the job
-  measured less than that (beyond ``tolerance``), something the work shares do not see slows every stage: a busy or
-  throttled machine leaves a process off the CPU without it waiting for a neighbour.  Every stage's unit time is
-  then raised alike, so that the corrected plan predicts what was measured.
+  measured less than that (beyond ``tolerance``), something the work shares do not see slowed it.  On one stage that
+  is the machine (a busy or throttled host keeps a process off the CPU without it waiting for a neighbour): every
+  unit time is raised alike.  On a pipeline it is taken to be the pipeline's (a micro-batch's round trip that no
+  stage's work covers): ``pipeline``, by which a plan of several stages is predicted slower (:func:`predicted`),
+  and one stage is not.
 - **What is not corrected.**  A layer on a type the job has not run it on keeps its estimate (the profile's
   measured time, or the cluster file's figures): nothing measured says otherwise, and a move to it is a bet the
   next windows check.
@@ -42,7 +44,8 @@ class Refit:
     """Per (layer, type): the corrected seconds a sample on one unit; and the factor no work share explained."""
 
     times: Mapping[tuple[str, str], float]
-    unexplained: float = 1.0  # every stage's unit time was raised by it (1: the work shares explain it all)
+    unexplained: float = 1.0  # one stage: its unit time was raised by it (1: the work shares explain it all)
+    pipeline: float = 1.0  # several stages: what no stage's work explains, a pipeline's samples/s is divided by it
     spread: Mapping[str, float] = field(default_factory=dict)  # per type: (max - min) / median of its windows
 
     def factors(self, profile: ModelProfile, cluster: Cluster) -> dict[str, float]:
@@ -62,8 +65,18 @@ class Refit:
         return {
             "times": {f"{layer}@{rtype}": seconds for (layer, rtype), seconds in sorted(self.times.items())},
             "unexplained": round(self.unexplained, 4),
+            "pipeline": round(self.pipeline, 4),
             "spread": {k: round(v, 4) for k, v in self.spread.items()},
         }
+
+    def merged(self, older: Refit | None) -> Refit:
+        """This correction over an older one (an earlier round's): what this one measured wins; the rest (layers
+        the new plan did not run, a pipeline's factor where it runs one stage) is kept."""
+        if older is None:
+            return self
+        times = {**older.times, **self.times}
+        pipeline = self.pipeline if self.pipeline != 1.0 else older.pipeline
+        return Refit(times, self.unexplained, pipeline, {**older.spread, **self.spread})
 
 
 def from_rates(
@@ -84,10 +97,13 @@ def from_rates(
         else:
             unit_time.append(stage.units * min(1.0, float(work)) / measured)
     predicted = min(stage.units / t for stage, t in zip(plan.stages, unit_time))
-    unexplained = 1.0
+    unexplained = pipeline = 1.0
     if predicted > measured * (1.0 + tolerance):
-        unexplained = predicted / measured
-        unit_time = [t * unexplained for t in unit_time]
+        if plan.num_stages > 1:
+            pipeline = predicted / measured
+        else:
+            unexplained = predicted / measured
+            unit_time = [t * unexplained for t in unit_time]
     model = CostModel(profile, cluster, throughput=cluster.throughput or 1.0)
     index = {t.name: i for i, t in enumerate(cluster.resource_types)}
     names = {layer.name: i for i, layer in enumerate(profile.layers)}
@@ -101,7 +117,15 @@ def from_rates(
         for layer, seconds in zip(stage.layers, base):
             share = seconds / total if total > 0 else 1.0 / len(base)
             times[(layer, stage.resource)] = max(FLOOR * seconds, seconds + extra * share)
-    return Refit(times, unexplained)
+    return Refit(times, unexplained, pipeline)
+
+
+def predicted(plan: Plan, refit: Refit | None) -> float:
+    """What ``plan`` (made on the corrected model) is predicted to train: a pipeline's samples/s over the factor no
+    stage's work explained (``Refit.pipeline``); one stage's as the model says."""
+    if refit is None or plan.num_stages < 2:
+        return plan.throughput
+    return plan.throughput / refit.pipeline
 
 
 def combine(refits: Sequence[Refit]) -> Refit:
@@ -115,7 +139,12 @@ def combine(refits: Sequence[Refit]) -> Refit:
         sums = [s for s in sums if s > 0]
         middle = statistics.median(sums) if sums else 0.0
         spread[rtype] = (max(sums) - min(sums)) / middle if middle > 0 else 0.0
-    return Refit(times, statistics.median(r.unexplained for r in refits) if refits else 1.0, spread)
+    return Refit(
+        times,
+        statistics.median(r.unexplained for r in refits) if refits else 1.0,
+        statistics.median(r.pipeline for r in refits) if refits else 1.0,
+        spread,
+    )
 
 
 def corrected_profile(profile: ModelProfile, refit: Refit) -> ModelProfile:
