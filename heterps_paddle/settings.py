@@ -64,6 +64,13 @@ def _count(text: str) -> int:
     return value
 
 
+def _staging(text: str) -> str:
+    """``memory`` (the default), ``disk``, or an absolute directory (runtime/launch_checkpoints.staging_for)."""
+    if text in ("memory", "disk") or os.path.isabs(text):
+        return text
+    raise ValueError("must be memory, disk or an absolute directory")
+
+
 def checkpoint_every(text: str) -> tuple[float, str]:
     """``N`` (passes of train_from_dataset, a positive integer) or ``Nm`` (minutes) -> (N, "passes" | "minutes")."""
     text = text.strip()
@@ -205,6 +212,15 @@ _ALL = (
         "",
         "set by `heterps launch --checkpoint-dir` for every process: the checkpoint the launch resumes from, or "
         "'none' (start fresh); unset, each process chooses from HETERPS_CHECKPOINT_DIR itself",
+    ),
+    Setting(
+        "HETERPS_CHECKPOINT_STAGING",
+        "memory",
+        "where the servers write a checkpoint while the trainers pause: 'memory' (shared memory, when it has room "
+        "for twice the last checkpoint and every server is on trainer 0's host; on disk otherwise), 'disk' (beside "
+        "HETERPS_CHECKPOINT_DIR), or an absolute directory; the rest of the checkpoint is made in the background "
+        "(docs/checkpoints.md, 'The pause')",
+        _staging,
     ),
     Setting(
         "HETERPS_CHECKPOINT_WAIT_S",

@@ -110,8 +110,13 @@ def test_a_missing_mark_names_the_phase():
 def test_checkpoints_figures_from_the_barrier_files_the_logs_and_the_manifests():
     # the barrier's files as Job records them (name -> mtime): trainer 0 removes a pass's files after the next pass
     files = {}
-    for passes, arrived, decision, saved in ((1, 110.0, 110.5, 114.0), (2, 120.0, 120.25, 121.0)):
-        for what, at in (("arrived.0", arrived), ("arrived.1", arrived), ("decision", decision), ("saved", saved)):
+    for passes, arrived, decision, captured in ((1, 110.0, 110.5, 114.0), (2, 120.0, 120.25, 121.0)):
+        for what, at in (
+            ("arrived.0", arrived),
+            ("arrived.1", arrived),
+            ("decision", decision),
+            ("captured", captured),
+        ):
             files[f"pass-{passes:06d}.{what}"] = at
     files["pass-000003.arrived.0"] = 130.0  # a save that never finished is not a checkpoint
     files["pass-000003.flushed.0"] = 131.0
@@ -141,9 +146,10 @@ def test_checkpoints_figures_from_the_barrier_files_the_logs_and_the_manifests()
     # every checkpoint full: incremental is null, with why
     full_only = elastic.checkpoint_summary(rows[:1], job_s=14.0, incremental_setting=False)
     assert full_only["incremental"] is None and "HETERPS_CHECKPOINT_BASE_EVERY" in full_only["incremental_missing"]
-    manifests = {1: {"launch": {"kind": "full", "bytes": 99, "save_s": 3.0}}}
+    manifests = {1: {"launch": {"kind": "full", "bytes": 99, "save_s": 3.0, "pause_s": 0.5, "persist_s": 2.5}}}
     from_manifest = elastic.checkpoint_rows(barriers, {}, {}, {}, manifests)
     assert from_manifest[0]["bytes_logged"] == 99 and from_manifest[0]["seconds_logged"] == 3.0
+    assert from_manifest[0]["pause_seconds_logged"] == 0.5 and from_manifest[0]["persist_seconds_logged"] == 2.5
     assert from_manifest[0]["train_seconds_before"] is None
 
 

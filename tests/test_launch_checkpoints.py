@@ -90,6 +90,14 @@ def test_a_checkpoint_after_every_pass_the_last_two_kept(jobs):
         assert any(f.startswith("000/") for f in manifest["files"])  # the sparse table
     worker = jobs["first"].logs()["workerlog.0"]
     assert "pass-000003: complete (3 passes done" in worker
+    # two phases (docs/checkpoints.md, "The pause"): the trainers trained again once the servers had written the
+    # tables to memory (one host: every server is here); the rest was done in the background and timed apart
+    for passes, manifest in jobs["manifests"].items():
+        assert f"checkpoint after pass {passes}: captured in " in worker
+        launch = manifest["launch"]
+        assert 0 < launch["pause_s"] <= launch["save_s"] and launch["persist_s"] > 0, launch
+        assert set(launch["steps_s"]) == {"regroup_s", "compress_s", "hash_s", "manifest_s", "copy_s"}, launch
+    assert "/dev/shm/heterps-staging-" in worker and "staged on disk" not in worker
     assert "pass-000001: removed" in worker
     assert "no checkpoint there yet: starting fresh" in jobs["first"].output
 

@@ -83,3 +83,84 @@ def test_launch_options_and_environment(tmp_path):
     for bad in ("0", "-1", "x", "1.5", "0m"):
         with pytest.raises(CheckpointError, match="--checkpoint-every"):
             cc.prepare_launch(str(tmp_path), bad)
+
+
+# ---------------------------------------------------------------------------- where a checkpoint is staged (the pause)
+
+
+def test_staging_is_memory_when_it_has_room_and_every_server_is_here(tmp_path, monkeypatch):
+    import shutil
+
+    from heterps_paddle.runtime import launch_checkpoints as lc
+    from heterps_paddle.runtime.checkpoint_files import memory_staging_dir
+
+    root = str(tmp_path / "ckpt")
+    monkeypatch.setenv("POD_IP", "127.0.0.2")
+    monkeypatch.setenv("PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.2:6000,127.0.0.2:6001")
+    monkeypatch.delenv("HETERPS_CHECKPOINT_STAGING", raising=False)
+    room = shutil.disk_usage(lc.MEMORY_ROOT).free if os.path.isdir(lc.MEMORY_ROOT) else 0
+    if room < 256 << 20:
+        pytest.skip(f"{lc.MEMORY_ROOT} has under 256 MiB free here")
+    chosen = lc.staging_for(root, "pass-000001", 0)
+    assert chosen == os.path.join(memory_staging_dir(), ".pass-000001.incomplete")
+    # a last checkpoint of more than half the free room: on disk, beside the checkpoints
+    assert lc.staging_for(root, "pass-000002", room) == os.path.join(root, ".pass-000002.incomplete")
+    # a server on another host would write its own machine's memory: on disk
+    monkeypatch.setenv("PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.2:6000,127.0.0.3:6001")
+    assert lc.staging_for(root, "pass-000003", 0) == os.path.join(root, ".pass-000003.incomplete")
+    # asked for: on disk, or under a directory given
+    monkeypatch.setenv("PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.2:6000")
+    monkeypatch.setenv("HETERPS_CHECKPOINT_STAGING", "disk")
+    assert lc.staging_for(root, "pass-000004", 0) == os.path.join(root, ".pass-000004.incomplete")
+    monkeypatch.setenv("HETERPS_CHECKPOINT_STAGING", str(tmp_path / "fast"))
+    assert lc.staging_for(root, "pass-000005", 0) == os.path.join(
+        memory_staging_dir(root=str(tmp_path / "fast")), ".pass-000005.incomplete"
+    )
+    monkeypatch.setenv("HETERPS_CHECKPOINT_STAGING", "ram")
+    with pytest.raises(Exception, match="HETERPS_CHECKPOINT_STAGING.*memory, disk or an absolute directory"):
+        lc.staging_for(root, "pass-000006", 0)
+
+
+def test_a_staging_directory_of_a_dead_process_is_swept_and_a_live_ones_kept(tmp_path):
+    import subprocess
+    import sys
+
+    import psutil
+
+    from heterps_paddle.runtime.checkpoint_files import MEMORY_PREFIX, memory_staging_dir, sweep_memory_staging
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    dead = memory_staging_dir(child.pid, root=str(tmp_path))
+    child.kill()
+    child.wait()
+    mine = memory_staging_dir(root=str(tmp_path))
+    reused = os.path.join(str(tmp_path), f"{MEMORY_PREFIX}{os.getpid()}-{int(psutil.Process().create_time()) - 99}")
+    for path in (dead, mine, reused):
+        os.makedirs(os.path.join(path, ".pass-000001.incomplete"))
+    stray = tmp_path / "heterps-staging-garbage"
+    stray.mkdir()
+    other = tmp_path / "someone-elses"
+    other.mkdir()
+    removed = sweep_memory_staging(str(tmp_path))
+    # the dead one, the one whose pid a later process reuses (its start time differs), and a name that is no pid
+    assert sorted(removed) == sorted([dead, reused, str(stray)])
+    assert os.path.isdir(mine) and other.is_dir()
+
+
+def test_a_background_persist_failure_reaches_the_trainer_that_waits_for_it():
+    from heterps_paddle.runtime import launch_checkpoints as lc
+
+    def boom():
+        raise CheckpointError("checkpoint after pass 3 FAILED writing /x: [Errno 28] No space left on device")
+
+    persisting = lc.Persist(boom).start()
+    with pytest.raises(CheckpointError, match="No space left on device"):
+        persisting.wait()
+    assert lc.Persist(lambda: "/ckpt/pass-000001").start().wait() == "/ckpt/pass-000001"
+
+
+def test_a_bad_staging_setting_is_refused_before_the_launch_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv("HETERPS_CHECKPOINT_STAGING", "ram")
+    with pytest.raises(CheckpointError, match="HETERPS_CHECKPOINT_STAGING='ram': must be memory, disk or an absolute"):
+        cc.prepare_launch(str(tmp_path / "ckpt"), "1")
+    assert not (tmp_path / "ckpt").exists()

@@ -59,7 +59,7 @@ from heterps_paddle.launch.session import stop_session
 from heterps_paddle.planning.launch import LAUNCH_ENV
 from heterps_paddle.rendezvous import LAUNCH_ID_ENV, FileBoard, launch_files_dir
 from heterps_paddle.runtime.checkpoint_choice import prepare_launch
-from heterps_paddle.runtime.checkpoint_files import CheckpointError
+from heterps_paddle.runtime.checkpoint_files import CheckpointError, sweep_memory_staging
 from heterps_paddle.version import __version__
 
 LOCAL_ADDRESS = "127.0.0.1"  # Paddle's launcher's address for the processes of a one-host job
@@ -209,6 +209,7 @@ def _rounds(shell: Shell, console: Console, log: EventLog) -> HostEnd:
                 log_dir=turn.options.log_dir,
             )
             ran = shell.stand_by(turn) if turn.spare else _run_round(turn, console, shell.coordinator())
+            sweep_memory_staging()  # a checkpoint staged in memory by a trainer the round's end killed: room freed
             if ran.result.failure:  # the facts first: the machine's decision follows from them
                 log.write(
                     "host_failed",

@@ -26,6 +26,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +38,7 @@ from heterps_paddle import rendezvous
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import seam
 from heterps_paddle.runtime.checkpoint_choice import verify_chain
-from heterps_paddle.runtime.checkpoint_files import FORMAT, MANIFEST, CheckpointError, digests, write_manifest
+from heterps_paddle.runtime.checkpoint_files import FORMAT, MANIFEST, CheckpointError, digests, workers, write_manifest
 
 __all__ = ["FORMAT", "MANIFEST", "CheckpointError"]  # (their home is checkpoint_files.py, Paddle-free)
 
@@ -164,18 +166,27 @@ GZIP_BATCH = 256  # files per gzip run
 
 def compress_sparse(dirname: str, tables: list[int]) -> None:
     """The plain-text part files of ``tables`` (Paddle's modes 1 and 2 write them uncompressed) gzipped in place,
-    as a full save (mode 0) writes them: ``part-*.gz``, which Paddle's loader reads by the suffix."""
+    as a full save (mode 0) writes them: ``part-*.gz``, which Paddle's loader reads by the suffix.  Batches of files
+    run in gzip processes side by side (checkpoint_files.workers)."""
     plain = [p for t in tables for p in _parts(table_dir(dirname, t)) if not p.endswith(".gz")]
-    for start in range(0, len(plain), GZIP_BATCH):
-        done = subprocess.run(["gzip", "-n", "-f", "--", *plain[start : start + GZIP_BATCH]], capture_output=True)
-        if done.returncode != 0:
-            raise CheckpointError(f"{dirname}: gzip failed ({done.stderr.decode(errors='replace').strip()})")
+    batch = max(1, min(GZIP_BATCH, -(-len(plain) // workers())))
+
+    def gzip(files: list[str]) -> str | None:
+        done = subprocess.run(["gzip", "-n", "-f", "--", *files], capture_output=True)
+        return None if done.returncode == 0 else done.stderr.decode(errors="replace").strip()
+
+    with ThreadPoolExecutor(workers()) as pool:
+        failed = [err for err in pool.map(gzip, [plain[i : i + batch] for i in range(0, len(plain), batch)]) if err]
+    if failed:
+        raise CheckpointError(f"{dirname}: gzip failed ({failed[0]})")
 
 
-def after_save_persistables(runtime: Any, dirname: str, mode: int = 0) -> None:
+def after_save_persistables(runtime: Any, dirname: str, mode: int = 0) -> dict[str, float]:
     """On trainer 0, after the servers saved their tables to ``dirname`` (``save_persistables`` mode ``mode``: 0
     every row, 2 every row as a base, 1 the rows pushed since the last mode 1/2 save): the one-stage layout, the
-    sparse parts compressed (modes 1 and 2), then the manifest."""
+    sparse parts compressed (modes 1 and 2), then the manifest.  The seconds of each step, by name."""
+    steps: dict[str, float] = {}
+    began = time.monotonic()
     split = bool(runtime.is_heter_ps_mode)
     layout = dense_layout(runtime, split)
     if split and servers_of(runtime) == 1:
@@ -191,9 +202,12 @@ def after_save_persistables(runtime: Any, dirname: str, mode: int = 0) -> None:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         layout, split = one_stage, False
+    steps["regroup_s"], began = time.monotonic() - began, time.monotonic()
     if mode in (1, 2):
         compress_sparse(dirname, sparse_tables(dirname, layout))
+    steps["compress_s"], began = time.monotonic() - began, time.monotonic()
     files = digests(dirname)
+    steps["hash_s"], began = time.monotonic() - began, time.monotonic()
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "sparse_mode": mode,
@@ -203,6 +217,7 @@ def after_save_persistables(runtime: Any, dirname: str, mode: int = 0) -> None:
         "files": files,
     }
     write_manifest(dirname, manifest)
+    steps["manifest_s"] = time.monotonic() - began
     logger.info(
         "checkpoint %s: dense tables in the %s layout (%d tables), %d files checksummed",
         dirname,
@@ -210,6 +225,7 @@ def after_save_persistables(runtime: Any, dirname: str, mode: int = 0) -> None:
         len(layout),
         len(files),
     )
+    return steps
 
 
 def _source_layout(runtime: Any, dirname: str) -> tuple[tuple[DenseTable, ...], int] | None:

@@ -153,6 +153,10 @@ def prepare_launch(directory: str | None, every: str | None) -> tuple[dict[str, 
     except ValueError as exc:
         raise CheckpointError(f"--checkpoint-every {every!r}: {exc}") from None
     base_every = base_interval()
+    try:
+        settings.get("HETERPS_CHECKPOINT_STAGING")  # refused here, before anything starts, rather than at a save
+    except settings.SettingError as exc:
+        raise CheckpointError(str(exc)) from None
     root = os.path.abspath(directory)
     os.makedirs(root, exist_ok=True)
     choice = choose(root)

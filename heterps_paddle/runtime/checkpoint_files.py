@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from heterps_paddle.errors import HeterPSError
@@ -33,17 +34,26 @@ def file_digest(path: str) -> str:
     return h.hexdigest()
 
 
+def workers() -> int:
+    """Threads that hash or compress a checkpoint's files at once: a table's shard files (a thousand a table) one
+    after another made a checkpoint's fixed cost; hashlib and the gzip processes run outside the GIL."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
 def digests(root: str) -> dict[str, str]:
-    """SHA-256 of every file under ``root`` but the manifest and hidden (staging) files, by relative path."""
-    found = {}
+    """SHA-256 of every file under ``root`` but the manifest and hidden (staging) files, by relative path; the
+    files hashed in parallel (:func:`workers`)."""
+    paths = {}
     for base, _, files in os.walk(root):
         for name in files:
             path = os.path.join(base, name)
             rel = os.path.relpath(path, root)
             if rel == MANIFEST or rel.startswith("."):
                 continue
-            found[rel] = file_digest(path)
-    return dict(sorted(found.items()))
+            paths[rel] = path
+    with ThreadPoolExecutor(workers()) as pool:
+        hashed = dict(zip(paths, pool.map(file_digest, paths.values())))
+    return dict(sorted(hashed.items()))
 
 
 def _every_file(root: str) -> list[str]:
@@ -102,3 +112,44 @@ def add_to_manifest(dirname: str, files: list[str], fields: dict[str, Any]) -> N
         manifest["files"][rel] = file_digest(os.path.join(dirname, rel))
     manifest.update(fields)
     write_manifest(dirname, manifest)
+
+
+# Checkpoints staged in memory (runtime/launch_checkpoints.staging_for): a directory of shared memory per trainer 0
+# process, named by its pid and start time, so that one left by a process killed before it removed it (kill -9)
+# is known for a dead one's and removed by the next launch on the machine (:func:`sweep_memory_staging`).
+MEMORY_ROOT = "/dev/shm"
+MEMORY_PREFIX = "heterps-staging-"
+
+
+def memory_staging_dir(pid: int | None = None, root: str = MEMORY_ROOT) -> str:
+    """This process's (``pid``'s) memory staging directory."""
+    import psutil
+
+    process = psutil.Process(pid)
+    return os.path.join(root, f"{MEMORY_PREFIX}{process.pid}-{int(process.create_time())}")
+
+
+def sweep_memory_staging(root: str = MEMORY_ROOT) -> list[str]:
+    """The memory staging directories whose owner process is gone, removed (what they held was never a checkpoint:
+    only a complete one, under --checkpoint-dir, is resumed from); their paths."""
+    import shutil
+
+    import psutil
+
+    removed: list[str] = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(MEMORY_PREFIX):
+            continue
+        try:
+            pid, started = (int(part) for part in name[len(MEMORY_PREFIX) :].split("-"))
+            alive = int(psutil.Process(pid).create_time()) == started
+        except (ValueError, psutil.Error):
+            alive = False
+        if not alive:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            removed.append(os.path.join(root, name))
+    return removed

@@ -31,9 +31,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, cast
+from typing import Any, Callable, Iterator, cast
 
 from heterps_paddle import settings
 from heterps_paddle.files import write_atomic
@@ -56,10 +57,13 @@ from heterps_paddle.runtime.checkpoint_choice import (
 )
 from heterps_paddle.runtime.checkpoint_files import (
     MANIFEST,
+    MEMORY_ROOT,
     CheckpointError,
     add_to_manifest,
     file_digest,
+    memory_staging_dir,
     read_manifest,
+    sweep_memory_staging,
 )
 
 POLL_S = 0.2
@@ -171,15 +175,16 @@ class Decision:
 
     kind: str | None  # "full" | "incremental" | None (no checkpoint)
     mode: int = 0
+    staging: str = ""  # where the servers write it (trainer 0 chose: memory or disk, :func:`staging_for`)
 
     def text(self) -> str:
-        return f"save {self.kind} {self.mode}" if self.kind else "skip"
+        return f"save {self.kind} {self.mode} {self.staging}" if self.kind else "skip"
 
     @staticmethod
     def parse(text: str) -> Decision:
-        words = text.split()
-        if len(words) == 3 and words[0] == "save" and words[1] in ("full", "incremental"):
-            return Decision(words[1], int(words[2]))
+        words = text.split(" ", 3)
+        if len(words) == 4 and words[0] == "save" and words[1] in ("full", "incremental"):
+            return Decision(words[1], int(words[2]), words[3])
         return Decision(None)
 
 
@@ -198,6 +203,8 @@ class PassCheckpoints:
         # the checkpoint the servers' tables were last saved to or restored from: an increment's previous link
         self.previous = choice.path
         self.asked: str | None = None  # the reason of an ask honoured by the checkpoint being saved
+        self.persisting: Persist | None = None  # trainer 0: the checkpoint being persisted in the background
+        self.last_bytes = 0  # the last checkpoint's bytes (how much room a staging area needs)
 
     def gate(self, call: seam.DatasetCall) -> bool:
         """Whether this ``train_from_dataset`` call is a pass the checkpoint already holds (not run)."""
@@ -236,6 +243,8 @@ class PassCheckpoints:
         """After every training pass: the barrier (every trainer gets trainer 0's decision, so a checkpoint asked
         for reaches all), then the checkpoint when it is due or asked for."""
         passes = self.passes
+        if self.persisting is not None and self.persisting.done.is_set():
+            self.wait_persisted(f"the end of pass {passes}")  # a failure in the background ends the trainer now
         # due by --checkpoint-every (in minutes, maybe: trainer 0's clock decides): pushes flushed before arriving
         scheduled = self.unit == "minutes" or passes % int(self.every) == 0
         runtime = seam.fleet_runtime()
@@ -276,69 +285,130 @@ class PassCheckpoints:
             logger.info("checkpoint: asked for (%s)", self.asked)
         if not due and self.asked is None:
             return Decision(None)
+        # at most one checkpoint in flight: this one waits for the last one's persisting (its chain may need it)
+        self.wait_persisted(f"checkpoint after pass {passes}")
+        staging = staging_for(self.root, checkpoint_name(passes), self.last_bytes)
         if self.base_every <= 1:
-            return Decision("full", 0)
+            return Decision("full", 0, staging)
         # an increment holds what changed since the previous checkpoint of this chain: the one this launch wrote
         # last, or resumed from (its servers restored it); a base every base_every checkpoints
         if self.previous is None or len(chain_names(self.previous)) >= self.base_every:
-            return Decision("full", 2)
-        return Decision("incremental", 1)
+            return Decision("full", 2, staging)
+        return Decision("incremental", 1, staging)
 
     def save(
         self, executor: Any, passes: int, decision: Decision, barrier: Barrier, where: tuple[int, int], started: float
     ) -> None:
+        """Two phases (docs/checkpoints.md, "The pause"): the servers write the tables to the staging area while the
+        trainers wait (the pause), then training goes on while trainer 0 finishes the checkpoint in the background
+        (regrouping, compression, checksums, the manifest, the move into --checkpoint-dir and the rename)."""
         from paddle.distributed import fleet  # lazy (module doc)
 
         trainers, index = where
-        name = checkpoint_name(passes)
-        staging = os.path.join(self.root, f".{name}.incomplete")
+        staging = decision.staging
         if index == 0:
             barrier.drop_other_launches()
             shutil.rmtree(staging, ignore_errors=True)  # a crashed save's leftovers
             os.makedirs(staging)
+        ctx = seam.context()
         try:
-            # every trainer calls it (fleet's own barriers, with gloo, pair up); the servers write, trainer 0
-            # regroups and writes the manifest (runtime/saves.py, runtime/checkpoint.py)
+            # every trainer calls it (fleet's own barriers, with gloo, pair up); the servers write: the pause
+            ctx.deferred_save = os.path.normpath(staging)
             fleet.save_persistables(executor, staging, mode=decision.mode)
             if index == 0:
                 check_room(staging)
-                final = self.complete(passes, staging, trainers, decision, started)
         except (OSError, CheckpointError) as exc:
-            # The previous checkpoint is untouched (this one has its temporary name, without which no launch
-            # resumes from it): say so, loudly, and end this trainer (the launch then ends the job, or restarts it).
-            previous = choose(self.root).path
-            message = (
-                f"checkpoint after pass {passes} FAILED writing {staging}: {exc}; the previous checkpoint "
-                f"{previous or '(none)'} is kept and a relaunch resumes from it"
-            )
-            logger.error("%s", message)
-            raise CheckpointError(message) from exc
+            raise self.failed(passes, staging, exc) from exc
+        finally:
+            ctx.deferred_save = None
+        final = os.path.join(self.root, checkpoint_name(passes))
         if index == 0:
+            captured = Captured(passes, staging, trainers, decision, self.previous, started, time.monotonic() - started)
+            runtime = seam.fleet_runtime()
+            self.persisting = Persist(lambda: self.persist(runtime, captured)).start()
             if self.asked is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(barrier.dir, ASKED))  # honoured: the coordinator sees it gone
                 self.asked = None
-            barrier.mark(passes, "saved", final)
+            barrier.mark(passes, "captured", final)
             self.last_save = time.monotonic()
+            logger.info(
+                "checkpoint after pass %d: captured in %.3f s (training goes on; persisting %s in the background)",
+                passes,
+                captured.paused,
+                staging,
+            )
         else:
-            final = barrier.wait(passes, "saved", "CPU trainer 0's save")
+            final = barrier.wait(passes, "captured", "CPU trainer 0's capture")
+        # the next increment's previous link (complete once this one persisted: the next decision waits for it)
         self.previous = final
 
-    def complete(self, passes: int, staging: str, trainers: int, decision: Decision, started: float) -> str:
-        """Trainer 0, after the servers' save: the launch's fields into the manifest, then the rename."""
+    def persist(self, runtime: Any, captured: Captured) -> str:
+        """Trainer 0, in the background: the servers' files made a checkpoint (runtime/checkpoint.py), moved from a
+        memory staging area next to --checkpoint-dir, then completed there (:meth:`complete`)."""
+        from heterps_paddle.runtime import checkpoint  # lazy: imports Paddle (module doc)
+
+        staging = captured.staging
+        target = os.path.join(self.root, f".{checkpoint_name(captured.passes)}.incomplete")
+        try:
+            began = time.monotonic()
+            steps = checkpoint.after_save_persistables(runtime, staging, captured.decision.mode)
+            copying = time.monotonic()
+            if os.path.normpath(staging) != os.path.normpath(target):
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.copytree(staging, target)
+                check_room(target)
+                shutil.rmtree(staging, ignore_errors=True)
+            steps["copy_s"] = time.monotonic() - copying
+            final = self.complete(captured, target, began, steps)
+        except (OSError, CheckpointError) as exc:
+            shutil.rmtree(target, ignore_errors=True)  # never resumed from (no manifest): its room given back
+            raise self.failed(captured.passes, target, exc) from exc
+        finally:
+            if os.path.normpath(staging) != os.path.normpath(target):  # staged elsewhere: its room given back
+                shutil.rmtree(os.path.dirname(staging), ignore_errors=True)
+        return final
+
+    def failed(self, passes: int, staging: str, exc: BaseException) -> CheckpointError:
+        """The previous checkpoint is untouched (this one has its temporary name, without which no launch resumes
+        from it): said loudly; the trainer then ends (the launch ends the job, or restarts it)."""
+        previous = choose(self.root).path
+        message = (
+            f"checkpoint after pass {passes} FAILED writing {staging}: {exc}; the previous checkpoint "
+            f"{previous or '(none)'} is kept and a relaunch resumes from it"
+        )
+        logger.error("%s", message)
+        return CheckpointError(message)
+
+    def wait_persisted(self, what: str) -> None:
+        """Until the checkpoint persisting in the background is complete (its failure raised here: the trainer
+        ends, loudly, as a failed checkpoint ends it)."""
+        persisting, self.persisting = self.persisting, None
+        if persisting is None:
+            return
+        if not persisting.done.is_set():
+            logger.info("%s: waits for the previous checkpoint to persist (at most one in flight)", what)
+        final = persisting.wait()
+        self.last_bytes = dir_bytes(final)
+
+    def complete(self, captured: Captured, staging: str, began: float, steps: dict[str, float]) -> str:
+        """Trainer 0, in the background, the checkpoint's files in ``staging`` beside --checkpoint-dir: the launch's
+        fields into the manifest (with the pause the trainers made, how long persisting took since ``began`` and
+        each of its ``steps``), then the rename."""
         from heterps_paddle.planning.model import save_plan
 
         plan = seam.context().plan
         files = []
         chain: list[dict[str, str]] = []
-        if decision.kind == "incremental" and self.previous is not None:
-            earlier = chain_of(self.previous, read_manifest(self.previous))
-            links = [*earlier, (os.path.basename(self.previous), file_digest(os.path.join(self.previous, MANIFEST)))]
+        passes, decision, previous = captured.passes, captured.decision, captured.previous
+        if decision.kind == "incremental" and previous is not None:
+            earlier = chain_of(previous, read_manifest(previous))
+            links = [*earlier, (os.path.basename(previous), file_digest(os.path.join(previous, MANIFEST)))]
             chain = [{"name": link, "manifest": digest} for link, digest in links]
         launch: dict[str, Any] = {
             "passes_done": passes,
             "every": f"{self.every:g}m" if self.unit == "minutes" else f"{int(self.every)}",
-            "trainers": trainers,
+            "trainers": captured.trainers,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "plan_digest": None,
             "kind": decision.kind,
@@ -353,7 +423,10 @@ class PassCheckpoints:
         launch["bytes"] = sum(
             os.path.getsize(os.path.join(base, f)) for base, _, fs in os.walk(staging) for f in fs if f != MANIFEST
         )
-        launch["save_s"] = round(time.monotonic() - started, 3)
+        launch["save_s"] = round(time.monotonic() - captured.started, 3)  # the barrier to the manifest
+        launch["pause_s"] = round(captured.paused, 3)  # the barrier to the trainers training again
+        launch["persist_s"] = round(time.monotonic() - began, 3)  # the background phase, to the manifest
+        launch["steps_s"] = {name: round(seconds, 3) for name, seconds in steps.items()}
         add_to_manifest(staging, files, {"launch": launch})
         final = os.path.join(self.root, checkpoint_name(passes))
         replaced = None
@@ -368,13 +441,15 @@ class PassCheckpoints:
             shutil.rmtree(replaced, ignore_errors=True)
             logger.warning("checkpoint %s: an earlier launch's checkpoint of the same pass replaced", final)
         logger.info(
-            "checkpoint %s: complete (%d passes done; kind=%s bytes=%d seconds=%.3f chain=%d; its manifest written "
-            "last, then renamed)",
+            "checkpoint %s: complete (%d passes done; kind=%s bytes=%d seconds=%.3f pause=%.3f persist=%.3f "
+            "chain=%d; its manifest written last, then renamed)",
             final,
             passes,
             decision.kind,
             launch["bytes"],
             launch["save_s"],
+            launch["pause_s"],
+            launch["persist_s"],
             len(chain) + 1,
         )
         self.prune(passes)
@@ -399,6 +474,88 @@ class PassCheckpoints:
 
 def complete(path: str) -> bool:
     return os.path.isfile(os.path.join(path, MANIFEST))
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A checkpoint the servers wrote to its staging area (the pause over), for trainer 0 to persist."""
+
+    passes: int
+    staging: str
+    trainers: int
+    decision: Decision
+    previous: str | None  # the chain's previous link when it was decided (an increment's base or increment)
+    started: float  # monotonic: every trainer at the barrier
+    paused: float  # seconds the trainers did not train
+
+
+class Persist:
+    """A checkpoint persisting in a thread of its own (trainer 0): its path when done, its failure re-raised to
+    whoever waits for it."""
+
+    def __init__(self, work: Callable[[], str]):
+        self.work = work
+        self.done = threading.Event()
+        self.result: str | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> Persist:
+        threading.Thread(target=self._run, name="heterps-checkpoint-persist", daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.result = self.work()
+        except BaseException as exc:  # re-raised where it is waited for: the trainer's thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def wait(self) -> str:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+def staging_for(root: str, name: str, last_bytes: int) -> str:
+    """Where the servers write checkpoint ``name`` (HETERPS_CHECKPOINT_STAGING): in memory (shared memory) when it
+    has room for twice the last checkpoint (a first one: 256 MiB) and every server writes on this host (a server on
+    another host would write its own machine's memory); on disk beside --checkpoint-dir otherwise, or when asked
+    for (``disk``); or under a directory given.  Why it is not memory is logged."""
+    asked = str(settings.get("HETERPS_CHECKPOINT_STAGING"))
+    on_disk = os.path.join(root, f".{name}.incomplete")
+    if asked == "disk":
+        return on_disk
+    if asked != "memory":
+        sweep_memory_staging(asked)
+        return os.path.join(memory_staging_dir(root=asked), f".{name}.incomplete")
+    needed = max(2 * last_bytes, 256 << 20)
+    why = None
+    if not os.path.isdir(MEMORY_ROOT) or not os.access(MEMORY_ROOT, os.W_OK):
+        why = f"{MEMORY_ROOT} is not there to write"
+    elif shutil.disk_usage(MEMORY_ROOT).free < needed:
+        free = shutil.disk_usage(MEMORY_ROOT).free
+        why = f"{MEMORY_ROOT} has {free >> 20} MiB free, under the {needed >> 20} MiB it needs"
+    elif not servers_here():
+        why = "a parameter server runs on another host (it would write its own machine's memory)"
+    if why is not None:
+        logger.info("checkpoint %s: staged on disk beside %s (%s)", name, root, why)
+        return on_disk
+    sweep_memory_staging()
+    return os.path.join(memory_staging_dir(), f".{name}.incomplete")
+
+
+def servers_here() -> bool:
+    """Whether every parameter server of the launch runs on this host (its address is this process's)."""
+    here = os.environ.get("POD_IP", "127.0.0.1")
+    servers = [e for e in os.environ.get("PADDLE_PSERVERS_IP_PORT_LIST", "").split(",") if e]
+    return bool(servers) and all(e.rsplit(":", 1)[0] == here for e in servers)
+
+
+def dir_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(base, f)) for base, _, fs in os.walk(path) for f in fs)
 
 
 # A save that left less free space than this on the checkpoint's file system may have been cut short by a full
@@ -441,5 +598,7 @@ def install(ctx: seam.ProcessContext) -> None:
     if choice is None:
         return
     passes = PassCheckpoints(choice, cast(tuple[float, str], settings.get("HETERPS_CHECKPOINT_EVERY")))
+    # the last checkpoint complete (or its failure raised) before the trainer's process ends
+    ctx.after_stop_worker["checkpoint_persisted"] = lambda: passes.wait_persisted("the trainer's end")
     ctx.pass_gate = passes.gate
     ctx.dataset_hooks["launch_checkpoints"] = passes.hook

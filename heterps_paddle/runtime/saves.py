@@ -123,6 +123,8 @@ def after_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> None
         return
     dirname = os.path.normpath(arguments["dirname"])
     mode = int(arguments.get("mode") or 0)
+    if seam.context().deferred_save == dirname:
+        return  # the launch's two-phase checkpoint finishes it in the background (runtime/launch_checkpoints.py)
     # a full save (mode 0), or the launch's own base or increment (modes 2 and 1: runtime/launch_checkpoints.py)
     if not mode or (mode in (1, 2) and STAGING.fullmatch(os.path.basename(dirname))):
         checkpoint.after_save_persistables(runtime, dirname, mode)

@@ -79,6 +79,9 @@ class ProcessContext:
     # CPU trainer): returns the program to run instead
     run_redirect: Callable[[Any, Any, Any], Any] | None = None
     stage_metrics: Any = None  # runtime.stage_metrics.Client of a stage 1 CPU trainer (False: none found)
+    # the launch's checkpoint staging directory whose save runtime/launch_checkpoints.py finishes itself, in the
+    # background (runtime/saves.py then leaves it alone)
+    deferred_save: str | None = None
     # runtime.gpu_embedding.PassSync of each trainer program it rewrote (the program's pass hook finds it here)
     pass_syncs: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
 

@@ -1,9 +1,10 @@
 """Faults for the launched tests, injected into every Python process of a launched job by putting this
 directory first on PYTHONPATH (Python imports ``sitecustomize`` at start-up): CPU trainer 0 holds one checkpoint
-between the servers' save and its manifest, so that a host can be killed while that checkpoint is being written.
+between the servers' save and its manifest (at the start of its background phase, ``persist``: training goes on), so
+that a host or the persisting process can be killed while that checkpoint is being written.
 
 ``HETERPS_TEST_HOLD_CHECKPOINT_PASS=N``: hold the checkpoint after pass N, once per job (``HETERPS_TEST_HOLD_MARKER``
-is written with the checkpoint's temporary directory when the hold starts; a later round finds it and does not
+is written with the holding process's pid and the checkpoint's staging directory when the hold starts; a later round finds it and does not
 hold), for ``HETERPS_TEST_HOLD_S`` seconds (default 300: longer than the test waits).
 
 ``HETERPS_TEST_CONNECT_ABORT=ROLE`` (a ``TRAINING_ROLE``, e.g. ``HETER_TRAINER``): the first process of that role in
@@ -26,18 +27,18 @@ _PASS = os.environ.get("HETERPS_TEST_HOLD_CHECKPOINT_PASS")
 if _PASS:
     from heterps_paddle.runtime import launch_checkpoints
 
-    _complete = launch_checkpoints.PassCheckpoints.complete
+    _persist = launch_checkpoints.PassCheckpoints.persist
 
-    def _held_complete(self, passes, staging, *rest):  # the rest as the launch passes it, whatever it is
+    def _held_persist(self, runtime, captured):
         marker = os.environ["HETERPS_TEST_HOLD_MARKER"]
-        if passes == int(_PASS) and not os.path.exists(marker):
+        if captured.passes == int(_PASS) and not os.path.exists(marker):
             with open(marker + ".tmp", "w") as f:
-                f.write(staging)
+                f.write(f"{os.getpid()} {captured.staging}")
             os.replace(marker + ".tmp", marker)
             time.sleep(float(os.environ.get("HETERPS_TEST_HOLD_S", "300")))
-        return _complete(self, passes, staging, *rest)
+        return _persist(self, runtime, captured)
 
-    launch_checkpoints.PassCheckpoints.complete = _held_complete
+    launch_checkpoints.PassCheckpoints.persist = _held_persist
 
 
 _ABORT_ROLE = os.environ.get("HETERPS_TEST_CONNECT_ABORT")

@@ -163,21 +163,22 @@ def split_leave(marks: dict[str, float | None]) -> dict[str, Any]:
 class Barrier(NamedTuple):  # one checkpoint's barrier marks (mtimes, wall clock)
     arrived: float  # trainer 0's arrival
     decision: float  # every trainer arrived: save (or not)
-    saved: float  # the save's end (the rename done)
+    captured: float  # the pause's end: the servers wrote the tables, the trainers train again (the rest persists
+    # in the background: the manifest's persist_s)
 
 
 def barrier_marks(files: dict[str, float]) -> dict[int, Barrier]:
     """Per checkpoint (passes done), from the mtimes of ``DIR/.sync/<launch id>/pass-NNNNNN.{arrived.0,decision,
-    saved}`` (name -> mtime: trainer 0 removes a pass's files after the next pass, so ``Job`` records them)."""
+    captured}`` (name -> mtime: trainer 0 removes a pass's files after the next pass, so ``Job`` records them)."""
     marks: dict[int, dict[str, float]] = {}
     for name, mtime in files.items():
-        found = re.fullmatch(r"pass-(\d+)\.(arrived\.0|decision|saved)", name)
+        found = re.fullmatch(r"pass-(\d+)\.(arrived\.0|decision|captured)", name)
         if found:
             marks.setdefault(int(found.group(1)), {})[found.group(2)] = mtime
     return {
-        k: Barrier(v["arrived.0"], v["decision"], v["saved"])
+        k: Barrier(v["arrived.0"], v["decision"], v["captured"])
         for k, v in marks.items()
-        if {"arrived.0", "decision", "saved"} <= set(v)
+        if {"arrived.0", "decision", "captured"} <= set(v)
     }
 
 
@@ -188,7 +189,7 @@ def checkpoint_rows(
     logged: dict[int, dict[str, Any]],
     manifests: dict[int, dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """One row per checkpoint: bytes, kind, seconds (the barrier's decision to the save's end), the wait at the
+    """One row per checkpoint: bytes, kind, seconds (the barrier's decision to the pause's end, when the trainers train again), the wait at the
     barrier (trainer 0's arrival to the decision) and the training before it (trainer 0's pass: its start to its
     arrival); the launch's own figures too (its log line, its manifest) once it gives them."""
     rows = []
@@ -203,11 +204,14 @@ def checkpoint_rows(
                 "passes_done": passes,
                 "kind": line.get("kind") or launch.get("kind") or "full",
                 "bytes": sizes.get(passes),
-                "seconds": round(mark.saved - mark.decision, 3),
+                "seconds": round(mark.captured - mark.decision, 3),
                 "barrier_seconds": round(mark.decision - mark.arrived, 3),
                 "train_seconds_before": None if start is None else round(mark.arrived - start, 3),
                 "bytes_logged": line.get("bytes", launch.get("bytes")),
                 "seconds_logged": line.get("seconds", launch.get("save_s")),
+                "pause_seconds_logged": line.get("pause", launch.get("pause_s")),
+                "persist_seconds_logged": line.get("persist", launch.get("persist_s")),
+                "persist_steps_seconds": launch.get("steps_s"),  # regroup, compress, hash, manifest, copy
             }
         )
     return rows
@@ -428,7 +432,7 @@ def steady(setup: Setup) -> dict[str, Any]:
     starts, logged = pass_starts(worker[A]), logged_checkpoints(worker[A] + worker[B])
     manifests = {k: _json(os.path.join(job.checkpoints, f"pass-{k:06d}", "heterps_checkpoint.json")) for k in barriers}
     rows = checkpoint_rows(barriers, starts, job.sizes, logged, manifests)
-    job_s = barriers[max(barriers)].saved - starts[min(starts)] if starts else 0.0
+    job_s = barriers[max(barriers)].captured - starts[min(starts)] if starts else 0.0
     summary = checkpoint_summary(rows, job_s, "HETERPS_CHECKPOINT_BASE_EVERY" in settings.SETTINGS)
     return {"checkpoints": rows, **summary, "left_running": left}
 
