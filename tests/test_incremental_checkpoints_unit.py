@@ -142,18 +142,26 @@ def test_retention_keeps_the_newest_two_and_their_chains(chain, tmp_path, monkey
     assert sorted(n for n in os.listdir(chain) if n.startswith("pass-")) == ["pass-000007", "pass-000008"]
 
 
+def kind(decision):
+    """A decision's kind and mode (its staging directory is the staging rule's: tests/test_launch_checkpoints_unit.py)."""
+    return decision.kind, decision.mode
+
+
 def test_a_base_every_n_checkpoints(chain, tmp_path, monkeypatch):
     passes, barrier = checkpoints(tmp_path, monkeypatch, 3)
-    assert passes.decide(1, True, barrier) == Decision("full", 2)  # nothing to follow: a base
+    first = passes.decide(1, True, barrier)
+    assert kind(first) == ("full", 2)  # nothing to follow: a base
+    # no parameter server named on this host: staged on disk, beside the checkpoints
+    assert first.staging == os.path.join(passes.root, ".pass-000001.incomplete")
     passes.previous = str(chain / "pass-000004")
-    assert passes.decide(2, True, barrier) == Decision("incremental", 1)
+    assert kind(passes.decide(2, True, barrier)) == ("incremental", 1)
     passes.previous = str(chain / "pass-000005")
-    assert passes.decide(3, True, barrier) == Decision("incremental", 1)
+    assert kind(passes.decide(3, True, barrier)) == ("incremental", 1)
     passes.previous = str(chain / "pass-000003")  # base + 2 increments: the chain is as long as it gets
-    assert passes.decide(4, True, barrier) == Decision("full", 2)
+    assert kind(passes.decide(4, True, barrier)) == ("full", 2)
     for full in (0, 1):
         passes, barrier = checkpoints(tmp_path, monkeypatch, full, previous=str(chain / "pass-000004"))
-        assert passes.decide(2, True, barrier) == Decision("full", 0)  # today's full save
+        assert kind(passes.decide(2, True, barrier)) == ("full", 0)  # today's full save
     assert passes.decide(2, False, barrier) == Decision(None)
 
 
@@ -163,14 +171,33 @@ def test_a_checkpoint_asked_for_is_taken_when_not_due(tmp_path, monkeypatch, cap
     path = cc.ask_checkpoint(str(tmp_path), "unit", "host b asks to leave\n(spot notice)")
     assert path == os.path.join(barrier.dir, "asked") and cc.asked_reason(path) == "host b asks to leave (spot notice)"
     with caplog.at_level("INFO"):
-        assert passes.decide(2, False, barrier) == Decision("full", 0)
+        assert kind(passes.decide(2, False, barrier)) == ("full", 0)
     assert "checkpoint: asked for (host b asks to leave (spot notice))" in caplog.text
     assert passes.asked == "host b asks to leave (spot notice)"
     assert cc.asked_reason(os.path.join(tmp_path, "nothing")) is None
 
 
+def test_an_ask_is_honoured_once_while_its_checkpoint_persists(tmp_path, monkeypatch):
+    import threading
+
+    passes, barrier = checkpoints(tmp_path, monkeypatch, 1, every=(10.0, "minutes"))
+    cc.ask_checkpoint(str(tmp_path), "unit", "host b asks to leave")
+    assert kind(passes.decide(1, False, barrier)) == ("full", 0)
+    # its checkpoint captured and persisting (the ask's file goes once it is complete): the next pass's end does
+    # not take the same ask for another checkpoint
+    release = threading.Event()
+    passes.persisting = launch_checkpoints.Persist(lambda: release.wait(30) and str(tmp_path)).start()
+    passes.persisting_honours_ask = True
+    assert passes.decide(2, False, barrier) == Decision(None) and passes.asked is None
+    release.set()
+    passes.wait_persisted("the test")
+    os.remove(os.path.join(barrier.dir, "asked"))  # as the persisting thread does once the checkpoint is complete
+    assert passes.decide(3, False, barrier) == Decision(None)
+
+
 def test_decisions_read_back_and_barrier_files_of_earlier_passes_go(tmp_path, monkeypatch):
-    for decision in (Decision(None), Decision("full", 0), Decision("full", 2), Decision("incremental", 1)):
+    decisions = (Decision(None), Decision("full", 0), Decision("full", 2), Decision("incremental", 1, "/d/.p 1"))
+    for decision in decisions:
         assert Decision.parse(decision.text()) == decision
     _, barrier = checkpoints(tmp_path, monkeypatch, 1)
     for passes in (1, 2, 3):

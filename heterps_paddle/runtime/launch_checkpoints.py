@@ -204,6 +204,7 @@ class PassCheckpoints:
         self.previous = choice.path
         self.asked: str | None = None  # the reason of an ask honoured by the checkpoint being saved
         self.persisting: Persist | None = None  # trainer 0: the checkpoint being persisted in the background
+        self.persisting_honours_ask = False  # ... and whether it is the one an ask asked for
         self.last_bytes = 0  # the last checkpoint's bytes (how much room a staging area needs)
 
     def gate(self, call: seam.DatasetCall) -> bool:
@@ -280,7 +281,9 @@ class PassCheckpoints:
         """Trainer 0: whether a checkpoint follows this pass (due by --checkpoint-every, or asked for), and which."""
         # minutes: trainer 0's clock decides for all, so every trainer saves or goes on together
         due = scheduled and (self.unit == "passes" or time.monotonic() - self.last_save >= self.every * 60)
-        self.asked = asked_reason(os.path.join(barrier.dir, ASKED))
+        # an ask the checkpoint persisting now honours is still there (its file goes once that one is complete)
+        honoured = self.persisting is not None and self.persisting_honours_ask
+        self.asked = None if honoured else asked_reason(os.path.join(barrier.dir, ASKED))
         if self.asked is not None:
             logger.info("checkpoint: asked for (%s)", self.asked)
         if not due and self.asked is None:
@@ -323,13 +326,14 @@ class PassCheckpoints:
             ctx.deferred_save = None
         final = os.path.join(self.root, checkpoint_name(passes))
         if index == 0:
-            captured = Captured(passes, staging, trainers, decision, self.previous, started, time.monotonic() - started)
+            asked = os.path.join(barrier.dir, ASKED) if self.asked is not None else None
+            captured = Captured(
+                passes, staging, trainers, decision, self.previous, started, time.monotonic() - started, asked
+            )
             runtime = seam.fleet_runtime()
             self.persisting = Persist(lambda: self.persist(runtime, captured)).start()
-            if self.asked is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(barrier.dir, ASKED))  # honoured: the coordinator sees it gone
-                self.asked = None
+            self.persisting_honours_ask = asked is not None
+            self.asked = None  # honoured: its file goes once the checkpoint is complete (persist)
             barrier.mark(passes, "captured", final)
             self.last_save = time.monotonic()
             logger.info(
@@ -361,6 +365,9 @@ class PassCheckpoints:
                 shutil.rmtree(staging, ignore_errors=True)
             steps["copy_s"] = time.monotonic() - copying
             final = self.complete(captured, target, began, steps)
+            if captured.asked is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(captured.asked)  # honoured, and complete: whoever asked sees it gone
         except (OSError, CheckpointError) as exc:
             shutil.rmtree(target, ignore_errors=True)  # never resumed from (no manifest): its room given back
             raise self.failed(captured.passes, target, exc) from exc
@@ -487,6 +494,7 @@ class Captured:
     previous: str | None  # the chain's previous link when it was decided (an increment's base or increment)
     started: float  # monotonic: every trainer at the barrier
     paused: float  # seconds the trainers did not train
+    asked: str | None = None  # the ask this checkpoint honours (its file removed once it is complete)
 
 
 class Persist:
