@@ -16,15 +16,17 @@ from heterps_paddle.tools.shaped_link import (
     ShapedLink,
     leftovers,
     list_namespaces,
+    tool,
 )
 
-can_shape = os.geteuid() == 0 and subprocess.run(["which", "ip", "tc"], capture_output=True).returncode == 0
+IP, TC = tool("ip") or "ip", tool("tc") or "tc"  # in sbin, which a plain PATH may leave out
+can_shape = os.geteuid() == 0 and tool("ip") is not None and tool("tc") is not None
 needs_root = pytest.mark.skipif(not can_shape, reason="emulated hosts need root and iproute2")
 
 
 def links_of(prefix):
     """Interfaces of this machine's own namespace whose name is a link's device (none may ever be here)."""
-    out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([IP, "-o", "link"], capture_output=True, text=True, check=True).stdout
     return [line for line in out.splitlines() if prefix in line]
 
 
@@ -45,7 +47,7 @@ def test_link_is_made_shaped_and_removed(tmp_path):
         subprocess.run([*link.prefix_command(ADDRESS_C), sys.executable, "-c", client % ADDRESS_A], check=True)
         assert server.wait(timeout=30) == 0
         qdisc = subprocess.run(
-            ["tc", "-n", link.namespaces[ADDRESS_A], "qdisc", "show", "dev", link.devices[ADDRESS_A]],
+            [TC, "-n", link.namespaces[ADDRESS_A], "qdisc", "show", "dev", link.devices[ADDRESS_A]],
             capture_output=True,
             text=True,
             check=True,
@@ -61,13 +63,13 @@ def test_link_is_made_shaped_and_removed(tmp_path):
 def test_link_is_removed_when_set_up_fails():
     prefix = f"hpstest-{os.getpid()}-f-"
     link = ShapedLink(10, prefix=prefix)
-    subprocess.run(["ip", "netns", "add", link.namespaces[ADDRESS_C]], check=True)  # c's name is taken
+    subprocess.run([IP, "netns", "add", link.namespaces[ADDRESS_C]], check=True)  # c's name is taken
     try:
         with pytest.raises(LinkSetupError, match="ip netns add"):
             with link:
                 pass
     finally:
-        subprocess.run(["ip", "netns", "delete", link.namespaces[ADDRESS_C]], capture_output=True)
+        subprocess.run([IP, "netns", "delete", link.namespaces[ADDRESS_C]], capture_output=True)
     assert leftovers(prefix) == []
 
 

@@ -29,9 +29,19 @@ class LinkSetupError(HeterPSError):
     """The emulated hosts or their link could not be made (not root, no iproute2, a command failed)."""
 
 
+# iproute2 is an administrator's tool: Debian and most distributions install it in sbin, which a plain user's PATH
+# (or `env -i PATH=/usr/local/bin:/usr/bin:/bin`) leaves out; root may run it from there all the same.
+ADMIN_DIRS = ("/usr/sbin", "/sbin")
+
+
+def tool(name: str) -> str | None:
+    """The path of ``name`` (``ip``, ``tc``): on PATH, else in the administrators' directories."""
+    return shutil.which(name) or shutil.which(name, path=os.pathsep.join(ADMIN_DIRS))
+
+
 def check_can_shape() -> None:
     """Refuse clearly where namespaces and qdiscs cannot be made."""
-    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    missing = [name for name in ("ip", "tc") if tool(name) is None]
     if missing:
         raise LinkSetupError(f"{' and '.join(missing)} not found: emulated hosts need iproute2 (ip, tc)")
     if os.geteuid() != 0:
@@ -39,6 +49,7 @@ def check_can_shape() -> None:
 
 
 def _run(*cmd: str) -> str:
+    cmd = (tool(cmd[0]) or cmd[0], *cmd[1:])
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise LinkSetupError(f"`{' '.join(cmd)}` failed (exit {done.returncode}): {done.stderr.strip()}")
@@ -78,7 +89,7 @@ class ShapedLink:
 
     def prefix_command(self, address: str) -> list[str]:
         """What runs a command on the host of ``address`` (HostsRun's ``prefix``)."""
-        return ["ip", "netns", "exec", self.namespaces[address]]
+        return [tool("ip") or "ip", "netns", "exec", self.namespaces[address]]
 
     def open(self) -> ShapedLink:
         check_can_shape()
@@ -120,7 +131,7 @@ class ShapedLink:
         errors = []
         for name in self.namespaces.values():
             if name in list_namespaces():
-                done = subprocess.run(["ip", "netns", "delete", name], capture_output=True, text=True)
+                done = subprocess.run([tool("ip") or "ip", "netns", "delete", name], capture_output=True, text=True)
                 if done.returncode != 0:
                     errors.append(f"ip netns delete {name}: {done.stderr.strip()}")
         self.made = False
@@ -139,7 +150,7 @@ class ShapedLink:
 
 
 def list_namespaces() -> list[str]:
-    if shutil.which("ip") is None:
+    if tool("ip") is None:
         return []
     return [line.split()[0] for line in _run("ip", "netns", "list").splitlines() if line.strip()]
 

@@ -445,8 +445,10 @@ def disrupted(setup: Setup, name: str) -> dict[str, Any]:
     job = Job(setup, name)
     try:
         job.wait("checkpoint 1", lambda: job.seen.get(1))
-        job.run.hosts[C].proc.send_signal(signal.SIGTERM) if name == "leave" else job.run.kill(C)
+        # the mark before the signal: killing a host's processes one by one takes long on a busy machine, and its
+        # peers may notice the first one dead before the last is
         at = time.monotonic()
+        job.run.hosts[C].proc.send_signal(signal.SIGTERM) if name == "leave" else job.run.kill(C)
         marks: dict[str, float | None] = {"kill" if name == "recovery" else "notice": at}
         if name == "recovery":
             marks["detected"] = job.wait("the loss's detection", lambda: job.event(DETECTED, at))
