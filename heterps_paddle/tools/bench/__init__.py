@@ -35,6 +35,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "heterps_paddle.tools.bench.elastic",
         "a lost host's recovery, a leave on notice and checkpoints' cost, on three loopback hosts",
     ),
+    "adapt": (
+        "heterps_paddle.tools.bench.adapt",
+        "a plan that follows the job (--adapt on) against the same job with the plan fixed, on three loopback hosts",
+    ),
 }
 
 
