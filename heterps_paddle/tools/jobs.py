@@ -86,6 +86,7 @@ def launch(
     out_path = os.path.join(log_dir, "launcher.out")
     with open(out_path, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        created = created_at(proc.pid)
         try:
             code = proc.wait(timeout=timeout + OUTER_GRACE_S)
         except subprocess.TimeoutExpired:
@@ -95,16 +96,32 @@ def launch(
             except subprocess.TimeoutExpired:
                 code = -9
         finally:
-            _kill_descendants_and_group(proc.pid)
+            _kill_descendants_and_group(proc.pid, created)
             proc.wait()
     with open(out_path, errors="replace") as f:
         output = f.read()
     return Launched(code, time.time() - started, output, log_dir)
 
 
-def _kill_descendants_and_group(pid: int) -> None:
+def created_at(pid: int) -> float | None:
+    """When process ``pid`` started (None: it is gone already)."""
     try:
-        victims = psutil.Process(pid).children(recursive=True)
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def _kill_descendants_and_group(pid: int, created: float | None) -> None:
+    """SIGKILL to the descendants of the process ``pid`` that started at ``created``, and to its process group.
+    Once that process ended and was reaped its pid is free: with pid_max at 32,768 a loaded machine gives it to
+    another process within minutes (a test's cleanup killed another suite's launcher so), so a live ``pid`` that
+    started at another time is another's, and neither it nor its group is touched.  While a member of the group
+    lives the kernel gives its number to no new process: the group of a gone leader is still ours."""
+    try:
+        proc = psutil.Process(pid)
+        if created is None or abs(proc.create_time() - created) > 0.01:
+            return
+        victims = proc.children(recursive=True)
     except psutil.NoSuchProcess:
         victims = []
     for victim in victims:
@@ -254,6 +271,7 @@ class HostLaunch:
     console_path: str
     log_dir: str
     started: float
+    created: float | None  # the launch process's start (psutil): its pid is its own only while it is
     ended: float | None = None
 
     @property
@@ -376,12 +394,13 @@ class HostsRun:
                 cwd=self.host_dir(address),
                 start_new_session=True,
             )
-        self.hosts[address] = HostLaunch(address, proc, console_path, log_dir, time.monotonic())
+        self.hosts[address] = HostLaunch(address, proc, console_path, log_dir, time.monotonic(), created_at(proc.pid))
         return self.hosts[address]
 
     def kill(self, address: str) -> None:
         """The host dies: its launch and everything it started, SIGKILL, no chance to say anything."""
-        _kill_descendants_and_group(self.hosts[address].proc.pid)
+        host = self.hosts[address]
+        _kill_descendants_and_group(host.proc.pid, host.created)
         try:
             self.hosts[address].proc.kill()
         except ProcessLookupError:
