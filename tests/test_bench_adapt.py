@@ -26,6 +26,7 @@ def rates(at, round_number, samples, per_s, cost, per_hour, target=None):
 
 # A split that moves: 4/h, 1,000 samples/s in round 0; decided at 25 s, round 1 (2/h, 1,000 samples/s) from 40 s.
 MOVED = [
+    {"t": T - 15, "type": "launch_started"},
     {"t": T, "type": "round_started", "round": 0},
     rates(10, 0, 10_000, 1000.0, 0.0111, 4.0),
     rates(20, 0, 20_000, 1000.0, 0.0222, 4.0),
@@ -44,6 +45,7 @@ MOVED = [
     rates(50, 1, 40_000, 1000.0, 0.0433, 2.0),
     rates(60, 1, 50_000, 1000.0, 0.0489, 2.0),
     rates(70, 1, 60_000, 1000.0, 0.0544, 2.0),
+    {"t": T + 71, "type": "job_ended"},
 ]
 
 
@@ -56,6 +58,7 @@ def test_a_moved_jobs_figures():
     moved = figures["moved"]
     assert moved["round"] == 1 and moved["released"] == ["127.0.0.4"] and moved["passes_done"] == 1
     assert moved["decision_s"] == pytest.approx(25.0) and moved["round_started_s"] == pytest.approx(30.0)
+    assert moved["restart_s"] == pytest.approx(4.0) and figures["seconds"] == pytest.approx(86.0)
     # from round 1's first window to its last: 20,000 samples for 0.0111
     assert moved["cost_per_million_samples_after"] == pytest.approx((0.0544 - 0.0433) / 20_000 * 1e6)
     assert figures["rounds"]["0"]["cost_per_hour"] == 4.0 and figures["rounds"]["1"]["cost_per_hour"] == 2.0
@@ -66,7 +69,7 @@ def test_a_moved_jobs_figures():
 def test_windows_that_know_no_plan_or_trained_nothing_are_left_out():
     first = rates(45, 1, 35_000, 1000.0, None, None)
     idle = rates(80, 1, 60_000, 0.0, 0.0600, 2.0)
-    figures = adapt.job_figures([*MOVED[:7], first, *MOVED[7:], idle])
+    figures = adapt.job_figures([*MOVED[:8], first, *MOVED[8:-1], idle])
     # cost from round 1's first costed window (50 s) to its last (80 s): 20,000 samples for 0.0167
     assert figures["moved"]["cost_per_million_samples_after"] == pytest.approx((0.0600 - 0.0433) / 20_000 * 1e6)
     assert figures["rounds"]["1"]["windows_training"] == 4 and figures["rounds"]["1"]["samples_per_s_median"] == 1000.0

@@ -313,12 +313,15 @@ LOCAL_SPLIT = [
     {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
     {"resource": "gpu_fast", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
 ]
-# the windows short enough that a pass holds a decision (docs/adaptive.md: the same rules, other margins' times)
+# the windows short enough that a pass holds a decision (docs/adaptive.md: the same rules, other margins' times);
+# the job stands for one that runs on for an hour (its passes shortened): a move for speed alone must win back its
+# own time over the rest of the job, which a job of a minute never does
 ADAPT_ENV = {
     "HETERPS_METER_S": "1",
     "HETERPS_RATES_WINDOW_S": "9",
     "HETERPS_ADAPT_SUSTAIN_S": "10",
     "HETERPS_ADAPT_EVERY_S": "5",
+    "HETERPS_ADAPT_HORIZON_S": "3600",
 }
 
 

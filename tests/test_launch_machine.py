@@ -771,3 +771,26 @@ def test_a_target_out_of_every_plans_reach_moves_to_the_plan_that_comes_closest(
     assert m.step(j, m.Proposed(barely), NOW + 100)[1] == []
     same = proposal(meets_target=True, same=True)  # the running plan itself: nothing to move to
     assert m.step(j, m.Proposed(same), NOW + 100)[1] == []
+
+
+def test_a_move_for_speed_alone_must_win_back_its_own_time():
+    closer = proposal(meets_target=False, samples_per_s=800.0, current_samples_per_s=600.0, wanted={})
+    for started, moves in ((100.0, False), (250.0, True)):  # decided at NOW + 100; the move takes 60 s
+        j, _ = feed(adaptive(newest_checkpoint=3), [600.0] * 10)
+        j = replace(j, rules=replace(j.rules, started_at=NOW + 100 - started))
+        actions = m.step(j, m.Proposed(closer), NOW + 100)[1]
+        # 100 s run: 800 x 40 < 600 x 100; 250 s: 800 x 190 > 600 x 250 (1% more)
+        assert bool(actions) is moves, (started, actions)
+        if moves:
+            assert "trains 1% more, the move's 60 s included" in actions[0].why
+    told = replace(ADAPT, horizon_s=3600.0)  # the job says how long it runs on: a fresh job moves
+    j, _ = feed(adaptive(newest_checkpoint=3), [600.0] * 10)
+    j = replace(j, rules=replace(j.rules, adapt=told, started_at=NOW + 90))
+    assert kinds(m.step(j, m.Proposed(closer), NOW + 100)[1]) == ["AdaptAdvice", "AskCheckpoint"]
+    # under a budget, the same rule
+    within = proposal(meets_target=False, target=None, budget=5.0, samples_per_s=800.0, wanted={})
+    budgeted = adaptive(newest_checkpoint=3, measured=rates(600.0, target=None))
+    assert (
+        m.step(replace(budgeted, rules=replace(budgeted.rules, started_at=NOW - 20)), m.Proposed(within), NOW)[1] == []
+    )
+    assert kinds(m.step(budgeted, m.Proposed(within), NOW)[1]) == ["AdaptAdvice", "AskCheckpoint"]

@@ -543,7 +543,8 @@ def _proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action]]
     """The shell's proposal: a move at the next complete checkpoint when (a) the target is missed and it reaches
     it, or no plan reaches it (more units neither) and it is at least ``faster`` faster; (b) it meets the target for
     at least ``saving`` less and what it saves over the rest of the job beats the move's own cost; (c) under a
-    budget, it is at least ``faster`` faster within it.  Units the job has not are wished for when only they reach
+    budget, it is at least ``faster`` faster within it.  A move for speed alone (a's second case, c) must also train
+    more over the rest of the job than the running plan, the move's own time included.  Units the job has not are wished for when only they reach
     a missed target.  In advise mode the job does nothing but say so (once a round for each plan)."""
     p = event.proposal
     if job.state is not JobState.RUNNING or job.seen.adapting is not None or p is None:
@@ -557,11 +558,14 @@ def _proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action]]
     if missed and p.meets_target:
         why = f"{missed}; {p.summary} reaches it"
     elif missed and _cooled(job) and not p.wanted and p.samples_per_s >= p.current_samples_per_s * (1 + adapt.faster):
-        # out of reach on any plan, more units included: the plan that comes closest, when it does by a margin
+        # out of reach on any plan, more units included: the plan that comes closest, when it does by a margin and
+        # what it trains more over the rest of the job beats the training the move stops
         faster = p.samples_per_s / p.current_samples_per_s - 1
-        why = f"{missed}, and no plan reaches it; {p.summary} is {faster:.0%} faster on the measured rates"
+        pays = _faster_pays(job, now, p.samples_per_s, p.current_samples_per_s)
+        if pays is not None:
+            why = f"{missed}, and no plan reaches it; {p.summary} is {faster:.0%} faster on the measured rates: {pays}"
     elif _cooled(job) and p.target and p.meets_target and p.better_by >= adapt.saving:
-        horizon = adapt.horizon_s or max(0.0, now - job.rules.started_at)
+        horizon = _horizon(job, now)
         saved = (p.current_cost_per_hour - p.cost_per_hour) * horizon
         costs = p.current_cost_per_hour * adapt.move_s  # the job paid while it did not train
         if saved > costs:
@@ -570,7 +574,10 @@ def _proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action]]
                 f"{horizon:.0f} s, the move costs {costs / 3600:.4g}"
             )
     elif _cooled(job) and p.budget and p.cost_per_hour <= p.budget and p.samples_per_s >= measured * (1 + adapt.faster):
-        why = f"{p.summary} is {p.samples_per_s / measured - 1:.0%} faster within the budget of {p.budget:.4g}/h"
+        pays = _faster_pays(job, now, p.samples_per_s, measured)
+        if pays is not None:
+            faster = p.samples_per_s / measured - 1
+            why = f"{p.summary} is {faster:.0%} faster within the budget of {p.budget:.4g}/h: {pays}"
     if why is None:
         if missed and p.wanted and not job.seen.wished:
             job = _seen(job, wished=True)
@@ -586,6 +593,23 @@ def _proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action]]
         return _seen(job, advised=job.seen.advised | {p.summary}), [AdaptAdvice("would move", why, p)]
     job = _seen(job, adapting=replace(p, why=why), adapt_from=job.newest_checkpoint)
     return job, [AdaptAdvice("move", why, p), AskCheckpoint(f"the plan follows the job: {why}")]
+
+
+def _horizon(job: Job, now: float) -> float:
+    """How long the job is expected to run on: the setting, or as long again as it has run."""
+    return job.rules.adapt.horizon_s or max(0.0, now - job.rules.started_at)
+
+
+def _faster_pays(job: Job, now: float, faster: float, running: float) -> str | None:
+    """Why a move to a plan training ``faster`` samples/s than the ``running`` one pays, or None when it does not:
+    over the horizon it must train more than the running plan would, the move's own time (not training) included.
+    Without it a short job moved for speed and lost: ``heterps bench adapt`` measured a move decided 26 s into a
+    job of about two minutes cost 1.35x the fixed plan's per sample, its restart included."""
+    horizon, move = _horizon(job, now), job.rules.adapt.move_s
+    more = faster * max(0.0, horizon - move) / (running * horizon) - 1 if horizon > 0 and running > 0 else -1.0
+    if more <= 0:
+        return None
+    return f"over the next {horizon:.0f} s it trains {more:.0%} more, the move's {move:.0f} s included"
 
 
 def _units(wanted: Any) -> str:

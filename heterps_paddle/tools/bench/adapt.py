@@ -11,7 +11,8 @@ and launch options (``--checkpoint-every 1``) in three jobs, one after the other
 - **one stage, fixed**: the other candidate, every layer on the two CPU hosts (.4 not in the hosts file),
   ``--adapt off``;
 - **split, adaptive**: the split with ``--adapt on``: the measured rates correct the model, the job moves at a
-  checkpoint and releases the host it no longer needs.
+  checkpoint (when what it gains over the rest of the job, ``HETERPS_ADAPT_HORIZON_S``: the fixed split's measured
+  length, beats the move's cost) and releases the host it no longer needs.
 
 Each job's figures come from its coordinator's event log (``rates`` records: samples so far, cost so far; ``adapt``,
 ``round_planned``, ``round_started``): the measured cost per million samples of the whole job, and of the adaptive
@@ -58,6 +59,7 @@ ADAPT_ENV = {
     "HETERPS_RATES_WINDOW_S": "9",
     "HETERPS_ADAPT_SUSTAIN_S": "10",
     "HETERPS_ADAPT_EVERY_S": "5",
+    "HETERPS_ADAPT_MOVE_S": "30",  # a move here: a checkpoint's pause and a restart (``restart_s`` below) of seconds
 }
 DECISION_GOAL_S = 60.0  # from a sustained change to the decision (DLRover re-sizes every 300 s)
 BEST_GOAL = 1.10  # after the move: cost per million samples within 10% of the best candidate's, each run fixed
@@ -93,7 +95,9 @@ def job_figures(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One job's figures from its coordinator's event log (this launch's records, oldest first)."""
     rates = [r for r in records if r["type"] == "rates"]
     last = rates[-1] if rates else {}
+    ended = next((r for r in records if r["type"] == "job_ended"), None)
     out: dict[str, Any] = {
+        "seconds": round(float(ended["t"]) - float(records[0]["t"]), 3) if ended and records else None,
         "windows": len(rates),
         "samples": last.get("samples"),
         "cost": last.get("cost_so_far"),
@@ -149,6 +153,8 @@ def moved_figures(
         "released": moved.get("released"),
         "decision_s": since(decided),
         "round_started_s": since(started),
+        # the new round decided (its checkpoint complete) to every host of it started: what the restart took
+        "restart_s": None if started is None else round(float(started["t"]) - float(moved["t"]), 3),
         "passes_done": moved.get("passes_done"),
         "cost_per_million_samples_after": cost_per_million(cost, samples),
         "windows_after": len(after),
@@ -186,7 +192,14 @@ def goals(fixed: Mapping[str, Mapping[str, Any]], adaptive: Mapping[str, Any]) -
 # ------------------------------------------------------------------------------------------ the jobs
 
 
-def run_job(args: argparse.Namespace, work: str, name: str, stages: list[dict[str, Any]], adapt: str) -> dict[str, Any]:
+def run_job(
+    args: argparse.Namespace,
+    work: str,
+    name: str,
+    stages: list[dict[str, Any]],
+    adapt: str,
+    settings: Mapping[str, str],
+) -> dict[str, Any]:
     """One job, to its end: every host's exit status, what is left running, its coordinator's records' figures."""
     from heterps_paddle.tools.bench import elastic
     from heterps_paddle.tools.jobs import HostsRun, free_port_block
@@ -207,7 +220,7 @@ def run_job(args: argparse.Namespace, work: str, name: str, stages: list[dict[st
     checkpoints = os.path.join(here, "checkpoints")
     options: tuple[str, ...] = ("--devices", "cpu", "--restarts", "1", "--checkpoint-every", "1", "--adapt", adapt)
     options += ("--checkpoint-dir", checkpoints)
-    env = {**os.environ, **ADAPT_ENV, "HETERPS_CACHE": os.path.join(work, "cache")}
+    env = {**os.environ, **settings, "HETERPS_CACHE": os.path.join(work, "cache")}
     run = HostsRun(
         os.path.join(here, "hosts.yaml"), os.path.join(here, "plan.json"), argv, here, options, env, args.timeout
     )
@@ -255,9 +268,13 @@ def run(args: argparse.Namespace) -> int:
         fixed: dict[str, Any] = {}
         for name, stages in (("split", SPLIT), ("one_stage", ONE_STAGE)):
             print(f"bench adapt: the {name} job, fixed ...", file=sys.stderr, flush=True)
-            fixed[name] = run_job(args, work, f"fixed_{name}", stages, "off")
+            fixed[name] = run_job(args, work, f"fixed_{name}", stages, "off", ADAPT_ENV)
+        # the rest of the job a move weighs its cost against: what the same job took fixed, as a user who knows
+        # their job's length says it (a job's default is as long again as it has run)
+        settings = {**ADAPT_ENV, "HETERPS_ADAPT_HORIZON_S": f"{fixed['split']['seconds'] or 0:.0f}"}
+        report["settings"] = settings
         print("bench adapt: the split job, adaptive ...", file=sys.stderr, flush=True)
-        adaptive = run_job(args, work, "adaptive", SPLIT, "on")
+        adaptive = run_job(args, work, "adaptive", SPLIT, "on", settings)
     except BaseException:
         kept = True
         print(f"bench adapt: failed; its work directory is kept: {work}", file=sys.stderr, flush=True)
