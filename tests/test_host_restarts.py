@@ -29,6 +29,7 @@ import pytest
 from conftest import split_cluster
 
 from heterps_paddle.runtime.checkpoint_files import read_manifest, verify
+from heterps_paddle.tools.bench import adapt as bench_adapt
 from heterps_paddle.tools.jobs import HostsRun, free_port_block
 
 pytestmark = pytest.mark.launched
@@ -299,20 +300,10 @@ def test_a_machine_never_in_the_hosts_file_joins_then_leaves_on_sigterm_without_
     assert calm - 0.02 <= grown <= calm + 0.04, f"grown and shrunk {grown:.4f} vs undisturbed {calm:.4f}"
 
 
-# A cluster file whose heterogeneous type is a datasheet's, far faster than what runs it here (a CPU process), and
-# whose CPU type is this machine's (local_cpu: its layer times measured by the profiler inside minimize).  The target
-# is out of any plan's reach, so the plan is the fastest the file predicts: the split onto gpu_fast.
-OVERSTATED = (
-    "format: 1\nthroughput: 1.0e+7\nresource_types:\n"
-    "  - {name: local_cpu, kind: cpu, price_per_hour: 1.0, max_units: 2, flops: 1.0e+9, mem_bw: 1.0e+10,\n"
-    "     memory: 1.0e+10, net_bw: 1.0e+9}\n"
-    "  - {name: gpu_fast, kind: gpu, price_per_hour: 2.0, max_units: 1, flops: 1.0e+13, mem_bw: 1.0e+11,\n"
-    "     memory: 1.0e+8, net_bw: 1.0e+9}\n"
-)
-LOCAL_SPLIT = [
-    {"resource": "local_cpu", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
-    {"resource": "gpu_fast", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
-]
+# The scenario heterps bench adapt measures (one home): a cluster file whose heterogeneous type is a datasheet's, far
+# faster than what runs it here (a CPU process), whose CPU type is this machine's (local_cpu, measured by the
+# profiler inside minimize), and a target out of any plan's reach; the split it predicts fastest.
+OVERSTATED, LOCAL_SPLIT = bench_adapt.CLUSTER, bench_adapt.SPLIT
 # the windows short enough that a pass holds a decision (docs/adaptive.md: the same rules, other margins' times);
 # the job stands for one that runs on for an hour (its passes shortened): a move for speed alone must win back its
 # own time over the rest of the job, which a job of a minute never does
