@@ -358,7 +358,7 @@ def test_a_split_the_measurements_show_does_not_pay_moves_and_releases_its_host(
             costed[-1]["cost_so_far"] - costed[0]["cost_so_far"],
             costed[-1]["samples"] - costed[0]["samples"],
         )
-        last[number] = cost / samples * 1e6
+        last[number] = bench_adapt.cost_per_million(cost, samples)
     assert last[1] < last[0], last
     grown, calm = heldout(run), undisturbed
     print(f"\ncost per million samples: split {last[0]:.4g}, moved {last[1]:.4g}; AUC {grown:.4f} vs {calm:.4f}")

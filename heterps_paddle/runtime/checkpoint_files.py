@@ -56,6 +56,11 @@ def digests(root: str) -> dict[str, str]:
     return dict(sorted(hashed.items()))
 
 
+def dir_bytes(path: str) -> int:
+    """The bytes of every file under ``path`` (a checkpoint's size)."""
+    return sum(os.path.getsize(os.path.join(base, f)) for base, _, fs in os.walk(path) for f in fs)
+
+
 def _every_file(root: str) -> list[str]:
     """Every file under ``root``, hidden ones included, by relative path."""
     return [os.path.relpath(os.path.join(base, name), root) for base, _, files in os.walk(root) for name in files]

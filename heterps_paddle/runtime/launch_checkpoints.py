@@ -60,6 +60,7 @@ from heterps_paddle.runtime.checkpoint_files import (
     MEMORY_ROOT,
     CheckpointError,
     add_to_manifest,
+    dir_bytes,
     file_digest,
     memory_staging_dir,
     read_manifest,
@@ -560,10 +561,6 @@ def servers_here() -> bool:
     here = os.environ.get("POD_IP", "127.0.0.1")
     servers = [e for e in os.environ.get("PADDLE_PSERVERS_IP_PORT_LIST", "").split(",") if e]
     return bool(servers) and all(e.rsplit(":", 1)[0] == here for e in servers)
-
-
-def dir_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(base, f)) for base, _, fs in os.walk(path) for f in fs)
 
 
 # A save that left less free space than this on the checkpoint's file system may have been cut short by a full

@@ -402,7 +402,7 @@ class HostsRun:
         host = self.hosts[address]
         _kill_descendants_and_group(host.proc.pid, host.created)
         try:
-            self.hosts[address].proc.kill()
+            host.proc.kill()
         except ProcessLookupError:
             pass
 

@@ -39,6 +39,11 @@ def tool(name: str) -> str | None:
     return shutil.which(name) or shutil.which(name, path=os.pathsep.join(ADMIN_DIRS))
 
 
+def command(name: str, *args: str) -> list[str]:
+    """``name args...`` with ``name`` found by :func:`tool` (as given when it is nowhere: the error then names it)."""
+    return [tool(name) or name, *args]
+
+
 def check_can_shape() -> None:
     """Refuse clearly where namespaces and qdiscs cannot be made."""
     missing = [name for name in ("ip", "tc") if tool(name) is None]
@@ -49,7 +54,7 @@ def check_can_shape() -> None:
 
 
 def _run(*cmd: str) -> str:
-    cmd = (tool(cmd[0]) or cmd[0], *cmd[1:])
+    cmd = tuple(command(*cmd))
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise LinkSetupError(f"`{' '.join(cmd)}` failed (exit {done.returncode}): {done.stderr.strip()}")
@@ -89,7 +94,7 @@ class ShapedLink:
 
     def prefix_command(self, address: str) -> list[str]:
         """What runs a command on the host of ``address`` (HostsRun's ``prefix``)."""
-        return [tool("ip") or "ip", "netns", "exec", self.namespaces[address]]
+        return command("ip", "netns", "exec", self.namespaces[address])
 
     def open(self) -> ShapedLink:
         check_can_shape()
@@ -131,7 +136,7 @@ class ShapedLink:
         errors = []
         for name in self.namespaces.values():
             if name in list_namespaces():
-                done = subprocess.run([tool("ip") or "ip", "netns", "delete", name], capture_output=True, text=True)
+                done = subprocess.run(command("ip", "netns", "delete", name), capture_output=True, text=True)
                 if done.returncode != 0:
                     errors.append(f"ip netns delete {name}: {done.stderr.strip()}")
         self.made = False

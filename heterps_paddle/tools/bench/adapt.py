@@ -36,6 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.launch import event_log
+from heterps_paddle.planning.cost_model import cost_per_million_samples
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 # The heterogeneous type as a datasheet has it, far faster than the CPU process that runs it here; the CPU type is
@@ -74,6 +75,8 @@ class JobFailed(HeterPSError):
 
 
 def cost_per_million(cost: float | None, samples: int | None) -> float | None:
+    """What a million samples cost, from what a stretch of the job cost and the samples it trained (the same as
+    cost_model.cost_per_million_samples at the stretch's mean rate)."""
     if cost is None or not samples:
         return None
     return cost / samples * 1e6
@@ -115,7 +118,9 @@ def job_figures(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "cost_per_hour": per_hour,
             "windows_training": len(trained),
             "samples_per_s_median": middle,
-            "cost_per_million_samples_median": None if not (middle and per_hour) else per_hour / 3600 / middle * 1e6,
+            "cost_per_million_samples_median": cost_per_million_samples(per_hour, middle)
+            if middle and per_hour
+            else None,
         }
     moved = next((r for r in records if r["type"] == "round_planned" and r.get("kind") == "adapt"), None)
     decided = next((r for r in records if r["type"] == "adapt" and r.get("decision") == "move"), None)

@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, Iterable, NamedTuple, Sequence, Tuple
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import new_lines
 from heterps_paddle.launch import event_log
+from heterps_paddle.runtime.checkpoint_files import dir_bytes
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 HOSTS = (A, B, C)
@@ -189,9 +190,10 @@ def checkpoint_rows(
     logged: dict[int, dict[str, Any]],
     manifests: dict[int, dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """One row per checkpoint: bytes, kind, seconds (the barrier's decision to the pause's end, when the trainers train again), the wait at the
-    barrier (trainer 0's arrival to the decision) and the training before it (trainer 0's pass: its start to its
-    arrival); the launch's own figures too (its log line, its manifest) once it gives them."""
+    """One row per checkpoint: bytes, kind, seconds (the barrier's decision to the pause's end, when the trainers
+    train again), the wait at the barrier (trainer 0's arrival to the decision) and the training before it (trainer
+    0's pass: its start to its arrival); the launch's own figures too (its log line, its manifest) once it gives
+    them."""
     rows = []
     for passes, mark in sorted(barriers.items()):
         launch, line, start = (
@@ -293,10 +295,6 @@ def touched_shares(passes: Sequence[Sequence[str]]) -> list[float]:
         seen = np.union1d(seen, mine)
         shares.append(round(len(mine) / max(len(seen), 1), 4))
     return shares
-
-
-def dir_bytes(path: str) -> int:  # a checkpoint's bytes
-    return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names)
 
 
 def leave_support() -> str | None:
