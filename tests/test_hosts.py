@@ -146,6 +146,10 @@ def test_server_num_round_robin_and_multi_unit_hosts_across_stages():
         "--heter_worker_num=3;1;5" in args and "--heter_devices=cpu;cpu;cpu" in args and args[-1] == "--http_port=35000"
     )
     assert expansion.part("10.0.0.3").stage_units == {2: 3, 4: 5}
+    # every process is told the type of the hosts each group runs on: a plan made inside minimize prices them so
+    described = expansion.launch_description()
+    assert described["worker_type"] == "cpu_r6i_8xl"
+    assert described["heter_types"] == ["gpu_a100", "cpu_r6i_8xl", "gpu_a100"]
     # too few units of a type: named with its hosts, counting what earlier stages took
     h2 = hosts(
         {"address": "10.0.0.1", "type": "cpu_r6i_8xl", "units": 3},

@@ -77,13 +77,13 @@ class _Recorded:
         pass
 
 
-def paddle_envs(arguments, address, tmp_path, monkeypatch):
-    """The environment of every process Paddle 2.6.2's launcher starts on the host ``address`` when it runs
-    ``arguments`` (as `heterps launch` runs it: HETERPS_LAUNCH set from the same arguments)."""
+def paddle_envs(expansion, address, tmp_path, monkeypatch):
+    """The environment of every process Paddle 2.6.2's launcher starts on the host ``address`` when it runs the
+    ``expansion``'s arguments (as `heterps launch --hosts` runs it: HETERPS_LAUNCH set from the expansion)."""
+    arguments = expansion.arguments()
     from paddle.distributed.fleet import launch_utils
     from paddle.distributed.fleet.launch_utils import DistributeMode, ParameterServerLauncher
 
-    from heterps_paddle.launch.driver import launch_description
     from heterps_paddle.runtime.seam import paddle_launch_arguments as paddle_arguments
 
     args = paddle_arguments([*arguments, "--log_dir", str(tmp_path / address), "train.py", "-m", "c.yaml"])
@@ -91,7 +91,7 @@ def paddle_envs(arguments, address, tmp_path, monkeypatch):
         if key.startswith(("PADDLE_", "HETERPS_")):
             monkeypatch.delenv(key)
     monkeypatch.setenv("POD_IP", address)
-    monkeypatch.setenv(LAUNCH_ENV, json.dumps(launch_description(args)))
+    monkeypatch.setenv(LAUNCH_ENV, json.dumps(expansion.launch_description()))
     started = []
 
     def popen(cmd, env=None, stdout=None, stderr=None):
@@ -125,7 +125,7 @@ def test_every_pod_gets_what_the_per_host_command_gives_it(name, tmp_path, monke
     for part in expansion.parts:
         if not part.processes:
             continue  # heterps launch starts no launcher there (in plain PS mode Paddle's would fail an assertion)
-        for env in paddle_envs(expansion.arguments(), part.host.address, tmp_path, monkeypatch):
+        for env in paddle_envs(expansion, part.host.address, tmp_path, monkeypatch):
             launched[(env["POD_IP"], env["PADDLE_PORT"])] = job_keys(env)
         # exactly this host's processes: Paddle's launcher starts those and no other
         assert {k for k in launched if k[0] == part.host.address} == {(p.address, str(p.port)) for p in part.processes}

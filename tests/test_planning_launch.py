@@ -50,6 +50,27 @@ def test_launch_from_env_reads_counts_and_only_told_devices():
         LAUNCH_ENV: json.dumps({"worker_num": 2, "heter_worker_num": [1, 1], "heter_devices": ["gpu", "gpu"]}),
     }
     assert [g.device for g in launch_from_env(wrong).heter] == [None, None]
+    # the hosts' types, where heterps launch placed the groups on a hosts file's hosts
+    typed = {
+        **HETER_ENV,
+        LAUNCH_ENV: json.dumps(
+            {
+                "worker_num": 2,
+                "heter_worker_num": [1, 3],
+                "heter_devices": ["cpu", "cpu"],
+                "worker_type": "cpu_16",
+                "heter_types": ["gpu_a100", None],
+            }
+        ),
+    }
+    shape = launch_from_env(typed)
+    assert shape.cpu_type == "cpu_16" and [g.type for g in shape.heter] == ["gpu_a100", None]
+    assert LaunchShape.from_dict(shape.to_dict()) == shape
+    assert "cpu_16 hosts" in shape.describe() and "gpu_a100 hosts" in shape.describe()
+    with pytest.raises(PlanningInputError, match="heter_types"):
+        LaunchShape.from_dict({"worker_num": 2, "heter_worker_num": [1], "heter_types": ["a", "b"]})
+    with pytest.raises(PlanningInputError, match="host type"):
+        LaunchShape.from_dict({"worker_num": 2, "worker_type": 7})
     assert launch_from_env({"TRAINING_ROLE": "PSERVER"}) is None  # servers are not told the stages
     assert launch_from_env({}) is None
     assert launch_from_env({"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINERS_NUM": "3"}) == LaunchShape(3)
@@ -213,6 +234,22 @@ def test_device_of_a_heterogeneous_group_limits_its_types():
         prof, cluster(), LaunchShape(1, (HeterGroup(1, "cpu"),)), target=10_000.0, stand_in_gpu=True
     )
     assert stand_in.chosen.plan.stages[1].resource == "gpu"  # ...unless this machine's cores stand in for it
+
+
+def test_each_group_is_timed_and_priced_as_the_type_of_the_hosts_it_runs_on():
+    """A heterogeneous trainer on a host the hosts file calls gpu (its cores standing in here) is that type, even
+    where a cheaper cpu type would predict as fast: the plan then prices and times the machine it has."""
+    prof = profile([1e-4, 1e-5], [1e-4, 1e-6])  # stage 1 bounds any split: stage 2 on either type is as fast
+    untyped = fit_to_launch(prof, cluster(), LaunchShape(2, (HeterGroup(1, "cpu"),)), 1e9, stand_in_gpu=True)
+    assert untyped.split.plan.stages[1].resource == "cpu"  # the tie goes to the cheaper type: not the host's
+    launch = LaunchShape(2, (HeterGroup(1, "cpu", "gpu"),), cpu_type="cpu")
+    typed = fit_to_launch(prof, cluster(), launch, 1e9, stand_in_gpu=True)
+    assert [s.resource for s in typed.split.plan.stages] == ["cpu", "gpu"]
+    assert typed.split.plan.cost_per_hour == 2 * 1.0 + 3.0
+    # a type the cluster file does not have for the group leaves its candidates as they were, said so
+    unknown = fit_to_launch(prof, cluster(), LaunchShape(2, (HeterGroup(1, "cpu", "tpu"),)), 1e9, stand_in_gpu=True)
+    assert unknown.split.plan.stages[1].resource == "cpu"
+    assert any("stage 2: the hosts file names their hosts' type tpu" in note for note in unknown.notes)
 
 
 def test_shared_cores_bound_the_plan():

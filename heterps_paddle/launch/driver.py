@@ -519,7 +519,9 @@ def _run_round(turn: Turn, console: Console, coordinator: Coordinator | None) ->
         if part.expansion.hosts.cluster is not None:
             inputs.setdefault(real(part.expansion.hosts.cluster), "the cluster file the hosts file names")
     env[INPUTS_ENV] = json.dumps(inputs)  # no process of the job writes over them (fleet/plan_files.py)
-    if args.worker_num is not None:
+    if part is not None:  # placed on a hosts file's hosts: each group's hosts' type too
+        env[LAUNCH_ENV] = json.dumps(part.expansion.launch_description())
+    elif args.worker_num is not None:
         env[LAUNCH_ENV] = json.dumps(launch_description(args))
     if options.timeout is not None:
         env["HETERPS_LAUNCH_TIMEOUT"] = str(options.timeout)
@@ -651,7 +653,8 @@ class _Collected:
 
 
 def launch_description(args: Any) -> dict[str, Any]:
-    """The launch as planning/launch.LaunchShape reads it from HETERPS_LAUNCH."""
+    """The launch as planning/launch.LaunchShape reads it from HETERPS_LAUNCH, from a one-host launch's arguments
+    (a launch across hosts tells what launch/placement.Expansion.launch_description says)."""
     units = [int(u) for u in str(args.heter_worker_num or "").split(";") if u.strip()]
     devices = [d.strip().lower() or None for d in str(args.heter_devices or "").split(";")] if units else []
     if units and len(devices) == 1 and len(units) > 1:

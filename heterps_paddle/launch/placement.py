@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from heterps_paddle.planning.hosts import MAX_PORT, Host, HostsFile, load_hosts, with_joined, without_hosts
 from heterps_paddle.planning.launch import LAUNCH_ENV, check_runnable, heter_device_for
@@ -128,13 +128,21 @@ class Expansion:
 
     def launch_description(self) -> dict[str, Any]:
         """What ``heterps launch`` tells every process in ``HETERPS_LAUNCH`` (launch/driver.py:
-        launch_description, same keys in the same order)."""
+        launch_description, the same keys first), and the type the hosts file names for each group's hosts: a plan
+        made inside ``minimize`` prices and times each group as the machines it runs on (planning/launch_fit.py)."""
         return {
             "worker_num": len(self.trainers),
             "server_num": len(self.servers),
             "heter_worker_num": [len(stage) for stage in self.heter],
             "heter_devices": list(self.heter_devices),
+            "worker_type": self._one_type(self.trainers),
+            "heter_types": [self._one_type(stage) for stage in self.heter],
         }
+
+    def _one_type(self, processes: Sequence[Process]) -> str | None:
+        """The one type of the hosts ``processes`` run on (None when they are of several)."""
+        types = {part.host.type for part in self.parts if any(p.address == part.host.address for p in processes)}
+        return types.pop() if len(types) == 1 else None
 
     def to_dict(self) -> dict[str, Any]:
         return {

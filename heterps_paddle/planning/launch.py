@@ -63,6 +63,9 @@ class HeterGroup:
 
     units: int
     device: str | None  # cpu | gpu; None when this process cannot tell (launched without `heterps launch`)
+    # the resource type the hosts file names for every host this group runs on (None: no hosts file, or its hosts
+    # are of several types): a plan made for the launch must price and time the group as that type
+    type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class LaunchShape:
     cpu_trainers: int
     heter: tuple[HeterGroup, ...] = ()
     servers: int | None = None
+    cpu_type: str | None = None  # the CPU trainers' hosts' one type (HeterGroup.type says why)
 
     @property
     def num_stages(self) -> int:
@@ -96,8 +100,12 @@ class LaunchShape:
 
     def describe(self) -> str:
         parts = [f"{self.cpu_trainers} CPU trainer{'s' * (self.cpu_trainers != 1)}"]
+        if self.cpu_type is not None:
+            parts[0] += f" ({self.cpu_type} hosts)"
         for stage, group in enumerate(self.heter, 2):
             where = f"on {group.device}" if group.device else "device not known to this process"
+            if group.type is not None:
+                where += f", {group.type} hosts"
             parts.append(f"stage {stage}: {group.units} heterogeneous trainer{'s' * (group.units != 1)} ({where})")
         if self.servers is not None:
             parts.insert(0, f"{self.servers} server{'s' * (self.servers != 1)}")
@@ -111,6 +119,9 @@ class LaunchShape:
         }
         if self.servers is not None:
             out["server_num"] = self.servers
+        if self.cpu_type is not None or any(g.type is not None for g in self.heter):
+            out["worker_type"] = self.cpu_type
+            out["heter_types"] = [g.type for g in self.heter]
         return out
 
     @classmethod
@@ -121,13 +132,25 @@ class LaunchShape:
             if len(devices) != len(units):
                 raise ValueError("heter_devices and heter_worker_num differ in length")
             servers = data.get("server_num")
+            types = list(data.get("heter_types") or [None] * len(units))
+            if len(types) != len(units):
+                raise ValueError("heter_types and heter_worker_num differ in length")
             return cls(
                 int(data["worker_num"]),
-                tuple(HeterGroup(u, _device(d)) for u, d in zip(units, devices)),
+                tuple(HeterGroup(u, _device(d), _type(t)) for u, d, t in zip(units, devices, types)),
                 None if servers is None else int(servers),
+                _type(data.get("worker_type")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanningInputError(f"launch description {dict(data)!r}: {exc}") from None
+
+
+def _type(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"a host type must be a resource type's name, got {value!r}")
+    return value
 
 
 def _device(value: Any) -> str | None:
@@ -147,8 +170,8 @@ def launch_from_env(env: Mapping[str, str] | None = None) -> LaunchShape | None:
     """The launch this process belongs to, from the launcher's environment; None outside a launched job.
 
     Every trainer of a launch computes the same shape: counts come from the variables Paddle gives every
-    trainer, devices only from ``HETERPS_LAUNCH`` (a heterogeneous trainer knows its own stage's device, a CPU
-    trainer none, so using them would make the shape depend on which process asks).  Servers are not told the
+    trainer, devices and the hosts' types only from ``HETERPS_LAUNCH`` (a heterogeneous trainer knows its own
+    stage's device, a CPU trainer none, so using them would make the shape depend on which process asks).  Servers are not told the
     stages at all: they get None here and wait for the plan a trainer made (fleet/auto_plan.py).
     """
     env = os.environ if env is None else env
@@ -166,6 +189,8 @@ def launch_from_env(env: Mapping[str, str] | None = None) -> LaunchShape | None:
             f"{env.get('PADDLE_STAGE_TRAINERS_NUM')!r}"
         )
     devices: list[str | None] = [None] * len(heter_counts)
+    types: list[str | None] = [None] * len(heter_counts)
+    cpu_type = None
     told = env.get(LAUNCH_ENV)
     if told:
         try:
@@ -175,7 +200,10 @@ def launch_from_env(env: Mapping[str, str] | None = None) -> LaunchShape | None:
         # Trust it only where it agrees with what Paddle says was started.
         if declared.stage_units() == [trainers] + heter_counts:
             devices = [g.device for g in declared.heter]
-    return LaunchShape(trainers, tuple(HeterGroup(u, d) for u, d in zip(heter_counts, devices)), servers)
+            types = [g.type for g in declared.heter]
+            cpu_type = declared.cpu_type
+    groups = tuple(HeterGroup(u, d, t) for u, d, t in zip(heter_counts, devices, types))
+    return LaunchShape(trainers, groups, servers, cpu_type)
 
 
 def heter_device_for(stage: Stage, gpu_available: bool) -> str:

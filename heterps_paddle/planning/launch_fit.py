@@ -97,6 +97,22 @@ def group_types(cluster: Cluster, device: str | None, stand_in_gpu: bool) -> lis
     return [i for i, t in enumerate(cluster.resource_types) if t.kind in kinds]
 
 
+def hosts_type(cluster: Cluster, named: str | None, candidates: list[int], who: str, notes: list[str]) -> list[int]:
+    """``candidates`` narrowed to the type the hosts file names for ``who``'s hosts: a plan for the launch is
+    priced and timed as the machines that run it (else a cheaper type's figures could stand for a dearer host).
+    A name the cluster file does not give as a candidate leaves them all, said in ``notes``."""
+    if named is None:
+        return candidates
+    chosen = [i for i in candidates if cluster.resource_types[i].name == named]
+    if not chosen:
+        notes.append(
+            f"{who}: the hosts file names their hosts' type {named}, not one of the cluster file's types they can "
+            "be; timed and priced as any of those"
+        )
+        return candidates
+    return chosen
+
+
 class _LaunchedStages:
     """Memoised stages of a cost model on the units a launch gives them (``CostModel.stage_on_units``): the cut
     combinations of one launch ask for the same stage many times."""
@@ -141,6 +157,7 @@ def fit_to_launch(
     cost_model = CostModel(profile, cluster, target or 1.0)
     stages_on_units = _LaunchedStages(cost_model)
     n = cost_model.num_layers
+    notes: list[str] = []
     first_types = [i for i, t in enumerate(types) if t.kind in SPLIT_FIRST_STAGE_KINDS]
     one_stage_types = [i for i, t in enumerate(types) if t.kind == "cpu" or (trainers_on_gpu and t.kind == "gpu")]
     if not one_stage_types:
@@ -148,7 +165,11 @@ def fit_to_launch(
             "the cluster has no cpu type: the CPU trainers (stage 1, they read the data) "
             "need one to be priced and timed"
         )
-    notes = [_group_note("the CPU trainers", [types[i] for i in one_stage_types], "gpu" if trainers_on_gpu else "cpu")]
+    first_types = hosts_type(cluster, launch.cpu_type, first_types, "the CPU trainers", notes)
+    one_stage_types = hosts_type(cluster, launch.cpu_type, one_stage_types, "the CPU trainers", [])
+    notes.insert(
+        0, _group_note("the CPU trainers", [types[i] for i in one_stage_types], "gpu" if trainers_on_gpu else "cpu")
+    )
     options: list[FitOption] = []
 
     def add(stage_types: Sequence[int], cuts: Sequence[int], units: Sequence[int]) -> None:
@@ -160,7 +181,10 @@ def fit_to_launch(
         add([t], [0, n], [launch.cpu_trainers])
     one_stage_count = len(options)
     if launch.heter:
-        heter_types = [group_types(cluster, g.device, stand_in_gpu) for g in launch.heter]
+        heter_types = [
+            hosts_type(cluster, g.type, group_types(cluster, g.device, stand_in_gpu), f"stage {stage}", notes)
+            for stage, g in enumerate(launch.heter, 2)
+        ]
         for stage, (group, candidates) in enumerate(zip(launch.heter, heter_types), 2):
             notes.append(
                 _group_note(
