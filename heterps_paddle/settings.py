@@ -64,6 +64,16 @@ def _count(text: str) -> int:
     return value
 
 
+def _shards(text: str) -> int | None:
+    """Unset: None (the launch chooses: runtime/table_shards.py); else a count of at least 1."""
+    if not text.strip():
+        return None
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be 1 or more (or unset: the launch chooses)")
+    return value
+
+
 def _staging(text: str) -> str:
     """``memory`` (the default), ``disk``, or an absolute directory (runtime/launch_checkpoints.staging_for)."""
     if text in ("memory", "disk") or os.path.isabs(text):
@@ -206,6 +216,15 @@ _ALL = (
         "(the sparse rows pushed since the previous checkpoint, the dense tables in full); 0 or 1: every checkpoint "
         "full (docs/checkpoints.md, 'Incremental checkpoints')",
         _count,
+    ),
+    Setting(
+        "HETERPS_TABLE_SHARDS",
+        "",
+        "with `heterps launch --checkpoint-dir`: the shard files each sparse table is saved in, for the whole job "
+        "(Paddle's server opens each with a shell of its own: 1,000 by default made most of a checkpoint's pause); "
+        "unset: the checkpoint resumed from's count, else 24 a server (what keeps Paddle's 24 table threads a "
+        "server busy); a number: that count (docs/checkpoints.md, 'Shard files')",
+        _shards,
     ),
     Setting(
         "HETERPS_CHECKPOINT_RESUME",

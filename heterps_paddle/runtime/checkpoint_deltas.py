@@ -91,11 +91,7 @@ def configure(fleet: Any) -> None:
             "looked up with a ShowClickEntry (the model's own show and click are pushed: an id pushed with show 0 "
             "would be left out of a delta); keep full checkpoints only (HETERPS_CHECKPOINT_BASE_EVERY=1)"
         )
-    strategies = {id(s): s for s in seam.fleet_strategy_copies()}
-    context = getattr(runtime, "context", None)
-    if isinstance(context, dict) and context.get("user_defined_strategy") is not None:
-        strategies[id(context["user_defined_strategy"])] = context["user_defined_strategy"]
-    for strategy in strategies.values():
+    for strategy in seam.job_strategies(runtime):
         set_delta_threshold(strategy.sparse_table_configs, names)
     logger.info(
         "incremental checkpoints: delta_threshold %g on the sparse tables %s (a delta writes the rows pushed since "

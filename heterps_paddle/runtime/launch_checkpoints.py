@@ -40,7 +40,7 @@ from heterps_paddle import settings
 from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
 from heterps_paddle.rendezvous import launch_id
-from heterps_paddle.runtime import push_queues, seam
+from heterps_paddle.runtime import push_queues, seam, table_shards
 from heterps_paddle.runtime.checkpoint_choice import (
     ASKED,
     NAME,
@@ -108,6 +108,8 @@ def server_start_dir(dirname: str | None) -> str | None:
     """What a server's ``init_server(dirname)`` loads: the launch's checkpoint when there is one to resume from."""
     choice = resume_choice()
     if choice is None or choice.path is None:
+        if choice is not None and dirname:
+            table_shards.check_start_dir(dirname)  # the script's own model, in this job's shard layout
         return dirname
     if dirname and os.path.normpath(os.path.abspath(dirname)) != choice.path:
         raise CheckpointError(
@@ -589,10 +591,12 @@ def _sync_directory(path: str) -> None:
 
 
 def install(ctx: seam.ProcessContext) -> None:
-    """On every process of a launch keeping incremental checkpoints: the sparse tables' delta threshold (after
-    minimize); on a stage 1 CPU trainer of a launch that keeps checkpoints: the pass gate and the save hook."""
+    """On every process of a launch keeping checkpoints: the sparse tables' shard count (runtime/table_shards.py)
+    and, keeping incremental ones, their delta threshold (after minimize); on a stage 1 CPU trainer: the pass gate
+    and the save hook."""
     if not settings.get("HETERPS_CHECKPOINT_DIR"):
         return
+    ctx.after_minimize["table_shards"] = lambda fleet: table_shards.configure(getattr(resume_choice(), "path", None))
     if base_interval() > 1:
         from heterps_paddle.runtime import checkpoint_deltas  # lazy: imports Paddle when it runs
 

@@ -276,6 +276,16 @@ def fleet_strategy_copies() -> list[Any]:
     ]
 
 
+def job_strategies(runtime: Any) -> list[Any]:
+    """Every copy of the strategy the PS runtime may build its table protos from (fleet's and the runtime's
+    context's), each once: a table setting goes into all of them."""
+    found = {id(s): s for s in fleet_strategy_copies()}
+    context = getattr(runtime, "context", None)
+    if isinstance(context, dict) and context.get("user_defined_strategy") is not None:
+        found[id(context["user_defined_strategy"])] = context["user_defined_strategy"]
+    return list(found.values())
+
+
 def is_heter_section(program: Any) -> bool:
     """Whether ``program`` is a section of Paddle's heter pipeline (it carries pipeline options)."""
     return getattr(program, "_heter_pipeline_opt", None) is not None
