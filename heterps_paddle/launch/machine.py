@@ -545,7 +545,8 @@ def _proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action]]
     at least ``saving`` less and what it saves over the rest of the job beats the move's own cost; (c) under a
     budget, it is at least ``faster`` faster within it.  A move for speed alone (a's second case, c) must also train
     more over the rest of the job than the running plan, the move's own time included.  Units the job has not are
-    wished for when only they reach a missed target.  In advise mode the job does nothing but say so (once a round for each plan)."""
+    wished for when only they reach a missed target.  In advise mode the job does nothing but say so (once a round
+    for each plan)."""
     p = event.proposal
     if job.state is not JobState.RUNNING or job.seen.adapting is not None or p is None:
         return job, []

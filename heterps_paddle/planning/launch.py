@@ -171,8 +171,8 @@ def launch_from_env(env: Mapping[str, str] | None = None) -> LaunchShape | None:
 
     Every trainer of a launch computes the same shape: counts come from the variables Paddle gives every
     trainer, devices and the hosts' types only from ``HETERPS_LAUNCH`` (a heterogeneous trainer knows its own
-    stage's device, a CPU trainer none, so using them would make the shape depend on which process asks).  Servers are not told the
-    stages at all: they get None here and wait for the plan a trainer made (fleet/auto_plan.py).
+    stage's device, a CPU trainer none, so using them would make the shape depend on which process asks).  Servers
+    are not told the stages at all: they get None here and wait for the plan a trainer made (fleet/auto_plan.py).
     """
     env = os.environ if env is None else env
     role = env.get("TRAINING_ROLE")

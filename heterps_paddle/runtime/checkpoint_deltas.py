@@ -60,11 +60,7 @@ def set_delta_threshold(tables: Any, names: Iterable[str]) -> None:
     """In ``tables`` (a strategy's ``sparse_table_configs``, edited in place): ``delta_threshold`` = the epsilon on
     every table of ``names``; a setting that would leave pushed rows out of a delta is an error naming it."""
     for name in names:
-        proto = next((t for t in tables if t.table_name == name), None)
-        if proto is None:
-            proto = tables.add()
-            proto.table_name = name
-        param = proto.accessor.ctr_accessor_param
+        param = seam.sparse_table_config(tables, name).accessor.ctr_accessor_param
         if param.HasField("base_threshold") and param.base_threshold > 0:
             raise refusal(name, "base_threshold", param.base_threshold, "leaves rows scoring under it out of a save")
         for field in ("nonclk_coeff", "click_coeff"):

@@ -286,6 +286,16 @@ def job_strategies(runtime: Any) -> list[Any]:
     return list(found.values())
 
 
+def sparse_table_config(tables: Any, name: str) -> Any:
+    """The entry of sparse table ``name`` in ``tables`` (a strategy's ``sparse_table_configs``), added when the
+    script set none: Paddle's PS runtime reads a table's settings from the entry with its name."""
+    proto = next((t for t in tables if t.table_name == name), None)
+    if proto is None:
+        proto = tables.add()
+        proto.table_name = name
+    return proto
+
+
 def is_heter_section(program: Any) -> bool:
     """Whether ``program`` is a section of Paddle's heter pipeline (it carries pipeline options)."""
     return getattr(program, "_heter_pipeline_opt", None) is not None

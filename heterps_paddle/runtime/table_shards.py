@@ -78,11 +78,7 @@ def set_count(tables: Any, names: list[str], count: int) -> None:
     """In ``tables`` (a strategy's ``sparse_table_configs``, edited in place): ``shard_num`` = ``count`` on every
     table of ``names``."""
     for name in names:
-        proto = next((t for t in tables if t.table_name == name), None)
-        if proto is None:
-            proto = tables.add()
-            proto.table_name = name
-        proto.shard_num = count
+        seam.sparse_table_config(tables, name).shard_num = count
 
 
 def configure(resumed: str | None) -> None:
