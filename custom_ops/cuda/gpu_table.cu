@@ -9,21 +9,25 @@
 // together, so a warp's loads and stores cover whole rows (dim 8: 16 keys a warp, dim 128: one).
 //
 // Host-side control flow per batch: a find kernel serves the hits and lists the misses; only when there
-// are misses does the host take their rows from the host tier (or their initial rows: the same
-// deterministic init as the CPU core), make room (grow, or evict to the host tier the coldest rows the
-// batch's misses need room for) and insert them.  Rows cross to and from the host tier through page-locked
-// staging buffers; the host tier takes and puts them a batch at a time, over its shards on its own threads
-// (heterps::SparseTable::take_rows / put_rows, TableConfig::host_threads).  A push counts each id's
-// occurrences in its slot as it looks the ids up; an id seen once (most ids) is updated straight from its
-// gradient, the occurrences of a repeated id add their gradients into the slot's accumulator and the last to
-// arrive applies the update: the optimizer runs once per unique id.  The update rules are
-// heterps/update_rules.h, the CPU core's own.  One mutex per table serialises batches; kernels run on the
-// caller's stream.
+// are misses does the host bring their rows in: the missed ids made distinct and sorted on the device, and,
+// when the budget needs room, the coldest rows the misses need room for (a radix select of the scores on the
+// device) evicted by a rehash into a second table kept for that, while the host tier takes the incoming rows
+// (or gives their initial rows: the same deterministic init as the CPU core).  Rows cross to and from the
+// host tier through page-locked staging buffers; the host tier takes and puts them a batch at a time, over
+// its shards on its own threads (heterps::SparseTable::take_rows / put_rows, TableConfig::host_threads).  A
+// push counts each id's occurrences in its slot as it looks the ids up; an id seen once (most ids) is updated
+// straight from its gradient, the occurrences of a repeated id add their gradients into the slot's
+// accumulator and the last to arrive applies the update: the optimizer runs once per unique id.  The update
+// rules are heterps/update_rules.h, the CPU core's own.  One mutex per table serialises batches; kernels run
+// on the caller's stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_select.cuh>
 #include <exception>
 #include <map>
 #include <memory>
@@ -195,46 +199,82 @@ __device__ inline uint64_t claim_slot(const Dev& t, int64_t key) {
   }
 }
 
-// Inserts distinct keys with full packed rows (host stride) and their scores.
-__global__ void insert_kernel(Dev t, const int64_t* keys, const float* rows, const uint32_t* scores, uint32_t m,
+// Inserts distinct keys with full packed rows (host stride), all with the same score; a tile of T lanes a row
+// (lane 0 claims the slot) so that a warp's row copies are whole cache lines.
+template <int T>
+__global__ void insert_kernel(Dev t, const int64_t* keys, const float* rows, uint32_t score, uint32_t m,
                               uint32_t tick) {
-  uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= m) return;
-  uint64_t s = claim_slot(t, keys[i]);
+  const Tile<T> tl;
+  if (tl.key >= m) return;  // whole tiles leave together
+  unsigned long long s = 0;
+  if (tl.lane == 0) {
+    s = claim_slot(t, keys[tl.key]);
+    t.scores[s] = score;
+    t.count[s] = 0;
+    t.seen[s] = tick;
+  }
+  s = __shfl_sync(tl.mask, s, 0, T);
   float* dst = t.rows + s * t.dstride;
-  const float* src = rows + size_t(i) * t.hstride;
-  for (uint32_t j = 0; j < t.hstride; ++j) dst[j] = src[j];
-  t.scores[s] = scores[i];
-  t.count[s] = 0;
-  t.seen[s] = tick;
+  const float* src = rows + tl.key * t.hstride;
+  for (uint32_t j = tl.lane; j < t.hstride; j += T) dst[j] = src[j];
 }
 
 // Rebuild into `to` (grow, or drop victims): rows scoring below `threshold` (all rows with `all`), except
 // those used by the current batch (`protect`), go to the staging buffers (key, score, packed row) for the
-// host tier; the rest are re-inserted.
+// host tier, at most max_victims of them; the rest are re-inserted.  A tile of T lanes a slot, as above.
+template <int T>
 __global__ void rehash_kernel(Dev from, Dev to, uint32_t threshold, int all, uint32_t protect, uint32_t max_victims,
                               uint32_t* victim_count, int64_t* v_keys, uint32_t* v_scores, float* v_rows) {
-  uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x;
+  const Tile<T> tl;
+  const uint64_t i = tl.key;
   if (i >= from.cap) return;
-  int64_t key = from.keys[i];
+  const int64_t key = from.keys[i];
   if (key == kEmpty) return;
-  const float* src = from.rows + i * from.dstride;
-  uint32_t score = from.scores[i];
+  const uint32_t score = from.scores[i];
+  uint32_t v = UINT32_MAX;
   if (all || (score < threshold && !in_use(from, i, protect))) {
-    uint32_t v = atomicAdd(victim_count, 1u);
-    if (v < max_victims) {
+    if (tl.lane == 0) v = atomicAdd(victim_count, 1u);
+    v = tl.first(v);
+  }
+  float* dst;
+  if (v < max_victims) {
+    if (tl.lane == 0) {
       v_keys[v] = key;
       v_scores[v] = score;
-      for (uint32_t j = 0; j < from.hstride; ++j) v_rows[size_t(v) * from.hstride + j] = src[j];
-      return;
     }
+    dst = v_rows + size_t(v) * from.hstride;
+  } else {
+    unsigned long long s = 0;
+    if (tl.lane == 0) {
+      s = claim_slot(to, key);
+      to.scores[s] = score;
+      to.count[s] = 0;
+      to.seen[s] = from.seen[i];
+    }
+    s = __shfl_sync(tl.mask, s, 0, T);
+    dst = to.rows + s * to.dstride;
   }
-  uint64_t s = claim_slot(to, key);
-  float* dst = to.rows + s * to.dstride;
-  for (uint32_t j = 0; j < from.hstride; ++j) dst[j] = src[j];
-  to.scores[s] = score;
-  to.count[s] = 0;
-  to.seen[s] = from.seen[i];
+  const float* src = from.rows + i * from.dstride;
+  for (uint32_t j = tl.lane; j < from.hstride; j += T) dst[j] = src[j];
+}
+
+// The eviction threshold's radix select, one pass: a histogram of 8 bits of the live slots' scores (bits
+// [shift, shift + 8)) among the scores whose higher bits are `prefix` (under `high`), per block in shared
+// memory, then added into 256 global bins.  Replaces copying every slot's key and score to the host and
+// selecting there on one thread.
+__global__ void score_histogram_kernel(Dev t, uint32_t prefix, uint32_t high, int shift, uint32_t* bins) {
+  __shared__ uint32_t h[256];
+  for (int b = threadIdx.x; b < 256; b += blockDim.x) h[b] = 0;
+  __syncthreads();
+  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < t.cap; i += stride) {
+    if (t.keys[i] == kEmpty) continue;
+    const uint32_t s = t.scores[i];
+    if ((s & high) == prefix) atomicAdd(&h[(s >> shift) & 255u], 1u);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < 256; b += blockDim.x)
+    if (h[b]) atomicAdd(&bins[b], h[b]);
 }
 
 __global__ void fill_empty_kernel(int64_t* keys, uint64_t n) {
@@ -526,6 +566,17 @@ struct PinnedBuf {
   }
 };
 
+// Where a batch's misses spend host time (seconds, cumulative): heterps_gpu_table_phase_seconds' order.
+enum Phase { kDistinct, kSelect, kTake, kRehashWait, kVictimCopy, kPut, kInsert, kPhases };
+
+// Adds the seconds from its construction to its destruction to `acc`.
+struct PhaseClock {
+  double& acc;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  explicit PhaseClock(double& a) : acc(a) {}
+  ~PhaseClock() { acc += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
+
 class GpuTable {
  public:
   GpuTable(const std::string& name, const heterps::TableConfig& c, int device) : c_(c), device_(device) {
@@ -548,6 +599,7 @@ class GpuTable {
   }
   ~GpuTable() {
     release(t_);
+    release(spare_);
     if (pinned_) cudaFreeHost(pinned_);
   }
 
@@ -649,6 +701,16 @@ class GpuTable {
     out4[3] = promoted_;
   }
 
+  void phase_seconds(double* out, size_t n) const {
+    for (size_t i = 0; i < n && i < kPhases; ++i) out[i] = phase_[i];
+  }
+
+  // Bytes copied over the link since the table was opened: to the device, from the device.
+  void link_bytes(uint64_t* out2) const {
+    out2[0] = link_in_;
+    out2[1] = link_out_;
+  }
+
   void flush_to_host() {
     ck(cudaSetDevice(device_), "cudaSetDevice");
     if (count_) rebuild(t_.cap, 0, /*all=*/true, count_, nullptr);
@@ -662,18 +724,25 @@ class GpuTable {
   uint64_t slot_bytes_, max_rows_;
   Dev t_;
   uint64_t count_ = 0, evicted_ = 0, promoted_ = 0;
+  uint64_t link_in_ = 0, link_out_ = 0;  // bytes over the link, to and from the device
+  double phase_[kPhases] = {};
   uint32_t tick_ = 1;
+  // The rebuild's second table, kept between evictions: an eviction rebuilds at the same capacity, and the peak
+  // is two tables either way; keeping it saves a cudaMalloc/cudaFree pair (which synchronises) and clearing the
+  // accumulator (zero in a retired table: between pushes it is zero everywhere).
+  Dev spare_;
   uint64_t rebuilds_ = 0;
-  DevBuf<uint32_t> counter_, pos_, vcount_, vscores_, scores_in_;
+  DevBuf<uint32_t> counter_, pos_, vcount_, vscores_, bins_, nsel_;
+  DevBuf<uint8_t> cub_tmp_;
   DevBuf<int64_t> slots_;
   uint32_t* pinned_ = nullptr;  // 2 words of page-locked host memory for counters read back each batch
-  DevBuf<int64_t> mkeys_, vkeys_;
+  DevBuf<int64_t> mkeys_, sorted_, vkeys_;
   DevBuf<float> rows_in_, vrows_;
   // Host staging (page-locked): promoted rows (keys, rows, scores), evicted rows, and the eviction pass's
   // copies of the whole score and key arrays.
-  PinnedBuf<int64_t> in_keys_, out_keys_, all_keys_;
+  PinnedBuf<int64_t> in_keys_, out_keys_;
   PinnedBuf<float> in_rows_, out_rows_;
-  PinnedBuf<uint32_t> in_scores_, out_scores_, all_scores_;
+  PinnedBuf<uint32_t> out_scores_, bins_host_;
 
   int lfu() const { return c_.eviction == heterps::EvictPolicy::kLFU ? 1 : 0; }
 
@@ -682,15 +751,20 @@ class GpuTable {
   template <class F>
   void with_tile(const float* user, F&& f) const {
     const bool vec = c_.dim % 4 == 0 && (reinterpret_cast<uintptr_t>(user) & 15) == 0;
-    const uint32_t units = vec ? c_.dim / 4 : c_.dim;
-    int t = 1;
-    while (t < 32 && uint32_t(t) < units) t <<= 1;
-    auto go = [&](auto tile) {
+    with_lanes(vec ? c_.dim / 4 : c_.dim, [&](auto tile) {
       if (vec)
         f(tile, Unit<float4>{});
       else
         f(tile, Unit<float>{});
-    };
+    });
+  }
+
+  // Calls go(std::integral_constant<int, T>) with T lanes for `units` units a row: the power of two at or
+  // above, at most a warp.
+  template <class G>
+  static void with_lanes(uint32_t units, G&& go) {
+    int t = 1;
+    while (t < 32 && uint32_t(t) < units) t <<= 1;
     switch (t) {
       case 1:
         go(std::integral_constant<int, 1>{});
@@ -728,8 +802,7 @@ class GpuTable {
     ck(cudaMalloc(&d.rows, cap * dstride_ * 4), "cudaMalloc rows");
     ck(cudaMalloc(&d.accum, cap * c_.dim * 4), "cudaMalloc accum");
     fill_empty_kernel<<<blocks_for(cap), kThreads, 0, st>>>(d.keys, cap);
-    // Scores too: evict_coldest copies the whole array to the host (empty slots' scores are skipped
-    // there, but an uninitialised source of a copy is what compute-sanitizer's initcheck reported).
+    // Every array defined once, here: a table reused as the rebuild's spare keeps them so.
     ck(cudaMemsetAsync(d.scores, 0, cap * 4, st), "memset");
     ck(cudaMemsetAsync(d.count, 0, cap * 8, st), "memset");
     ck(cudaMemsetAsync(d.seen, 0, cap * 4, st), "memset");
@@ -766,92 +839,193 @@ class GpuTable {
 
   // Rows for the keys at pos[0..m) that are not on the device: from the host tier (or initial rows).
   // Returns whether making room rebuilt the table (every row moved to a new slot).
+  //
+  // The misses' keys are made distinct and sorted on the device (the order the host tier takes them in);
+  // an eviction, when the budget needs one, is launched before the host takes the incoming rows, so the
+  // device rehashes while the host works.  The two touch different ids (victims are resident, the incoming
+  // rows are not), so the order is the one of a take after the put.  Rows taken from the host tier are put
+  // back if anything after the take fails: a failed batch loses no row.
   bool bring_in(const int64_t* keys, const uint32_t* pos, uint32_t m, uint32_t tick, cudaStream_t st) {
     int64_t* mk = mkeys_.get(m);
     gather_keys_kernel<<<blocks_for(m), kThreads, 0, st>>>(keys, pos, m, mk);
-    int64_t* hk = in_keys_.get(m);
-    ck(cudaMemcpyAsync(hk, mk, m * 8, cudaMemcpyDeviceToHost, st), "copy keys");
-    ck(cudaStreamSynchronize(st), "sync");
-    std::sort(hk, hk + m);
-    const uint64_t u = static_cast<uint64_t>(std::unique(hk, hk + m) - hk);
+    ck(cudaGetLastError(), "gather_keys_kernel");
+    std::unique_ptr<PhaseClock> clock = std::make_unique<PhaseClock>(phase_[kDistinct]);
+    const uint64_t u = distinct_sorted(mk, m, st);  // mk[0..u): the distinct keys, ascending
     if (max_rows_ && u > max_rows_)
       throw heterps::TableError("a batch needs " + std::to_string(u) +
                                 " new device rows, more than the device budget's " + std::to_string(max_rows_) +
                                 "; split the batch or raise memory_budget_bytes");
+    int64_t* hk = in_keys_.get(u);
+    ck(cudaMemcpyAsync(hk, mk, u * 8, cudaMemcpyDeviceToHost, st), "copy keys");
+    ck(cudaStreamSynchronize(st), "sync");
+    clock.reset();
+    link_out_ += u * 8;
     const uint64_t rebuilds = rebuilds_;
-    make_room(u, tick, st);  // may rebuild: its staging buffers are out_*, not these
+    Rebuild room = make_room(u, tick, st);  // launched, not finished: its staging buffers are out_*, not these
     float* rows = in_rows_.get(u * hstride_);
-    host_->take_rows(hk, u, rows);  // the host tier's batch call: over its shards, on its threads
-    uint32_t* sc = in_scores_.get(u);
-    std::fill(sc, sc + u, lfu() ? 1u : tick);
-    float* dr = rows_in_.get(u * hstride_);
-    uint32_t* ds = scores_in_.get(u);
-    ck(cudaMemcpyAsync(mk, hk, u * 8, cudaMemcpyHostToDevice, st), "copy keys");
-    ck(cudaMemcpyAsync(dr, rows, u * hstride_ * 4, cudaMemcpyHostToDevice, st), "copy rows");
-    ck(cudaMemcpyAsync(ds, sc, u * 4, cudaMemcpyHostToDevice, st), "copy scores");
-    insert_kernel<<<blocks_for(u), kThreads, 0, st>>>(t_, mk, dr, ds, static_cast<uint32_t>(u), tick);
-    ck(cudaGetLastError(), "insert_kernel");
-    ck(cudaStreamSynchronize(st), "insert");  // the staging buffers are reused by the next batch
+    try {
+      PhaseClock c(phase_[kTake]);
+      host_->take_rows(hk, u, rows);  // the host tier's batch call: over its shards, on its threads
+    } catch (...) {
+      abandon(room, st);
+      throw;
+    }
+    try {
+      finish(room, st);
+      // Rows of the current batch are never evicted, so a batch touching more rows than the budget holds
+      // cannot be served: the table must stay at most ~90% full for probing to terminate.
+      if (max_rows_ && (count_ + u) * 10 > t_.cap * 9)
+        throw heterps::TableError("a batch touches more distinct ids than the device budget holds (" +
+                                  std::to_string(max_rows_) + " rows); split the batch or raise memory_budget_bytes");
+      PhaseClock c(phase_[kInsert]);
+      float* dr = rows_in_.get(u * hstride_);
+      ck(cudaMemcpyAsync(dr, rows, u * hstride_ * 4, cudaMemcpyHostToDevice, st), "copy rows");
+      link_in_ += u * hstride_ * 4;
+      with_lanes(hstride_, [&](auto tile) {
+        constexpr int T = decltype(tile)::value;
+        insert_kernel<T>
+            <<<blocks_for(u * T), kThreads, 0, st>>>(t_, mk, dr, lfu() ? 1u : tick, static_cast<uint32_t>(u), tick);
+      });
+      ck(cudaGetLastError(), "insert_kernel");
+      ck(cudaStreamSynchronize(st), "insert");  // the staging buffers are reused by the next batch
+    } catch (...) {
+      try {
+        host_->put_rows(hk, u, rows, nullptr);  // back where they were (scores: now)
+      } catch (...) {
+      }
+      throw;
+    }
     count_ += u;
     promoted_ += u;
     return rebuilds_ != rebuilds;
   }
 
-  void make_room(uint64_t incoming, uint32_t tick, cudaStream_t st) {
+  // Sorts keys[0..m) on the device and moves the distinct ones to its front; returns how many.
+  uint64_t distinct_sorted(int64_t* keys, uint32_t m, cudaStream_t st) {
+    int64_t* sorted = sorted_.get(m);
+    uint32_t* nsel = nsel_.get(1);
+    size_t sort_bytes = 0, unique_bytes = 0;
+    ck(cub::DeviceRadixSort::SortKeys(nullptr, sort_bytes, keys, sorted, int(m), 0, 64, st), "sort (size)");
+    ck(cub::DeviceSelect::Unique(nullptr, unique_bytes, sorted, keys, nsel, int(m), st), "unique (size)");
+    uint8_t* tmp = cub_tmp_.get(std::max(sort_bytes, unique_bytes));
+    ck(cub::DeviceRadixSort::SortKeys(tmp, sort_bytes, keys, sorted, int(m), 0, 64, st), "sort");
+    ck(cub::DeviceSelect::Unique(tmp, unique_bytes, sorted, keys, nsel, int(m), st), "unique");
+    return read_counter(nsel, st);
+  }
+
+  // A rebuild launched on the stream: `fresh` fills while the host works; finish() hands its victims to the
+  // host tier and makes it the table, abandon() drops it (t_ still holds every row).
+  struct Rebuild {
+    bool active = false;
+    Dev fresh;
+    uint64_t max_victims = 0;
+  };
+
+  Rebuild make_room(uint64_t incoming, uint32_t tick, cudaStream_t st) {
     if (max_rows_ == 0) {
       if ((count_ + incoming) * 2 > t_.cap) {
         uint64_t cap = t_.cap;
         while ((count_ + incoming) * 2 > cap) cap <<= 1;
         rebuild(cap, 0, false, 0, st);
       }
-      return;
+      return Rebuild();
     }
     // Evict the coldest rows this batch's misses need room for, no more (issue 42: a pass of an eighth of the
     // budget made the host tier's share of a pass, hence a step's stall, grow with the budget).
-    if (count_ + incoming > max_rows_) evict_coldest(count_ + incoming - max_rows_, tick, st);
-    // Rows of the current batch are never evicted, so a batch touching more rows than the budget holds
-    // cannot be served: the table must stay at most ~90% full for probing to terminate.
-    if ((count_ + incoming) * 10 > t_.cap * 9)
-      throw heterps::TableError("a batch touches more distinct ids than the device budget holds (" +
-                                std::to_string(max_rows_) + " rows); split the batch or raise memory_budget_bytes");
+    if (count_ + incoming <= max_rows_ || count_ == 0) return Rebuild();
+    const uint64_t want = count_ + incoming - max_rows_;
+    uint64_t live = 0;
+    uint32_t nth;
+    {
+      PhaseClock c(phase_[kSelect]);
+      nth = nth_lowest_score(want, &live, st);
+    }
+    if (live == 0) return Rebuild();
+    const uint32_t threshold = nth == UINT32_MAX ? nth : nth + 1;  // scores <= the n-th lowest
+    // Ties (LRU ticks are per batch) may select more than wanted: the victim buffer caps the overshoot.
+    return start_rebuild(t_.cap, threshold, false, want + want / 4 + 1024, st, tick);
   }
 
-  // Evicts about n rows with the lowest scores to the host tier (never rows used by batch `tick`).
-  void evict_coldest(uint64_t n, uint32_t tick, cudaStream_t st) {
-    if (n == 0 || count_ == 0) return;
-    uint32_t* sc = all_scores_.get(t_.cap);
-    int64_t* ks = all_keys_.get(t_.cap);
-    ck(cudaMemcpyAsync(sc, t_.scores, t_.cap * 4, cudaMemcpyDeviceToHost, st), "copy scores");
-    ck(cudaMemcpyAsync(ks, t_.keys, t_.cap * 8, cudaMemcpyDeviceToHost, st), "copy keys");
-    ck(cudaStreamSynchronize(st), "sync");
-    std::vector<uint32_t> live;
-    live.reserve(count_);
-    for (uint64_t i = 0; i < t_.cap; ++i)
-      if (ks[i] != kEmpty) live.push_back(sc[i]);
-    if (live.empty()) return;
-    n = std::min<uint64_t>(n, live.size());
-    std::nth_element(live.begin(), live.begin() + (n - 1), live.end());
-    uint32_t nth = live[n - 1];
-    uint32_t threshold = nth == UINT32_MAX ? nth : nth + 1;  // scores <= the n-th lowest
-    // Ties (LRU ticks are per batch) may select more than n: the victim buffer caps the overshoot.
-    rebuild(t_.cap, threshold, false, n + n / 4 + 1024, st, tick);
+  // The n-th lowest score (1-based; n is capped at the live rows, their count stored in *live) of the live
+  // slots: a radix select, 8 bits a pass from the top, each pass a histogram on the device and 256 counts
+  // read back.  The same value as ordering every live score, so the same rows are evicted.
+  uint32_t nth_lowest_score(uint64_t n, uint64_t* live, cudaStream_t st) {
+    uint32_t* bins = bins_.get(256);
+    uint32_t* h = bins_host_.get(256);
+    const unsigned blocks = static_cast<unsigned>(std::min<uint64_t>(blocks_for(t_.cap), 1024));
+    uint32_t prefix = 0, high = 0;
+    *live = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      ck(cudaMemsetAsync(bins, 0, 256 * 4, st), "memset");
+      score_histogram_kernel<<<blocks, kThreads, 0, st>>>(t_, prefix, high, shift, bins);
+      ck(cudaGetLastError(), "score_histogram_kernel");
+      ck(cudaMemcpyAsync(h, bins, 256 * 4, cudaMemcpyDeviceToHost, st), "copy histogram");
+      ck(cudaStreamSynchronize(st), "sync");
+      link_out_ += 256 * 4;
+      if (shift == 24) {
+        for (int b = 0; b < 256; ++b) *live += h[b];
+        if (*live == 0) return 0;
+        n = std::min(n, *live);
+      }
+      int b = 0;
+      uint64_t below = 0;
+      while (b < 255 && below + h[b] < n) below += h[b++];
+      prefix |= uint32_t(b) << shift;
+      high |= 255u << shift;
+      n -= below;
+    }
+    return prefix;
   }
 
-  // Re-inserts every row into a fresh table of `cap` slots, except victims (see rehash_kernel), at most
+  // Re-inserts every row into a table of `cap` slots, except victims (see rehash_kernel), at most
   // max_victims of them, which go to the host tier.
   void rebuild(uint64_t cap, uint32_t threshold, bool all, uint64_t max_victims, cudaStream_t st,
                uint32_t protect = 0) {
-    Dev fresh = alloc(cap, st);
+    Rebuild r = start_rebuild(cap, threshold, all, max_victims, st, protect);
+    finish(r, st);
+  }
+
+  Rebuild start_rebuild(uint64_t cap, uint32_t threshold, bool all, uint64_t max_victims, cudaStream_t st,
+                        uint32_t protect = 0) {
+    Rebuild r;
+    r.fresh = empty_table(cap, st);
+    r.max_victims = max_victims;
+    r.active = true;
     uint32_t* vc = vcount_.get(1);
     ck(cudaMemsetAsync(vc, 0, 4, st), "memset");
-    uint64_t vcap = std::max<uint64_t>(1, max_victims);
+    const uint64_t vcap = std::max<uint64_t>(1, max_victims);
     int64_t* vk = vkeys_.get(vcap);
     uint32_t* vs = vscores_.get(vcap);
     float* vr = vrows_.get(vcap * hstride_);
-    rehash_kernel<<<blocks_for(t_.cap), kThreads, 0, st>>>(t_, fresh, threshold, all ? 1 : 0, protect,
-                                                           static_cast<uint32_t>(max_victims), vc, vk, vs, vr);
-    uint32_t nv = read_counter(vc, st);
-    nv = static_cast<uint32_t>(std::min<uint64_t>(nv, max_victims));
+    with_lanes(hstride_, [&](auto tile) {
+      constexpr int T = decltype(tile)::value;
+      rehash_kernel<T><<<blocks_for(t_.cap * T), kThreads, 0, st>>>(t_, r.fresh, threshold, all ? 1 : 0, protect,
+                                                                    static_cast<uint32_t>(max_victims), vc, vk, vs, vr);
+    });
+    ck(cudaGetLastError(), "rehash_kernel");
+    return r;
+  }
+
+  void abandon(Rebuild& r, cudaStream_t st) {
+    if (!r.active) return;
+    cudaStreamSynchronize(st);
+    retire(r.fresh);  // t_ still holds every row
+    r.active = false;
+  }
+
+  void finish(Rebuild& r, cudaStream_t st) {
+    if (!r.active) return;
+    r.active = false;
+    Dev fresh = r.fresh;
+    uint32_t nv = 0;
+    try {
+      PhaseClock c(phase_[kRehashWait]);
+      nv = read_counter(vcount_.get(1), st);
+    } catch (...) {
+      retire(fresh);
+      throw;
+    }
+    nv = static_cast<uint32_t>(std::min<uint64_t>(nv, r.max_victims));
     // The victims are in `fresh` nowhere and in t_ still: until the host tier holds them, t_ stays the table.
     std::exception_ptr host_error;
     if (nv) {
@@ -859,34 +1033,65 @@ class GpuTable {
       uint32_t* hs = nullptr;
       float* hr = nullptr;
       try {
+        PhaseClock c(phase_[kVictimCopy]);
         hk = out_keys_.get(nv);
         hs = out_scores_.get(nv);
         hr = out_rows_.get(size_t(nv) * hstride_);
-        ck(cudaMemcpyAsync(hk, vk, nv * 8, cudaMemcpyDeviceToHost, st), "copy victims");
-        ck(cudaMemcpyAsync(hs, vs, nv * 4, cudaMemcpyDeviceToHost, st), "copy victims");
-        ck(cudaMemcpyAsync(hr, vr, size_t(nv) * hstride_ * 4, cudaMemcpyDeviceToHost, st), "copy victims");
+        ck(cudaMemcpyAsync(hk, vkeys_.get(nv), nv * 8, cudaMemcpyDeviceToHost, st), "copy victims");
+        ck(cudaMemcpyAsync(hs, vscores_.get(nv), nv * 4, cudaMemcpyDeviceToHost, st), "copy victims");
+        ck(cudaMemcpyAsync(hr, vrows_.get(size_t(nv) * hstride_), size_t(nv) * hstride_ * 4, cudaMemcpyDeviceToHost,
+                           st),
+           "copy victims");
         ck(cudaStreamSynchronize(st), "sync");
+        link_out_ += uint64_t(nv) * (12 + hstride_ * 4);
       } catch (...) {
-        release(fresh);  // keep t_, which still holds every row
+        retire(fresh);  // keep t_, which still holds every row
         throw;
       }
       try {
+        PhaseClock c(phase_[kPut]);
         host_->put_rows(hk, nv, hr, hs);  // the host tier's batch call: over its shards, on its threads
       } catch (const heterps::TableError&) {
         // put_rows puts every row, then reports a bad spilled record of another id that its compaction met:
         // the victims are in the host tier, so the rebuild completes and the error is raised after it.
         host_error = std::current_exception();
       } catch (...) {
-        release(fresh);  // anything else (no memory): keep t_, which still holds every row
+        retire(fresh);  // anything else (no memory): keep t_, which still holds every row
         throw;
       }
     }
-    release(t_);
+    Dev old = t_;
     t_ = fresh;
+    retire(old);
     ++rebuilds_;
     count_ -= nv;
     evicted_ += nv;
     if (host_error) std::rethrow_exception(host_error);
+  }
+
+  // A table of `cap` empty slots: the spare when it has that capacity (keys emptied, counts cleared: a
+  // rebuild during a push leaves counts in the table it replaces), else a new allocation.
+  Dev empty_table(uint64_t cap, cudaStream_t st) {
+    if (spare_.cap == cap) {
+      Dev d = spare_;
+      spare_ = Dev();
+      fill_empty_kernel<<<blocks_for(cap), kThreads, 0, st>>>(d.keys, cap);
+      ck(cudaMemsetAsync(d.count, 0, cap * 8, st), "memset");
+      return d;
+    }
+    release(spare_);  // another capacity (growth): free it before allocating
+    return alloc(cap, st);
+  }
+
+  // A table out of use (not t_) becomes the spare if t_ has its capacity (an eviction's rebuild), else is
+  // freed.  Between pushes its accumulator is zero everywhere, as empty_table relies on.
+  void retire(Dev& d) {
+    if (d.cap != 0 && d.cap == t_.cap && d.keys != t_.keys && spare_.cap == 0) {
+      spare_ = d;
+      d = Dev();
+    } else {
+      release(d);
+    }
   }
 };
 
@@ -955,6 +1160,22 @@ int heterps_gpu_table_find(const char* name, const int64_t* keys, size_t n, floa
     auto t = need(name);
     std::lock_guard<std::mutex> lock(t->mu);
     t->find(keys, n, out, found, static_cast<cudaStream_t>(stream));
+  });
+}
+
+int heterps_gpu_table_phase_seconds(const char* name, double* out, size_t n) {
+  return guarded([&] {
+    auto t = need(name);
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->phase_seconds(out, n);
+  });
+}
+
+int heterps_gpu_table_link_bytes(const char* name, uint64_t* out2) {
+  return guarded([&] {
+    auto t = need(name);
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->link_bytes(out2);
   });
 }
 

@@ -26,6 +26,13 @@ int heterps_gpu_table_push(const char* name, const int64_t* keys, size_t n, cons
 int heterps_gpu_table_find(const char* name, const int64_t* keys, size_t n, float* out, uint8_t* found, void* stream);
 // rows resident on the device, rows in the host tier, evictions to host, promotions from host
 int heterps_gpu_table_stats(const char* name, uint64_t* out4);
+// Bytes the table has copied over the link since it was opened: out2[0] to the device, out2[1] from it
+// (rows and keys moved between the tiers, the eviction threshold's histograms).
+int heterps_gpu_table_link_bytes(const char* name, uint64_t* out2);
+// Host seconds the table's batches have spent moving rows between the tiers, cumulative, in this order (n
+// at most 7): making the misses distinct, selecting the eviction threshold, taking rows from the host tier,
+// waiting for the rehash, copying the victims, putting them into the host tier, inserting the promoted rows.
+int heterps_gpu_table_phase_seconds(const char* name, double* out, size_t n);
 // Moves every device row to the host table (used before save): afterwards the host table is complete.
 int heterps_gpu_table_flush_to_host(const char* name);
 
