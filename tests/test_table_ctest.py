@@ -48,14 +48,14 @@ def test_cuda_table_compiles_for_sm80_sm90():
         "-DBUILD_TESTING=OFF",
     )
     b = subprocess.run(
-        ["cmake", "--build", str(build), "-j", JOBS, "--target", "table_bench"],
+        ["cmake", "--build", str(build), "-j", JOBS, "--target", "table_bench", "tier_bench"],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert b.returncode == 0, b.stdout[-6000:] + b.stderr[-4000:]
     bench = build / "bench" / "table_bench"
-    assert bench.exists()
+    assert bench.exists() and (build / "bench" / "tier_bench").exists()
     # Both architectures are compiled in: from the binary where cuobjdump exists, else from the commands.
     cuobjdump = Path(_nvcc()).parent / "cuobjdump"
     if cuobjdump.exists():

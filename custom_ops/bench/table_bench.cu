@@ -21,6 +21,7 @@
 
 #include "gpu_table.h"
 #include "heterps/table.h"
+#include "zipf_ids.h"
 
 namespace {
 
@@ -193,31 +194,6 @@ double median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
-// n ids drawn from Zipf(s) over [0, rows): rank r (0 = hottest) has weight 1 / (r + 1)^s; ranks are
-// scattered over the key space by an odd multiplier (a bijection mod a power of two, then folded), so hot
-// ids do not sit in neighbouring slots.
-std::vector<int64_t> zipf_ids(uint64_t rows, uint64_t n, double s, uint64_t seed, uint64_t* unique) {
-  std::vector<double> cdf(rows);
-  double acc = 0;
-  for (uint64_t r = 0; r < rows; ++r) cdf[r] = (acc += std::pow(double(r + 1), -s));
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(0.0, acc);
-  uint64_t p2 = 1;
-  while (p2 < rows) p2 <<= 1;
-  std::vector<int64_t> out(n);
-  for (auto& k : out) {
-    uint64_t r = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
-    uint64_t x = r;
-    do x = (x * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) & (p2 - 1);
-    while (x >= rows);  // cycle-walk: stays a bijection of [0, rows)
-    k = static_cast<int64_t>(std::min(x, rows - 1));
-  }
-  std::vector<int64_t> sorted(out);
-  std::sort(sorted.begin(), sorted.end());
-  *unique = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
-  return out;
-}
-
 struct Rates {
   double find = 0, find_hit60 = 0, pull = 0, push = 0;
   uint64_t unique = 0;
@@ -336,7 +312,7 @@ int main(int argc, char** argv) {
   Rates rz;
   if (a.zipf > 0) {
     uint64_t zu = 0;
-    std::vector<int64_t> z = zipf_ids(a.rows, a.batch, a.zipf, 9, &zu);
+    std::vector<int64_t> z = heterps_bench::zipf_ids(a.rows, a.batch, a.zipf, 9, &zu);
     rz = measure(z, zu);
   }
   auto print_rates = [&](const char* what, const Rates& r) {
