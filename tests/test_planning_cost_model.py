@@ -175,12 +175,14 @@ def test_a_gpu_type_prices_the_rows_off_the_device_by_its_tiers():
     """A gpu stage whose rows do not all fit the device: its sparse layers take (1 - f + f * tier_slowdown) times
     their all-resident time, f the share off the device, or what the SSD figures give where that is slower."""
     emb = LayerProfile("emb", "sparse", flops=0, param_bytes=4e9, io_bytes=1e4, out_bytes=0)
-    cm = CostModel(model(emb), Cluster((FAST_SSD_GPU,)), throughput=1.0)
+    ssd_as_fast_as_memory = dataclasses.replace(FAST_SSD_GPU, ssd_bw=1e12)  # the SSD figures add nothing
+    cm = CostModel(model(emb), Cluster((ssd_as_fast_as_memory,)), throughput=1.0)
     resident = 1e4 / 1e12
     assert cm.stage_time(0, 1, 0, 4) == pytest.approx(resident)  # fits: no tiers
-    # k = 1: f = 0.75; the default slowdown (65.5) binds: 1e-8 * (0.25 + 0.75 * 65.5) = 49.375 * 1e-8
-    assert cm.stage_time(0, 1, 0, 1) == pytest.approx(resident * 49.375)
-    assert cm.stage_time(0, 1, 0, 2) == pytest.approx(resident * (0.5 + 0.5 * 65.5))
+    # k = 1: f = 0.75; the default slowdown binds: 1e-8 * (0.25 + 0.75 * 8.55) = 6.6625 * 1e-8
+    slow = DEFAULT_TIER_SLOWDOWN
+    assert cm.stage_time(0, 1, 0, 1) == pytest.approx(resident * (0.25 + 0.75 * slow))
+    assert cm.stage_time(0, 1, 0, 2) == pytest.approx(resident * (0.5 + 0.5 * slow))
     # a measured slowdown from the cluster file; where the SSD figures are slower, they bind
     cheap = dataclasses.replace(FAST_SSD_GPU, tier_slowdown=2.0)
     cm = CostModel(model(emb), Cluster((cheap,)), throughput=1.0)
@@ -189,19 +191,20 @@ def test_a_gpu_type_prices_the_rows_off_the_device_by_its_tiers():
     measured = LayerProfile("emb", "sparse", flops=0, param_bytes=4e9, io_bytes=1e4, out_bytes=0, time={"gpu": 2e-8})
     fc = LayerProfile("fc", "dense", flops=1e7, param_bytes=0, out_bytes=0)
     cm = CostModel(model(measured, fc), Cluster((FAST_SSD_GPU,)), throughput=1.0)
-    assert cm.stage_time(0, 2, 0, 1) == pytest.approx(2e-8 * 49.375 + 1e7 / 1e13)
+    assert cm.stage_time(0, 2, 0, 1) == pytest.approx(2e-8 * (0.25 + 0.75 * slow) + 1e7 / 1e13)
     # a cpu type's table has no device tier: its spill is priced by its SSD as before
     cpu = ResourceType("cpu", "cpu", 1.0, 8, flops=1e12, mem_bw=1e12, memory=1e9, net_bw=1e9, ssd_bw=1e11)
     cm = CostModel(model(emb), Cluster((cpu,)), throughput=1.0)
     assert cm.stage_time(0, 1, 0, 1) == pytest.approx(1e4 * (0.25 / 1e12 + 0.75 / 1e11))
 
 
-@pytest.mark.parametrize("tier_slowdown, placed_on", [(None, "cpu"), (1.0, "gpu")])
+@pytest.mark.parametrize("tier_slowdown, placed_on", [(65.5, "cpu"), (1.0, "gpu")])
 def test_exact_never_puts_a_table_on_a_gpu_whose_tiers_make_it_slower_than_the_cpu(tier_slowdown, placed_on):
     """A 4 GB table; the gpu type (1 GB, at most 2 units) holds half of it and its SSD figures say the other half
     costs little (1e11 B/s), so priced by those alone (tier_slowdown 1: the model before the tiers) 2 gpus beat the
-    5 cpus the target needs.  Through the host tier (the default slowdown) a gpu is slower than a cpu and 2 of them
-    cannot reach the target: the exact plan keeps the table on the cpus."""
+    5 cpus the target needs.  Through a slow host tier (65.5: the tiers before their batch calls and eviction on the
+    device) a gpu is slower than a cpu and 2 of them cannot reach the target: the exact plan keeps the table on the
+    cpus."""
     emb = LayerProfile("emb", "sparse", flops=0, param_bytes=4e9, io_bytes=2e4, out_bytes=0)
     cpu = ResourceType("cpu", "cpu", 1.0, 64, flops=1e11, mem_bw=4e10, memory=1e10, net_bw=1e9, ssd_bw=1e9)
     gpu = dataclasses.replace(FAST_SSD_GPU, tier_slowdown=tier_slowdown)

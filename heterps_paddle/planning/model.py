@@ -25,10 +25,11 @@ LAYER_KINDS = ("sparse", "dense")
 RESOURCE_KINDS = ("cpu", "gpu")
 # A gpu type's tier_slowdown when its cluster file gives none (docs/plan-formats.md, "The cost model"): how many
 # times longer a sparse layer's lookup takes when its row is served through the GPU table's host tier instead of
-# device memory.  From issue 42's H100 run (2^24 rows, dim 64, SGD, a step = pull then push of 2^20 Zipf ids), made
-# before the host tier's batch calls: 395 steps/s with every row resident, 7-9 with a quarter resident; 8 steps/s
-# at a resident share r = 0.25 is 395/8 = 49.4 times slower = r + (1 - r) * 65.5.
-DEFAULT_TIER_SLOWDOWN = 65.5
+# device memory.  From the tiers' H100 run (docs/sparse-table.md, "The tiers on an H100": 2^24 rows, dim 64, SGD,
+# a step = pull then push of 2^20 Zipf(1.05) ids, the hottest quarter resident): 768 steps/s with every row
+# resident, 115 with a quarter, 6.66 times slower = r + (1 - r) * 8.55 at r = 0.25.  (Zipf 0.8, less skewed, gives
+# 27.4; before the host tier's batch calls and the eviction on the device it was 65.5.)
+DEFAULT_TIER_SLOWDOWN = 8.55
 
 
 class PlanningInputError(HeterPSError, ValueError):
