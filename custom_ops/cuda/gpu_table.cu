@@ -652,7 +652,20 @@ class GpuTable {
     if (f[0]) {
       // A rebuild while making room moves every row and clears the counts: then every id is looked up
       // again, else only the misses.
-      const bool moved = bring_in(keys, pos, f[0], tick, st);
+      const uint64_t rebuilds = rebuilds_;
+      bool moved;
+      try {
+        moved = bring_in(keys, pos, f[0], tick, st);
+      } catch (...) {
+        // The batch is not applied: the occurrences the prepare pass counted go back to 0 (else the next push of
+        // those rows would wait for occurrences that never come, and leave their gradients in the accumulator).
+        // After a rebuild the counts are those of a new table, which the rebuild cleared.
+        if (rebuilds_ == rebuilds) {
+          push_reset_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, slot_of, n);
+          cudaStreamSynchronize(st);
+        }
+        throw;
+      }
       const uint32_t m = moved ? static_cast<uint32_t>(n) : f[0];
       push_resolve_kernel<<<blocks_for(m), kThreads, 0, st>>>(t_, keys, moved ? nullptr : pos, m, slot_of);
       ck(cudaGetLastError(), "push_resolve_kernel");
@@ -795,12 +808,17 @@ class GpuTable {
     d.hstride = hstride_;
     d.dstride = dstride_;
     d.lfu = lfu();
-    ck(cudaMalloc(&d.keys, cap * 8), "cudaMalloc keys");
-    ck(cudaMalloc(&d.scores, cap * 4), "cudaMalloc scores");
-    ck(cudaMalloc(&d.count, cap * 8), "cudaMalloc counts");
-    ck(cudaMalloc(&d.seen, cap * 4), "cudaMalloc seen");
-    ck(cudaMalloc(&d.rows, cap * dstride_ * 4), "cudaMalloc rows");
-    ck(cudaMalloc(&d.accum, cap * c_.dim * 4), "cudaMalloc accum");
+    try {
+      ck(cudaMalloc(&d.keys, cap * 8), "cudaMalloc keys");
+      ck(cudaMalloc(&d.scores, cap * 4), "cudaMalloc scores");
+      ck(cudaMalloc(&d.count, cap * 8), "cudaMalloc counts");
+      ck(cudaMalloc(&d.seen, cap * 4), "cudaMalloc seen");
+      ck(cudaMalloc(&d.rows, cap * dstride_ * 4), "cudaMalloc rows");
+      ck(cudaMalloc(&d.accum, cap * c_.dim * 4), "cudaMalloc accum");
+    } catch (...) {
+      release(d);  // the arrays allocated before the one that failed
+      throw;
+    }
     fill_empty_kernel<<<blocks_for(cap), kThreads, 0, st>>>(d.keys, cap);
     // Every array defined once, here: a table reused as the rebuild's spare keeps them so.
     ck(cudaMemsetAsync(d.scores, 0, cap * 4, st), "memset");
@@ -862,8 +880,9 @@ class GpuTable {
     link_out_ += u * 8;
     const uint64_t rebuilds = rebuilds_;
     Rebuild room = make_room(u, tick, st);  // launched, not finished: its staging buffers are out_*, not these
-    float* rows = in_rows_.get(u * hstride_);
+    float* rows = nullptr;
     try {
+      rows = in_rows_.get(u * hstride_);
       PhaseClock c(phase_[kTake]);
       host_->take_rows(hk, u, rows);  // the host tier's batch call: over its shards, on its threads
     } catch (...) {
@@ -888,10 +907,13 @@ class GpuTable {
       });
       ck(cudaGetLastError(), "insert_kernel");
       ck(cudaStreamSynchronize(st), "insert");  // the staging buffers are reused by the next batch
-    } catch (...) {
+    } catch (const std::exception& e) {
       try {
         host_->put_rows(hk, u, rows, nullptr);  // back where they were (scores: now)
-      } catch (...) {
+      } catch (const std::exception& back) {
+        throw heterps::TableError(std::string(e.what()) + "; putting the " + std::to_string(u) +
+                                  " rows taken from the host tier back failed too (" + back.what() +
+                                  "): those rows are lost");
       }
       throw;
     }
@@ -902,6 +924,8 @@ class GpuTable {
 
   // Sorts keys[0..m) on the device and moves the distinct ones to its front; returns how many.
   uint64_t distinct_sorted(int64_t* keys, uint32_t m, cudaStream_t st) {
+    if (m > static_cast<uint32_t>(INT32_MAX))
+      throw heterps::TableError("a batch of " + std::to_string(m) + " misses: split it (at most 2^31 - 1 a batch)");
     int64_t* sorted = sorted_.get(m);
     uint32_t* nsel = nsel_.get(1);
     size_t sort_bytes = 0, unique_bytes = 0;
@@ -987,22 +1011,28 @@ class GpuTable {
 
   Rebuild start_rebuild(uint64_t cap, uint32_t threshold, bool all, uint64_t max_victims, cudaStream_t st,
                         uint32_t protect = 0) {
-    Rebuild r;
-    r.fresh = empty_table(cap, st);
-    r.max_victims = max_victims;
-    r.active = true;
+    // the victims' buffers first: a table taken and then lost to their allocation's failure would leak
     uint32_t* vc = vcount_.get(1);
-    ck(cudaMemsetAsync(vc, 0, 4, st), "memset");
     const uint64_t vcap = std::max<uint64_t>(1, max_victims);
     int64_t* vk = vkeys_.get(vcap);
     uint32_t* vs = vscores_.get(vcap);
     float* vr = vrows_.get(vcap * hstride_);
-    with_lanes(hstride_, [&](auto tile) {
-      constexpr int T = decltype(tile)::value;
-      rehash_kernel<T><<<blocks_for(t_.cap * T), kThreads, 0, st>>>(t_, r.fresh, threshold, all ? 1 : 0, protect,
-                                                                    static_cast<uint32_t>(max_victims), vc, vk, vs, vr);
-    });
-    ck(cudaGetLastError(), "rehash_kernel");
+    Rebuild r;
+    r.fresh = empty_table(cap, st);
+    r.max_victims = max_victims;
+    r.active = true;
+    try {
+      ck(cudaMemsetAsync(vc, 0, 4, st), "memset");
+      with_lanes(hstride_, [&](auto tile) {
+        constexpr int T = decltype(tile)::value;
+        rehash_kernel<T><<<blocks_for(t_.cap * T), kThreads, 0, st>>>(
+            t_, r.fresh, threshold, all ? 1 : 0, protect, static_cast<uint32_t>(max_victims), vc, vk, vs, vr);
+      });
+      ck(cudaGetLastError(), "rehash_kernel");
+    } catch (...) {
+      abandon(r, st);
+      throw;
+    }
     return r;
   }
 
@@ -1073,6 +1103,9 @@ class GpuTable {
   // rebuild during a push leaves counts in the table it replaces), else a new allocation.
   Dev empty_table(uint64_t cap, cudaStream_t st) {
     if (spare_.cap == cap) {
+      // A find on another stream may still read it (find does not synchronise): wait, as cudaFree did when
+      // every rebuild freed the table it replaced.
+      ck(cudaDeviceSynchronize(), "sync before reusing the spare table");
       Dev d = spare_;
       spare_ = Dev();
       fill_empty_kernel<<<blocks_for(cap), kThreads, 0, st>>>(d.keys, cap);

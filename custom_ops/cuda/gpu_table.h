@@ -12,7 +12,9 @@ extern "C" {
 const char* heterps_gpu_last_error(void);
 // Get or create the device table `name` from a core config string (same keys as the CPU table;
 // memory_budget_bytes bounds the device-resident rows, the overflow goes to the host table of the same
-// config, which itself spills to ssd_dir).
+// config, which itself spills to ssd_dir).  Device memory: a table of budget / (2 x a slot's bytes) rows holds
+// twice that many slots (rounded up to a power of two), and once it has evicted, a second table of the same
+// size is kept for the next eviction's rehash (the peak of a rehash either way): up to about 4x the budget.
 int heterps_gpu_table_open(const char* name, const char* config, int device);
 int heterps_gpu_table_drop(const char* name);
 // keys: device int64[n]; out: device float[n * dim].  Missing rows are created (same deterministic init
