@@ -7,14 +7,14 @@
 //   ./build/bench/tier_bench [--rows 16777216] [--dim 64] [--batch 1048576] [--budgets 1,0.5,0.25,0.1]
 //                            [--zipf 1.05,0.8] [--warm 3] [--steps 8] [--host-threads 0] [--device 0]
 //
-// Every table starts with all `rows` rows (their initial values) in it: all-resident, pulled onto the
-// device; for a budget f under 1, put into the host tier and the f * rows hottest (by Zipf rank) then pulled
-// onto the device, so the timed steps evict and promote existing rows as a long job's would.  Budget f: the device
-// holds f * rows rows (memory_budget_bytes = f * rows * the device bytes of a row).  rows_moved: promoted + evicted a
-// step; link_bytes: what the table copied over the link a step (heterps_gpu_table_link_bytes;
-// -DTIER_BENCH_NO_LINK_BYTES for a table without it: rows moved times a row's bytes instead, and no host_ms_per_step);
-// host_ms_per_step: where the misses' host time went (heterps_gpu_table_phase_seconds).  Exit 1 if a pull or push
-// failed.
+// Every table starts with all `rows` rows (their initial values) in it: all-resident, pulled onto the device; for a
+// budget f under 1, put into the host tier and the f * rows hottest (by Zipf rank) then pulled onto the device, so the
+// timed steps evict and promote existing rows as a long job's would.  Budget f: the device holds f * rows rows
+// (memory_budget_bytes = f * rows * the device bytes of a row).  A step's figures: rows_moved, promoted + evicted;
+// link_bytes, what the table copied over the link both ways (heterps_gpu_table_link_bytes); link_share, the busier
+// direction's bytes/s over a plain copy's that way; host_ms_per_step, where the misses' host time went
+// (heterps_gpu_table_phase_seconds).  Built with -DTIER_BENCH_NO_LINK_BYTES for a table without those two calls: the
+// rows moved times a row's bytes instead, and no host_ms_per_step.  Exit 1 if a pull or push failed.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -125,6 +125,8 @@ void link_bandwidth(double* h2d, double* d2h) {
 
 struct Result {
   double zipf, budget, steps_per_s, median_step_ms, rows_moved, promoted, evicted, link_bytes, unique;
+  double link_in = 0, link_out = 0;  // a step's bytes to and from the device (the same split of rows moved without
+                                     // the counter: promoted rows in, evicted rows out)
   uint64_t device_rows;
   double phase_ms[7] = {};  // heterps_gpu_table_phase_seconds' phases, a step
 };
@@ -253,9 +255,13 @@ int main(int argc, char** argv) {
         r.evicted = double(st1[2] - st0[2]) / a.steps;
         r.rows_moved = r.promoted + r.evicted;
 #ifndef TIER_BENCH_NO_LINK_BYTES
-        r.link_bytes = double((lb1[0] - lb0[0]) + (lb1[1] - lb0[1])) / a.steps;
+        r.link_in = double(lb1[0] - lb0[0]) / a.steps;
+        r.link_out = double(lb1[1] - lb0[1]) / a.steps;
+        r.link_bytes = r.link_in + r.link_out;
         for (int p = 0; p < kPhases; ++p) r.phase_ms[p] = (ph1[p] - ph0[p]) * 1e3 / a.steps;
 #else
+        r.link_in = r.promoted * row_link_bytes;
+        r.link_out = r.evicted * row_link_bytes;
         r.link_bytes = r.rows_moved * row_link_bytes;
 #endif
         r.unique = unique;
@@ -283,21 +289,23 @@ int main(int argc, char** argv) {
   std::printf(" \"link_bytes_counted\": true,\n");
 #endif
   std::printf(" \"link_gb_per_s\": {\"h2d\": %.2f, \"d2h\": %.2f},\n \"configs\": [\n", h2d, d2h);
-  const double link = std::min(h2d, d2h);
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     double resident = 0;
     for (const Result& q : results)
       if (q.zipf == r.zipf && q.budget >= 1) resident = q.steps_per_s;
     const double gbps = r.link_bytes * r.steps_per_s / 1e9;
+    // the busier direction's share of what a plain page-locked copy moves that way
+    const double share = h2d > 0 && d2h > 0
+                             ? std::max(r.link_in / 1e9 * r.steps_per_s / h2d, r.link_out / 1e9 * r.steps_per_s / d2h)
+                             : 0.0;
     std::printf(
         "  {\"zipf\": %.2f, \"budget\": %.3f, \"steps_per_s\": %.2f, \"median_step_ms\": %.3f, \"vs_resident\": %.4f, "
         "\"unique_ids_per_batch\": %.0f, \"rows_moved_per_step\": %.0f, \"promoted_per_step\": %.0f, "
         "\"evicted_per_step\": %.0f, \"link_bytes_per_step\": %.0f, \"link_gb_per_s\": %.3f, "
         "\"link_share\": %.4f, \"device_rows\": %llu",
         r.zipf, r.budget, r.steps_per_s, r.median_step_ms, resident > 0 ? r.steps_per_s / resident : 0.0, r.unique,
-        r.rows_moved, r.promoted, r.evicted, r.link_bytes, gbps, link > 0 ? gbps / link : 0.0,
-        (unsigned long long)r.device_rows);
+        r.rows_moved, r.promoted, r.evicted, r.link_bytes, gbps, share, (unsigned long long)r.device_rows);
 #ifndef TIER_BENCH_NO_LINK_BYTES
     std::printf(", \"host_ms_per_step\": {");
     for (int p = 0; p < kPhases; ++p) std::printf("%s\"%s\": %.3f", p ? ", " : "", kPhaseNames[p], r.phase_ms[p]);
