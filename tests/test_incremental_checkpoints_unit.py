@@ -243,3 +243,26 @@ def test_the_sparse_tables_get_the_delta_threshold_and_bad_settings_are_refused(
         key = f"strategy.sparse_table_configs[emb].accessor.ctr_accessor_param.{field} = {value:g} {why}"
         with pytest.raises(CheckpointError, match=key.replace("[", r"\[").replace("]", r"\]")):
             checkpoint_deltas.set_delta_threshold(strategy.downpour_table_param, ["emb"])
+
+
+def test_full_checkpoints_save_as_a_base_unless_a_base_would_leave_rows_out():
+    """Every checkpoint full: Paddle's base save (mode 2: plain text, compressed after the pause) where it writes
+    every row; a script's base_threshold on a sparse table keeps the gzipped checkpoint save (mode 0), said why."""
+    from paddle.distributed.fleet.proto import distributed_strategy_pb2 as pb
+
+    strategy, other = pb.DistributedStrategy(), pb.DistributedStrategy()
+    assert launch_checkpoints.base_save_mode([strategy.downpour_table_param], ["emb"]) == (2, None)
+    table = other.downpour_table_param.add()
+    table.table_name = "emb"
+    table.accessor.ctr_accessor_param.delta_threshold = 0.5  # not what a base reads
+    assert launch_checkpoints.base_save_mode([strategy.downpour_table_param, other.downpour_table_param], ["emb"]) == (
+        2,
+        None,
+    )
+    table.accessor.ctr_accessor_param.base_threshold = 1.5
+    assert launch_checkpoints.base_save_mode([other.downpour_table_param], ["dnn_only"]) == (2, None)  # not sparse
+    mode, why = launch_checkpoints.base_save_mode([strategy.downpour_table_param, other.downpour_table_param], ["emb"])
+    assert mode == 0 and why == (
+        "strategy.sparse_table_configs[emb].accessor.ctr_accessor_param.base_threshold = 1.5 would leave rows out of "
+        "a base save"
+    )

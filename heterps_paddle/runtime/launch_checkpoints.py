@@ -34,7 +34,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, cast
+from typing import Any, Callable, Iterable, Iterator, cast
 
 from heterps_paddle import settings
 from heterps_paddle.files import write_atomic
@@ -209,6 +209,9 @@ class PassCheckpoints:
         self.persisting: Persist | None = None  # trainer 0: the checkpoint being persisted in the background
         self.persisting_honours_ask = False  # ... and whether it is the one an ask asked for
         self.last_bytes = 0  # the last checkpoint's bytes (how much room a staging area needs)
+        # save_persistables' mode of a full checkpoint when every checkpoint is full: 2 ("base": every row as plain
+        # text, compressed in the background) where that writes every row, else 0 (gzipped inside the pause)
+        self.full_mode = 0
 
     def gate(self, call: seam.DatasetCall) -> bool:
         """Whether this ``train_from_dataset`` call is a pass the checkpoint already holds (not run)."""
@@ -295,7 +298,7 @@ class PassCheckpoints:
         self.wait_persisted(f"checkpoint after pass {passes}")
         staging = staging_for(self.root, checkpoint_name(passes), self.last_bytes)
         if self.base_every <= 1:
-            return Decision("full", 0, staging)
+            return Decision("full", self.full_mode, staging)
         # an increment holds what changed since the previous checkpoint of this chain: the one this launch wrote
         # last, or resumed from (its servers restored it); a base every base_every checkpoints
         if self.previous is None or len(chain_names(self.previous)) >= self.base_every:
@@ -482,6 +485,38 @@ class PassCheckpoints:
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
 
 
+def full_save_mode() -> int:
+    """The ``save_persistables`` mode of a full checkpoint when every checkpoint is full (:func:`base_save_mode`,
+    over every copy of the job's strategy); said in the log when it is 0."""
+    from heterps_paddle.runtime import checkpoint_deltas  # lazy: imports Paddle when it runs
+
+    runtime = seam.fleet_runtime()
+    names = checkpoint_deltas.sparse_table_names(runtime)
+    mode, why = base_save_mode([s.sparse_table_configs for s in seam.job_strategies(runtime)], names)
+    if why:
+        logger.info("checkpoints: full saves gzipped inside the pause (mode 0): %s", why)
+    return mode
+
+
+def base_save_mode(table_configs: Iterable[Any], names: Iterable[str]) -> tuple[int, str | None]:
+    """2, Paddle's "base" save (every row as plain text, which trainer 0 compresses after the pause), where it writes
+    every row of the sparse tables ``names``: their accessor's ``base_threshold`` is 0 in every one of
+    ``table_configs`` (strategies' ``sparse_table_configs``; the_one_ps sets 0 unless the script sets it; a base also
+    leaves out rows unseen for more than ``delta_keep_days`` saves of mode 3, which the launch never makes).  Else
+    0, Paddle's "checkpoint" save, which the servers gzip inside the pause (docs/checkpoints.md, "The pause"), with
+    the setting that rules the base out."""
+    from heterps_paddle.runtime.checkpoint_deltas import KEY
+
+    wanted = set(names)
+    for tables in table_configs:
+        for entry in tables:
+            param = entry.accessor.ctr_accessor_param
+            if entry.table_name in wanted and param.HasField("base_threshold") and param.base_threshold > 0:
+                field = KEY.format(table=entry.table_name, field="base_threshold")
+                return 0, f"{field} = {param.base_threshold:g} would leave rows out of a base save"
+    return 2, None
+
+
 def complete(path: str) -> bool:
     return os.path.isfile(os.path.join(path, MANIFEST))
 
@@ -607,6 +642,8 @@ def install(ctx: seam.ProcessContext) -> None:
     if choice is None:
         return
     passes = PassCheckpoints(choice, cast(tuple[float, str], settings.get("HETERPS_CHECKPOINT_EVERY")))
+    if base_interval() <= 1:
+        ctx.after_minimize["full_checkpoint_mode"] = lambda fleet: setattr(passes, "full_mode", full_save_mode())
     # the last checkpoint complete (or its failure raised) before the trainer's process ends
     ctx.after_stop_worker["checkpoint_persisted"] = lambda: passes.wait_persisted("the trainer's end")
     ctx.pass_gate = passes.gate
