@@ -19,27 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_check.h"
 #include "gpu_table.h"
 #include "heterps/table.h"
 #include "zipf_ids.h"
 
 namespace {
-
-#define CK(x)                                                                                       \
-  do {                                                                                              \
-    cudaError_t e_ = (x);                                                                           \
-    if (e_ != cudaSuccess) {                                                                        \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                                 \
-    }                                                                                               \
-  } while (0)
-#define CKT(x)                                                                                         \
-  do {                                                                                                 \
-    if ((x) != 0) {                                                                                    \
-      std::fprintf(stderr, "table error: %s (%s:%d)\n", heterps_gpu_last_error(), __FILE__, __LINE__); \
-      std::exit(2);                                                                                    \
-    }                                                                                                  \
-  } while (0)
 
 struct Args {
   uint64_t rows = 8ull << 20;

@@ -14,7 +14,8 @@
 // link_bytes, what the table copied over the link both ways (heterps_gpu_table_link_bytes); link_share, the busier
 // direction's bytes/s over a plain copy's that way; host_ms_per_step, where the misses' host time went
 // (heterps_gpu_table_phase_seconds).  Built with -DTIER_BENCH_NO_LINK_BYTES for a table without those two calls: the
-// rows moved times a row's bytes instead, and no host_ms_per_step.  Exit 1 if a pull or push failed.
+// rows moved times a row's bytes instead, and no host_ms_per_step.  Exit 1 if a step's pull or push failed, 2 if a
+// table or CUDA call setting up failed.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,27 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_check.h"
 #include "gpu_table.h"
 #include "heterps/table.h"
 #include "zipf_ids.h"
 
 namespace {
-
-#define CK(x)                                                                                       \
-  do {                                                                                              \
-    cudaError_t e_ = (x);                                                                           \
-    if (e_ != cudaSuccess) {                                                                        \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                                 \
-    }                                                                                               \
-  } while (0)
-#define CKT(x)                                                                                         \
-  do {                                                                                                 \
-    if ((x) != 0) {                                                                                    \
-      std::fprintf(stderr, "table error: %s (%s:%d)\n", heterps_gpu_last_error(), __FILE__, __LINE__); \
-      std::exit(1);                                                                                    \
-    }                                                                                                  \
-  } while (0)
 
 std::vector<double> list_of(const char* s) {
   std::vector<double> out;
