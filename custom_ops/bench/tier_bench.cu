@@ -35,11 +35,20 @@
 
 namespace {
 
-std::vector<double> list_of(const char* s) {
+// A comma-separated list of numbers (an option's value); anything else ends the run naming it.
+std::vector<double> list_of(const std::string& option, const char* s) {
   std::vector<double> out;
   std::stringstream in(s);
   std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::strtod(item.c_str(), nullptr));
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0') {
+      std::fprintf(stderr, "tier_bench: %s: '%s' is not a number\n", option.c_str(), item.c_str());
+      std::exit(2);
+    }
+    out.push_back(v);
+  }
   return out;
 }
 
@@ -64,9 +73,9 @@ Args parse(int argc, char** argv) {
     else if (k == "--host-threads")
       a.host_threads = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
     else if (k == "--budgets")
-      a.budgets = list_of(v);
+      a.budgets = list_of(k, v);
     else if (k == "--zipf")
-      a.zipf = list_of(v);
+      a.zipf = list_of(k, v);
     else if (k == "--warm")
       a.warm = std::atoi(v);
     else if (k == "--steps")
@@ -80,6 +89,20 @@ Args parse(int argc, char** argv) {
   }
   if (a.steps < 1 || a.warm < 0 || a.rows == 0 || a.batch == 0 || a.dim == 0) {
     std::fprintf(stderr, "tier_bench: --rows, --batch, --dim and --steps must be positive\n");
+    std::exit(2);
+  }
+  for (double f : a.budgets)
+    if (!(f > 0 && f <= 1)) {
+      std::fprintf(stderr, "tier_bench: --budgets: each a share of the rows in (0, 1], got %g\n", f);
+      std::exit(2);
+    }
+  for (double s : a.zipf)
+    if (!(s > 0 && s < 10)) {
+      std::fprintf(stderr, "tier_bench: --zipf: each an exponent in (0, 10), got %g\n", s);
+      std::exit(2);
+    }
+  if (a.budgets.empty() || a.zipf.empty()) {
+    std::fprintf(stderr, "tier_bench: --budgets and --zipf need at least one value each\n");
     std::exit(2);
   }
   return a;
