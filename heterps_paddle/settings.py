@@ -42,6 +42,13 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise ValueError("must be between 0 and 1")
+    return value
+
+
 def _flag(text: str) -> bool:
     if text not in ("0", "1"):
         raise ValueError("must be 0 or 1")
@@ -259,6 +266,13 @@ _ALL = (
         "30",
         "the moving window a stage's measured samples/s and work share are taken over, seconds (launch/gauge.py)",
         _positive_float,
+    ),
+    Setting(
+        "HETERPS_STRAGGLER_SHARE",
+        "0.6",
+        "a stage 1 trainer training under this share of its peers' median samples/s in the same pass is named slow "
+        "on the console and in the rates (launch/gauge.py)",
+        _share,
     ),
     Setting(
         "HETERPS_STATUS_EVERY_S",

@@ -82,3 +82,81 @@ def test_rounds_add_up_their_samples_and_cost_and_garbage_is_not_counted():
     assert rates.round == 1 and rates.samples == 2000 + 100  # the rounds' samples together
     assert rates.cost_per_hour is None and rates.cost_so_far is None  # no prices: no cost, never a wrong one
     assert gauge.cost_so_far == pytest.approx(4.0)
+
+
+def trainers(progress):
+    """Stage 1 trainers on hosts 127.0.0.2, .3, ...: ``progress`` gives each one's (samples, finished passes)."""
+    return {
+        f"meter.1.trainer.{i}": {
+            "stage": 1,
+            "role": "trainer",
+            "index": i,
+            "host": f"127.0.0.{i + 2}",
+            "cpu_s": 1.0,
+            "cores": 1,
+            "samples": samples,
+            "passes": passes,
+        }
+        for i, (samples, passes) in enumerate(progress)
+    }
+
+
+def window(gauge, start, end, at=1000.0):
+    """Two snapshots 10 s apart (the gauge's first window): the trainers at ``start`` and at ``end``."""
+    assert gauge.observe(at, 0, trainers(start), None) is None
+    rates = gauge.observe(at + 10.0, 0, trainers(end), None)
+    assert rates is not None
+    return rates
+
+
+def test_a_trainer_slower_than_its_peers_in_the_same_pass_is_named_with_its_host():
+    """Each host's trainer against its peers in the same pass: one at a third of their rate is slow, named on the
+    console with its host; the others are not, and none is when the rates are close."""
+    rates = window(Gauge(window_s=30.0, every_s=10.0), [(0, 0)] * 3, [(10000, 0), (3000, 0), (9000, 0)])
+    fast, slow, other = rates.trainers
+    assert (slow.host, slow.index, slow.slow) == ("127.0.0.3", 1, True)
+    assert slow.samples_per_s == pytest.approx(300.0) and slow.peers_samples_per_s == pytest.approx(950.0)
+    assert not fast.slow and not other.slow
+    assert rates.to_record()["trainers"][1] == {
+        "host": "127.0.0.3",
+        "index": 1,
+        "samples_per_s": 300.0,
+        "peers_samples_per_s": 950.0,
+        "share_of_peers": 0.316,
+        "slow": True,
+    }
+    (line,) = [text for text in rates.lines() if "127.0.0.3" in text]
+    assert line.startswith("heterps launch: host 127.0.0.3 (trainer 1): 300 samples/s, 32% of its peers'")
+    calm = window(Gauge(window_s=30.0, every_s=10.0), [(0, 0)] * 3, [(10000, 0), (7000, 0), (9000, 0)])
+    assert not any(t.slow for t in calm.trainers) and not any("host 127.0.0" in text for text in calm.lines())
+    assert [
+        t.slow for t in window(Gauge(straggler_share=0.8), [(0, 0)] * 3, [(10000, 0), (7000, 0), (9000, 0)]).trainers
+    ] == [
+        False,
+        True,
+        False,
+    ]
+
+
+def test_a_trainer_that_ended_its_share_of_the_pass_waits_and_is_no_ones_peer():
+    """A trainer done with its share of the pass trains nothing while it waits: neither slow itself nor the peer
+    that makes a trainer still in the pass look fast; trainers a pass apart, or crossing a pass's end in the window,
+    are not compared."""
+    # trainer 0 ended pass 1 before the window (1 pass finished), 1 and 2 are still in it
+    rates = window(Gauge(), [(45000, 1), (20000, 0), (20000, 0)], [(45000, 1), (24000, 0), (29000, 0)])
+    done, slowish, fast = rates.trainers
+    assert not done.slow and done.peers_samples_per_s is None  # not in the pass the others are in
+    assert slowish.peers_samples_per_s == pytest.approx(900.0) and slowish.slow  # 400 against 900: its only peer
+    assert fast.peers_samples_per_s == pytest.approx(400.0) and not fast.slow
+    # a trainer ending its share within the window (its passes went up) is nobody's peer either
+    rates = window(Gauge(), [(40000, 0), (20000, 0)], [(45000, 1), (22000, 0)])
+    assert [(t.peers_samples_per_s, t.slow) for t in rates.trainers] == [(None, False), (None, False)]
+    # every trainer crossing the end of a pass: nothing compared
+    rates = window(Gauge(), [(40000, 0), (39000, 0)], [(50000, 1), (45000, 1)])
+    assert not any(t.slow or t.peers_samples_per_s for t in rates.trainers)
+    # a record without passes (another version) is left out of the comparison, not an error
+    old = trainers([(0, 0), (0, 0)])
+    del old["meter.1.trainer.1"]["passes"]
+    gauge = Gauge()
+    gauge.observe(1000.0, 0, old, None)
+    assert [t.index for t in gauge.observe(1010.0, 0, trainers([(5000, 0), (100, 0)]), None).trainers] == [0]

@@ -18,6 +18,11 @@ one line per stage and one for the job.
   either for a middle one.  A stage's capacity, what it could train alone, is the measured samples/s over its
   work share.  A GPU stage's work is on its device, which CPU time does not see: its work share is not measured
   (None) where Paddle runs it on a GPU.
+- **Each host's trainers.** A stage 1 CPU trainer's own samples/s over the window, beside its peers' in the same
+  pass (those that neither finished a pass in the window nor are a pass ahead: a trainer that ended its share of
+  the pass waits, and is no peer).  One under ``straggler_share`` (``HETERPS_STRAGGLER_SHARE``) of its peers'
+  median is *slow*: a busy or throttled host, a stopped process.  Each trainer reads its own share of the data, so a
+  slow one bounds every pass it is in; the console says so, where the job's rate alone would not say which host.
 - **Cost.** Cost per hour is the plan's (each stage's units times its type's price); cost so far adds it up over
   the time each round ran; cost per million samples is cost per hour over the samples trained per hour
   (planning/cost_model.py: cost_per_million_samples, the one definition), at the measured rate.
@@ -32,6 +37,34 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from heterps_paddle.planning.cost_model import cost_per_million_samples
+
+
+@dataclass(frozen=True)
+class TrainerRate:
+    """A stage 1 CPU trainer over the window: its samples/s, and against its peers' in the same pass."""
+
+    host: str
+    index: int
+    samples_per_s: float
+    peers_samples_per_s: float | None  # the median of its peers' (None: no peer trained in the same pass)
+    slow: bool
+
+    @property
+    def share(self) -> float | None:
+        if not self.peers_samples_per_s:
+            return None
+        return self.samples_per_s / self.peers_samples_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        share = self.share
+        return {
+            "host": self.host,
+            "index": self.index,
+            "samples_per_s": _round(self.samples_per_s),
+            "peers_samples_per_s": _round(self.peers_samples_per_s),
+            "share_of_peers": None if share is None else round(share, 3),
+            "slow": self.slow,
+        }
 
 
 @dataclass(frozen=True)
@@ -84,6 +117,7 @@ class Rates:
     cost_per_hour: float | None
     cost_so_far: float | None
     stages: tuple[StageRate, ...]
+    trainers: tuple[TrainerRate, ...] = ()
 
     @property
     def cost_per_million_samples(self) -> float | None:
@@ -103,6 +137,7 @@ class Rates:
             "cost_so_far": None if self.cost_so_far is None else round(self.cost_so_far, 6),
             "cost_per_million_samples": _round(self.cost_per_million_samples, 6),
             "stages": [s.to_dict() for s in self.stages],
+            "trainers": [t.to_dict() for t in self.trainers],
         }
 
     def lines(self) -> list[str]:
@@ -127,6 +162,13 @@ class Rates:
                 )
             )
         )
+        for t in self.trainers:
+            if t.slow and t.share is not None:
+                out.append(
+                    f"heterps launch: host {t.host} (trainer {t.index}): {t.samples_per_s:,.0f} samples/s, "
+                    f"{t.share:.0%} of its peers' in the same pass: slow (a busy or throttled host, a stopped process); "
+                    "it bounds every pass it is in"
+                )
         out.append(
             f"heterps launch: job (round {self.round}): {self.samples_per_s:,.0f} samples/s over the last "
             f"{self.window_s:.0f} s, {self.samples:,} samples trained; {cost}"
@@ -143,6 +185,9 @@ class _Snapshot:
     at: float
     samples: int  # the round's stage 1 trainers' samples, summed
     cpu: dict[str, tuple[int, float, int]]  # process key -> (stage, cpu seconds, cores)
+    trainers: dict[str, tuple[str, int, int, int]] = field(
+        default_factory=dict
+    )  # key -> (host, index, samples, passes)
 
 
 @dataclass
@@ -153,6 +198,7 @@ class Gauge:
     window_s: float = 30.0
     every_s: float = 10.0
     gpu_stages: frozenset[int] = frozenset()
+    straggler_share: float = 0.6  # a trainer under this share of its peers' median samples/s is slow
     history: list[_Snapshot] = field(default_factory=list)
     round: int = -1
     samples_before: int = 0  # trained by the rounds before this one
@@ -219,7 +265,25 @@ class Gauge:
             cost_per_hour=self.cost_per_hour(),
             cost_so_far=self.cost_so_far if self.cost_per_hour() is not None else None,
             stages=stages,
+            trainers=self._trainers(first, last, span),
         )
+
+    def _trainers(self, first: _Snapshot, last: _Snapshot, span: float) -> tuple[TrainerRate, ...]:
+        """Each stage 1 CPU trainer seen at both ends of the window, against its peers in the same pass."""
+        seen = {key: (now, first.trainers[key]) for key, now in last.trainers.items() if key in first.trainers}
+        if not seen:
+            return ()
+        rate = {key: max(0, now[2] - before[2]) / span for key, (now, before) in seen.items()}
+        current = min(now[3] for now, _ in seen.values())  # the pass the slowest is in
+        in_pass = {key for key, (now, before) in seen.items() if now[3] == before[3] == current}
+        out = []
+        for key in sorted(seen, key=lambda k: seen[k][0][1]):
+            host, index = seen[key][0][0], seen[key][0][1]
+            peers = sorted(rate[k] for k in in_pass if k != key)
+            median = _median(peers) if key in in_pass and peers else None
+            slow = median is not None and median > 0 and rate[key] < self.straggler_share * median
+            out.append(TrainerRate(host, index, rate[key], median, slow))
+        return tuple(out)
 
     def _stages(self) -> list[Mapping[str, Any]]:
         stages = list((self.plan or {}).get("stages") or ())
@@ -259,9 +323,15 @@ class Gauge:
         )
 
 
+def _median(values: list[float]) -> float:
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
 def _snapshot(now: float, meters: Mapping[str, Mapping[str, Any]]) -> _Snapshot:
     samples = 0
     cpu: dict[str, tuple[int, float, int]] = {}
+    trainers: dict[str, tuple[str, int, int, int]] = {}
     for name, record in meters.items():
         try:
             stage, cpu_s, cores = int(record["stage"]), float(record["cpu_s"]), max(1, int(record.get("cores") or 1))
@@ -269,5 +339,8 @@ def _snapshot(now: float, meters: Mapping[str, Mapping[str, Any]]) -> _Snapshot:
             continue  # a record of another version, or garbage: not counted
         if record.get("role") == "trainer" and isinstance(record.get("samples"), int):
             samples += max(0, int(record["samples"]))
+            passes, index = record.get("passes"), record.get("index")
+            if stage == 1 and isinstance(passes, int) and isinstance(index, int):
+                trainers[name] = (str(record.get("host") or "?"), index, max(0, int(record["samples"])), passes)
         cpu[name] = (stage, cpu_s, cores)
-    return _Snapshot(now, samples, cpu)
+    return _Snapshot(now, samples, cpu, trainers)

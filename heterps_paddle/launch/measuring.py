@@ -18,7 +18,8 @@ class Measuring:
 
     def __init__(self, log: EventLog | JobLog | None, say: Callable[[str], None]):
         window = float(cast(float, settings.get("HETERPS_RATES_WINDOW_S")))
-        self.gauge = Gauge(window_s=window, every_s=max(1.0, window / 3))
+        straggler = float(cast(float, settings.get("HETERPS_STRAGGLER_SHARE")))
+        self.gauge = Gauge(window_s=window, every_s=max(1.0, window / 3), straggler_share=straggler)
         self.every_s = float(cast(float, settings.get("HETERPS_STATUS_EVERY_S")))
         self.log = log
         self.say = say
