@@ -381,15 +381,23 @@ JITTER = 0.4
 
 
 def trainers_of(run, address):
-    """The CPU trainer processes a host's launch started (its descendants whose role is TRAINER)."""
-    found = []
+    """The CPU trainer processes a host's launch started: its descendants whose role is TRAINER, not counting their
+    own children (a dataset's pipe command, ``cat``, inherits the trainer's environment)."""
     try:
         children = psutil.Process(run.hosts[address].proc.pid).children(recursive=True)
     except psutil.Error:
-        return found
+        return []
+    trainers = {}
     for proc in children:
         try:
             if proc.environ().get("TRAINING_ROLE") == "TRAINER":
+                trainers[proc.pid] = proc
+        except psutil.Error:
+            continue
+    found = []
+    for proc in trainers.values():
+        try:
+            if proc.ppid() not in trainers:
                 found.append(proc)
         except psutil.Error:
             continue
