@@ -74,7 +74,32 @@ def canned_log(path):
         joined=[],
         hosts=["127.0.0.2"],
     )
-    log.write("rates", samples=25000, cost_so_far=0.02, cost_per_million_samples=1.11, **{**rates, "round": 1})
+    trainers = [
+        {
+            "host": "127.0.0.2",
+            "index": 0,
+            "samples_per_s": 700.0,
+            "peers_samples_per_s": 300.0,
+            "share_of_peers": 2.333,
+            "slow": False,
+        },
+        {
+            "host": "127.0.0.3",
+            "index": 1,
+            "samples_per_s": 300.0,
+            "peers_samples_per_s": 700.0,
+            "share_of_peers": 0.429,
+            "slow": True,
+        },
+    ]
+    log.write(
+        "rates",
+        samples=25000,
+        cost_so_far=0.02,
+        cost_per_million_samples=1.11,
+        trainers=trainers,
+        **{**rates, "round": 1},
+    )
     return str(path)
 
 
@@ -103,6 +128,8 @@ def test_status_and_metrics_say_the_same_figures(tmp_path, capsys):
     assert "samples/s: 1,000 measured over the last 30 s, 900 predicted, target 800" in text
     assert "cost: 4/h, 0.02 so far, 1.11 per million samples measured" in text
     assert "stage 1: 2 x cpu_small (cpu) at 1/h each: 1,000 samples/s measured vs 950 predicted, work 50%" in text
+    assert "  host 127.0.0.3 (trainer 1): 300 samples/s, 43% of its peers' in the same pass: slow" in text
+    assert "host 127.0.0.2 (trainer 0)" not in text and [t["slow"] for t in status["trainers"]] == [False, True]
     port = free_port_block("127.0.0.1", 1)
     server = MetricsServer("127.0.0.1", port, log_dir).start()
     try:
@@ -115,6 +142,9 @@ def test_status_and_metrics_say_the_same_figures(tmp_path, capsys):
     assert value(text, "heterps_cost_per_million_samples") == status["cost_per_million_samples"]
     assert 'heterps_rounds_total{kind="move"} 1.0' in text and value(text, "heterps_job_round") == 1
     assert 'heterps_stage_work_ratio{kind="cpu",resource="cpu_small",stage="1"} 0.5' in text
+    assert 'heterps_trainer_slow{host="127.0.0.3",index="1"} 1.0' in text
+    assert 'heterps_trainer_slow{host="127.0.0.2",index="0"} 0.0' in text
+    assert 'heterps_trainer_peer_ratio{host="127.0.0.3",index="1"} 0.429' in text
     assert "gpu_fast" in text and 'heterps_stage_work_ratio{kind="gpu"' not in text  # not measured: not invented
     assert str(tmp_path) not in text and "pid" not in text  # no path, no process of the job
 

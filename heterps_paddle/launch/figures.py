@@ -112,6 +112,7 @@ class JobFigures:
             "window_s": rates.get("window_s"),
             "measured_at": None if not self.series else self.series[-1]["t"],
             "stages": rates.get("stages") or [],
+            "trainers": rates.get("trainers") or [],
             "rounds": self.rounds,
         }
 
@@ -143,6 +144,12 @@ class JobFigures:
                     f"{_n(s['samples_per_s'])} samples/s measured vs {_n(s['predicted_samples_per_s'])} predicted, "
                     f"work {work}, could do {_n(s.get('capacity_samples_per_s'))} alone"
                 )
+            for t in d["trainers"]:
+                if t.get("slow") and t.get("share_of_peers") is not None:
+                    out.append(
+                        f"  host {t['host']} (trainer {t['index']}): {_n(t['samples_per_s'])} samples/s, "
+                        f"{t['share_of_peers']:.0%} of its peers' in the same pass: slow"
+                    )
         for r in self.rounds:
             out.append(
                 f"round {r['round']} ({r['kind']}, {time.strftime('%H:%M:%S', time.localtime(r['at']))}): {r['why']}"

@@ -28,6 +28,7 @@ MAX_CONNECTIONS = 64
 MAX_REQUEST = 8192  # bytes of a request line and its headers
 REQUEST_S = 5.0
 STAGE_LABELS = ("stage", "resource", "kind")
+TRAINER_LABELS = ("host", "index")
 
 
 class _Figures:
@@ -120,6 +121,29 @@ class _Figures:
                 if stage.get(key) is not None:
                     family.add_metric(labels, float(stage[key]))
         yield from families.values()
+        trainers = {
+            "samples_per_s": GaugeMetricFamily(
+                "heterps_trainer_samples_per_second",
+                "samples/s a stage 1 trainer trained over the window",
+                labels=TRAINER_LABELS,
+            ),
+            "share_of_peers": GaugeMetricFamily(
+                "heterps_trainer_peer_ratio",
+                "a stage 1 trainer's samples/s over its peers' median in the same pass",
+                labels=TRAINER_LABELS,
+            ),
+            "slow": GaugeMetricFamily(
+                "heterps_trainer_slow",
+                "1 when a stage 1 trainer is under HETERPS_STRAGGLER_SHARE of its peers'",
+                labels=TRAINER_LABELS,
+            ),
+        }
+        for trainer in d["trainers"]:
+            labels = [str(trainer.get("host")), str(trainer.get("index"))]
+            for key, family in trainers.items():
+                if trainer.get(key) is not None:
+                    family.add_metric(labels, float(trainer[key]))
+        yield from trainers.values()
 
 
 def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
