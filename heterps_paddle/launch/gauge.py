@@ -33,6 +33,7 @@ Pure: no I/O, no clock of its own (times come with the calls), no Paddle.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -279,8 +280,8 @@ class Gauge:
         out = []
         for key in sorted(seen, key=lambda k: seen[k][0][1]):
             host, index = seen[key][0][0], seen[key][0][1]
-            peers = sorted(rate[k] for k in in_pass if k != key)
-            median = _median(peers) if key in in_pass and peers else None
+            peers = [rate[k] for k in in_pass if k != key]
+            median = statistics.median(peers) if key in in_pass and peers else None
             slow = median is not None and median > 0 and rate[key] < self.straggler_share * median
             out.append(TrainerRate(host, index, rate[key], median, slow))
         return tuple(out)
@@ -321,11 +322,6 @@ class Gauge:
             waiting_for=waiting,
             price_per_hour=self.prices.get(resource),
         )
-
-
-def _median(values: list[float]) -> float:
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
 def _snapshot(now: float, meters: Mapping[str, Mapping[str, Any]]) -> _Snapshot:

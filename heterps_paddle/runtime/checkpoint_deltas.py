@@ -56,12 +56,18 @@ def refusal(table: str, field: str, value: float, why: str) -> CheckpointError:
     )
 
 
+def base_threshold(param: Any) -> float:
+    """A table's ``ctr_accessor_param.base_threshold`` as Paddle applies it: 0 when unset (the_one_ps's default).
+    Over 0, Paddle's base and delta saves (modes 2 and 1) leave out the rows scoring under it."""
+    return float(param.base_threshold) if param.HasField("base_threshold") else 0.0
+
+
 def set_delta_threshold(tables: Any, names: Iterable[str]) -> None:
     """In ``tables`` (a strategy's ``sparse_table_configs``, edited in place): ``delta_threshold`` = the epsilon on
     every table of ``names``; a setting that would leave pushed rows out of a delta is an error naming it."""
     for name in names:
         param = seam.sparse_table_config(tables, name).accessor.ctr_accessor_param
-        if param.HasField("base_threshold") and param.base_threshold > 0:
+        if base_threshold(param) > 0:
             raise refusal(name, "base_threshold", param.base_threshold, "leaves rows scoring under it out of a save")
         for field in ("nonclk_coeff", "click_coeff"):
             if param.HasField(field) and getattr(param, field) < MIN_COEFFICIENT:

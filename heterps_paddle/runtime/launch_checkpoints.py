@@ -505,15 +505,15 @@ def base_save_mode(table_configs: Iterable[Any], names: Iterable[str]) -> tuple[
     leaves out rows unseen for more than ``delta_keep_days`` saves of mode 3, which the launch never makes).  Else
     0, Paddle's "checkpoint" save, which the servers gzip inside the pause (docs/checkpoints.md, "The pause"), with
     the setting that rules the base out."""
-    from heterps_paddle.runtime.checkpoint_deltas import KEY
+    from heterps_paddle.runtime.checkpoint_deltas import KEY, base_threshold
 
     wanted = set(names)
     for tables in table_configs:
         for entry in tables:
             param = entry.accessor.ctr_accessor_param
-            if entry.table_name in wanted and param.HasField("base_threshold") and param.base_threshold > 0:
+            if entry.table_name in wanted and base_threshold(param) > 0:
                 field = KEY.format(table=entry.table_name, field="base_threshold")
-                return 0, f"{field} = {param.base_threshold:g} would leave rows out of a base save"
+                return 0, f"{field} = {base_threshold(param):g} would leave rows out of a base save"
     return 2, None
 
 
