@@ -78,10 +78,12 @@ for tool in plain memcheck racecheck synccheck initcheck; do
     if [ "$rc" -ne 0 ]; then
       f=$((f + 1))
       echo "   FAILED: $tool $args (rc $rc, log ${rcf%.rc}.log):"
-      grep -E '"failure"|ERROR SUMMARY|rror' "${rcf%.rc}.log" | head -5 | sed 's/^/     /'
+      grep -E '"failure"|ERROR SUMMARY|RACECHECK SUMMARY|rror' "${rcf%.rc}.log" | head -5 | sed 's/^/     /'
     fi
   done
-  errs=$(cat "$LOG_DIR/$tool"-*.log 2>/dev/null | grep -h 'ERROR SUMMARY' | awk '{s += $4} END {print s + 0}')
+  # racecheck ends with "RACECHECK SUMMARY: N hazards displayed (...)", the other tools with "ERROR SUMMARY: N errors"
+  errs=$(cat "$LOG_DIR/$tool"-*.log 2>/dev/null | grep -h -E 'ERROR SUMMARY|RACECHECK SUMMARY' |
+    awk '{s += $4} END {print s + 0}')
   if [ "$f" -eq 0 ] && [ "$n" -gt 0 ]; then
     verdict=PASS
   else
