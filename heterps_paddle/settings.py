@@ -71,6 +71,13 @@ def _count(text: str) -> int:
     return value
 
 
+def _positive_count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be 1 or more")
+    return value
+
+
 def _shards(text: str) -> int | None:
     """Unset: None (the launch chooses: runtime/table_shards.py); else a count of at least 1."""
     if not text.strip():
@@ -314,6 +321,13 @@ _ALL = (
         "0",
         "--adapt: how long the job is expected to run on, seconds (0: as long again as it has run)",
         _non_negative_float,
+    ),
+    Setting(
+        "HETERPS_ADAPT_STRAGGLER_WINDOWS",
+        "3",
+        "--adapt: a host whose trainers were slow against their peers (HETERPS_STRAGGLER_SHARE) in this many "
+        "comparisons in a row, while the job missed its target, is replaced",
+        _positive_count,
     ),
     Setting("HETERPS_OPS_DIR", "", "directory of the sparse-table libraries to load instead of the installed ones"),
     Setting("HETERPS_SLOW_TESTS", "0", "1: run the timing-sensitive tests too", _flag),

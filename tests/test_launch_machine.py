@@ -646,6 +646,7 @@ def test_every_action_has_its_words_and_every_job_fact_its_record():
         m.MoveDeclined: m.MoveDeclined((D,), "p"),
         m.MoveImpossible: m.MoveImpossible((D,), "x"),
         m.AdaptAdvice: m.AdaptAdvice("move", "x", PROPOSAL),
+        m.ReplaceAdvice: m.ReplaceAdvice("replace", "x", m.Replacement(B, "cpu_small", 1.0, 0.3, 3)),
     }
     assert set(notes) == set(m.NOTES)  # a new note fails here until it has its words and record
     for note in notes.values():
@@ -794,3 +795,123 @@ def test_a_move_for_speed_alone_must_win_back_its_own_time():
         m.step(replace(budgeted, rules=replace(budgeted.rules, started_at=NOW - 20)), m.Proposed(within), NOW)[1] == []
     )
     assert kinds(m.step(budgeted, m.Proposed(within), NOW)[1]) == ["AdaptAdvice", "AskCheckpoint"]
+
+
+# ---- a slow host replaced (issue 41, test ii): its trainers slow against their peers while the job misses its target
+
+STAGE = SimpleNamespace(resource="cpu_small", price_per_hour=1.5)
+
+
+def host_rates(per_s, shares, target=1000.0):
+    """A window in which each host's trainer (A's, B's) trained ``shares[host]`` of its peer's samples/s (None: it
+    had no peer in its pass: the other one waited)."""
+    from heterps_paddle.launch.gauge import TrainerRate
+
+    trainers = []
+    for index, (host, share) in enumerate(shares.items()):
+        peers = None if share is None else 500.0
+        mine = 500.0 if share is None else 500.0 * share
+        trainers.append(TrainerRate(host, index, mine, peers, share is not None and share < 0.6))
+    return SimpleNamespace(
+        round=0, samples_per_s=per_s, target_samples_per_s=target, stages=(STAGE,), trainers=tuple(trainers)
+    )
+
+
+# B stopped most of the time: compared at each pass's start (slow), then alone in its pass's tail (not compared);
+# the windows' mean far under the target, though the burst windows come near it
+SLOWED = [
+    host_rates(950.0, {A: 3.0, B: 0.3}),
+    host_rates(300.0, {A: None, B: None}),
+    host_rates(280.0, {A: None, B: None}),
+    host_rates(940.0, {A: 3.2, B: 0.3}),
+    host_rates(290.0, {A: None, B: None}),
+    host_rates(960.0, {A: 3.1, B: 0.32}),
+    host_rates(300.0, {A: None, B: None}),
+]
+
+
+def feed_rates(j, windows, start=NOW, every=10.0):
+    said = []
+    for i, window in enumerate(windows):
+        j, actions = m.step(j, m.Measured(window), start + i * every)
+        said += actions
+    return j, said
+
+
+def test_a_host_slow_against_its_peers_while_the_job_misses_is_replaced_by_a_unit_asked_of_on_scale():
+    j, said = feed_rates(adaptive(newest_checkpoint=2), SLOWED)
+    advice = [a for a in said if isinstance(a, m.ReplaceAdvice)]
+    assert kinds(said).count("ReplaceAdvice") == 1 and advice[0].decision == "replace", said
+    assert advice[0].replacement == m.Replacement(B, "cpu_small", 1.5, 0.32, 3)
+    (wish,) = [a for a in said if isinstance(a, m.OnScale)]
+    assert wish.wanted == {"cpu_small": 1} and "host 10.0.0.2 is slow" in wish.why
+    assert "slow in 3 comparisons in a row" in advice[0].why and "on average" in advice[0].why
+    assert j.seen.replacing.host == B and not [a for a in said if isinstance(a, m.Reconsider) and a.missed]
+    # decided: no other plan is looked for or taken this round, and no second wish
+    j, more = feed_rates(j, SLOWED, start=NOW + 100)
+    assert not [a for a in more if isinstance(a, (m.Reconsider, m.OnScale, m.ReplaceAdvice))], more
+    assert m.step(j, m.Proposed(proposal()), NOW + 200)[1] == []
+    # a machine of its type joins: a checkpoint at the end of the running pass, and the move from it
+    j, actions = m.step(j, m.SpareJoined(E, "d", 2, joining={"type": "cpu_small", "units": 1}), NOW + 210)
+    assert kinds(actions) == ["StandBy", "HostBack", "AskCheckpoint"] and "stand in for host 10.0.0.2" in str(actions)
+    assert m.step(j, m.CheckpointComplete(2), NOW + 215)[1] == []  # written before it joined
+    j, actions = m.step(j, m.CheckpointComplete(3), NOW + 220)
+    assert actions == [m.Replan(frozenset({B}), m.Kind.ADAPT, {E: {"type": "cpu_small", "units": 1}})]
+    assert "standing in for host 10.0.0.2, slow (32% of its peers' samples/s)" in j.seen.pending.reason
+    # the new plan is no better on the model (the same units, another host): the move goes on all the same
+    j, actions = m.step(j, planned(better=False, members={A: True, E: True}), NOW + 230)
+    (nxt,) = actions
+    assert isinstance(nxt, m.NextRound) and nxt.released == {B: 1.5} and render.message(nxt)["released"] == {B: 1.5}
+    assert j.history[-1].released == (B,) and j.history[-1].kind is m.Kind.ADAPT and B in j.lost
+    assert j.seen.replacing is None and j.seen.slow_windows == {}  # a fresh round measures anew
+
+
+def test_a_machine_standing_by_stands_in_for_a_slow_host_at_once():
+    j, said = feed_rates(adaptive(newest_checkpoint=2, spares=frozenset({D})), SLOWED)
+    assert kinds(said)[-2:] == ["ReplaceAdvice", "AskCheckpoint"] and "OnScale" not in kinds(said)
+    j, actions = m.step(j, m.CheckpointComplete(3), NOW + 100)
+    assert actions == [m.Replan(frozenset({B}), m.Kind.ADAPT, {})]
+
+
+def test_no_replacement_for_a_host_compared_fast_once_in_between_the_coordinators_or_a_job_on_target():
+    between = [*SLOWED[:3], host_rates(900.0, {A: 1.0, B: 0.9}), *SLOWED[3:]]
+    j, said = feed_rates(adaptive(), between)
+    assert "ReplaceAdvice" not in kinds(said) and j.seen.slow_windows[B] == 2
+    # a window in which neither trained (a checkpoint): their peers' median 0, no comparison, the count kept
+    idle = host_rates(0.0, {A: 1.0, B: 1.0})
+    idle = SimpleNamespace(
+        **{
+            **vars(idle),
+            "trainers": tuple(
+                replace(t, samples_per_s=0.0, peers_samples_per_s=0.0, slow=False) for t in idle.trainers
+            ),
+        }
+    )
+    j, said = feed_rates(adaptive(newest_checkpoint=2), [SLOWED[0], idle, *SLOWED[1:]])
+    assert kinds(said).count("ReplaceAdvice") == 1
+    coordinator = [host_rates(w.samples_per_s, {A: 0.3, B: 3.0} if w.trainers[0].share else {A: None}) for w in SLOWED]
+    j, said = feed_rates(adaptive(), coordinator)
+    assert "ReplaceAdvice" not in kinds(said) and j.seen.slow_windows[A] == 3  # server 0's host cannot go
+    on_target = [SimpleNamespace(**{**vars(w), "target_samples_per_s": 500.0}) for w in SLOWED]
+    j, said = feed_rates(adaptive(), on_target)
+    assert "ReplaceAdvice" not in kinds(said), said  # slow, but the job meets its target: nothing to gain
+
+
+def test_rates_that_jitter_by_a_fifth_never_replace_a_host():
+    import random
+
+    rng = random.Random(11)
+    windows = [
+        host_rates(1000.0 * (1 + rng.uniform(-0.2, 0.2)), {A: rng.uniform(0.8, 1.25), B: rng.uniform(0.8, 1.25)})
+        for _ in range(60)
+    ]
+    j, said = feed_rates(adaptive(), windows)
+    assert "ReplaceAdvice" not in kinds(said) and j.seen.replacing is None
+
+
+def test_advise_says_once_a_round_which_host_it_would_replace_and_asks_for_nothing():
+    j, said = feed_rates(adaptive("advise"), SLOWED + SLOWED)
+    assert kinds(said).count("ReplaceAdvice") == 1 and "OnScale" not in kinds(said)
+    (advice,) = [a for a in said if isinstance(a, m.ReplaceAdvice)]
+    assert advice.decision == "would replace" and j.seen.replacing is None
+    assert "adapt (advise: doing nothing): would replace host 10.0.0.2" in render.line(advice, j)

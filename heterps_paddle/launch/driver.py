@@ -191,6 +191,7 @@ def adapt_rules(mode: str) -> m.Adapt:
         cooldown=int(number("HETERPS_ADAPT_COOLDOWN")),
         move_s=number("HETERPS_ADAPT_MOVE_S"),
         horizon_s=number("HETERPS_ADAPT_HORIZON_S"),
+        straggler_windows=int(number("HETERPS_ADAPT_STRAGGLER_WINDOWS")),
     )
 
 

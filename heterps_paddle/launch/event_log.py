@@ -201,6 +201,16 @@ def record_of(action: Any, job: Job) -> tuple[str, dict[str, Any]] | None:
         return "reconsidering", {"why": action.why, "missed": action.missed}
     if isinstance(action, e.AdaptAdvice):
         return "adapt", {"decision": action.decision, "why": action.why, "proposal": proposal_record(action.proposal)}
+    if isinstance(action, e.ReplaceAdvice):
+        slow = action.replacement
+        replacing = {
+            "host": slow.host,
+            "resource": slow.resource,
+            "price_per_hour": slow.price_per_hour,
+            "share_of_peers": round(slow.share, 3),
+            "windows": slow.windows,
+        }
+        return "adapt", {"decision": action.decision, "why": action.why, "proposal": None, "replace": replacing}
     if isinstance(action, e.OnScale):
         return "on_scale", {"wanted": dict(action.wanted), "released": dict(action.released), "why": action.why}
     if isinstance(action, e.AskCheckpoint):

@@ -8,7 +8,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
-from heterps_paddle.launch.state import Change, Kind, Round
+from heterps_paddle.launch.state import Change, Kind, Replacement, Round
 
 # ------------------------------------------------------------------------------------------------ the events
 
@@ -370,6 +370,16 @@ class AdaptAdvice:
 
 
 @dataclass(frozen=True)
+class ReplaceAdvice:
+    """A slow host to replace (``decision``: replace, or would replace in advise mode): a unit of its type is asked
+    for, and at the first checkpoint after one stands by the job moves onto it and lets the slow host go."""
+
+    decision: str
+    why: str
+    replacement: Replacement
+
+
+@dataclass(frozen=True)
 class MoveImpossible:
     """No plan with ``hosts`` back (``detail``): the job goes on."""
 
@@ -399,6 +409,7 @@ Action = Union[
     Reconsider,
     OnScale,
     AdaptAdvice,
+    ReplaceAdvice,
 ]
 NOTES: tuple[type, ...] = (
     Settling,
@@ -409,4 +420,5 @@ NOTES: tuple[type, ...] = (
     MoveDeclined,
     MoveImpossible,
     AdaptAdvice,
+    ReplaceAdvice,
 )

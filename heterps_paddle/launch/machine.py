@@ -39,6 +39,7 @@ tests/test_launch_machine.py, or named there as ignored with the reason.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -76,6 +77,7 @@ from heterps_paddle.launch.events import (
     Proposed,
     Reconsider,
     Refuse,
+    ReplaceAdvice,
     Replan,
     Settling,
     SpareGone,
@@ -86,7 +88,19 @@ from heterps_paddle.launch.events import (
     Start,
     Tick,
 )
-from heterps_paddle.launch.state import Adapt, Change, Job, JobState, Kind, Round, RoundChange, Rules, Seen, first_job
+from heterps_paddle.launch.state import (
+    Adapt,
+    Change,
+    Job,
+    JobState,
+    Kind,
+    Replacement,
+    Round,
+    RoundChange,
+    Rules,
+    Seen,
+    first_job,
+)
 
 __all__ = [
     "EVENTS",
@@ -127,6 +141,8 @@ __all__ = [
     "ProcessFailed",
     "Refuse",
     "Replan",
+    "ReplaceAdvice",
+    "Replacement",
     "Round",
     "RoundChange",
     "Rules",
@@ -221,12 +237,24 @@ def _spare_joined(job: Job, event: SpareJoined, now: float) -> tuple[Job, list[A
         job = replace(job, extra={**job.extra, host: joining})
     elif host in job.lost:
         job = replace(job, lost=job.lost - {host})
+    elif job.seen.replacing is not None and job.rules.checkpoints:  # a spare of the file: it stands in
+        return _stands_in(replace(job, back={**job.back, host: event.newest_checkpoint}), actions)
     else:
         return job, actions  # a spare of the file, never lost: it waits for a round that needs it
     actions.append(HostBack(host, joining, moves=job.rules.checkpoints))
     if not job.rules.checkpoints:
         return job, actions
-    return replace(job, back={**job.back, host: event.newest_checkpoint}), actions
+    return _stands_in(replace(job, back={**job.back, host: event.newest_checkpoint}), actions)
+
+
+def _stands_in(job: Job, actions: list[Action]) -> tuple[Job, list[Action]]:
+    """A machine standing by while a slow host waits for one to replace it: a checkpoint at the end of the running
+    pass, and the move onto it from there (``_checkpoint_complete``)."""
+    slow = job.seen.replacing
+    if slow is None or job.state is not JobState.RUNNING or not job.back:
+        return job, actions
+    hosts = ", ".join(sorted(job.back))
+    return job, [*actions, AskCheckpoint(f"host(s) {hosts} stand in for host {slow.host}, slow")]
 
 
 def _leave_asked(job: Job, event: LeaveAsked, now: float) -> tuple[Job, list[Action]]:
@@ -348,6 +376,14 @@ def _checkpoint_complete(job: Job, event: CheckpointComplete, now: float) -> tup
     hosts = tuple(sorted(job.back))
     joined = [h for h in hosts if h in job.extra and h not in job.round.joined]
     what = f"host(s) {', '.join(hosts)} back" if not joined else f"host(s) {', '.join(hosts)} joined or back"
+    slow = job.seen.replacing
+    if slow is not None:
+        # the slow host's replacement: planned without it (on the measured rates), and let go with the move
+        lost = job.lost | {slow.host}
+        why = f"{what}, standing in for host {slow.host}, slow ({slow.share:.0%} of its peers' samples/s)"
+        change = Change(Kind.ADAPT, lost, (), why, back=hosts, replaced={slow.host: slow.price_per_hour})
+        job = _seen(replace(job, back={}, state=JobState.REPLANNING), pending=change)
+        return job, [Replan(lost, Kind.ADAPT, job.extra)]
     change = Change(Kind.MOVE, job.lost, (), what, back=hosts)
     job = _seen(replace(job, back={}, state=JobState.REPLANNING), pending=change)
     return job, [Replan(job.lost, Kind.MOVE, job.extra)]
@@ -376,10 +412,12 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
     change = job.seen.pending
     if job.state is not JobState.REPLANNING or change is None:
         return job, []
-    if change.kind in (Kind.MOVE, Kind.ADAPT) and not event.better:
+    if change.kind in (Kind.MOVE, Kind.ADAPT) and not event.better and not change.replaced:
         job = _seen(replace(job, state=JobState.RUNNING), pending=None)
         return job, [MoveDeclined(change.back, str(event.report.get("new_summary", "?")))]
     old = job.round
+    # an adaptive move lets go the hosts its plan runs nothing on, and the slow host it replaces
+    released = {**event.released, **change.replaced} if change.kind is Kind.ADAPT else {}
     new = Round(
         number=old.number + 1,
         members=dict(event.members),
@@ -400,7 +438,7 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         lost=change.lost_now,
         lost_so_far=tuple(sorted(change.lost)),
         left=change.left,
-        released=tuple(sorted(event.released)) if change.kind is Kind.ADAPT else (),
+        released=tuple(sorted(released)),
         # the machines from outside the hosts file that this round's plan takes in for the first time since they came
         joined=tuple({"address": h, **job.extra[h]} for h in job.extra if h in event.members and h not in old.members),
         hosts=tuple(sorted(event.members)),
@@ -419,10 +457,9 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         back={h: passes for h, passes in job.back.items() if h not in event.members},  # taken in: nothing to move for
         moved_at=int(event.checkpoint.get("passes_done") or 0) if change.kind is Kind.ADAPT else job.moved_at,
     )
-    if change.kind is Kind.ADAPT and event.released:  # let go: a later round's plan is made without them
-        job = replace(job, lost=job.lost | frozenset(event.released))
+    if released:  # let go: a later round's plan is made without them
+        job = replace(job, lost=job.lost | frozenset(released))
     joined = tuple({"address": host, **spec} for host, spec in job.extra.items())
-    released = dict(event.released) if change.kind is Kind.ADAPT else {}
     return job, [NextRound(new, change, str(event.report.get("summary", "")), joined, released)]
 
 
@@ -504,8 +541,18 @@ def _measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action]]
         return job, []
     adapt = job.rules.adapt
     kept = tuple(r for r in job.seen.rates if now - r[0] <= 2 * adapt.sustain_s) + ((now, event.rates),)
-    job = _seen(replace(job, measured=event.rates), rates=kept)
+    slow = _slow_windows(job.seen.slow_windows, event.rates)
+    job = _seen(replace(job, measured=event.rates), rates=kept, slow_windows=slow)
     if not adapt.active or job.leaving or job.back or job.seen.adapting is not None:
+        return job, []
+    if job.seen.replacing is not None:
+        return job, []  # the round's decision is made: a machine to stand in for the slow host
+    straggler = _straggler(job, now)
+    if straggler is not None:
+        return _replace(job, *straggler)
+    if _short_of_target(job, now) and any(n and h != job.round.coordinator for h, n in job.seen.slow_windows.items()):
+        # a host measured slow may explain the miss: its next comparisons decide first.  The refit corrects a type,
+        # and more units of it would not help: the slow host bounds every pass it is in
         return job, []
     if job.seen.asked_at is not None and now - job.seen.asked_at < adapt.every_s:
         return job, []
@@ -534,6 +581,94 @@ def _missed(job: Job, now: float) -> str | None:
     )
 
 
+def _slow_windows(counts: Any, rates: Any) -> dict[str, int]:
+    """Each host's slow comparisons in a row after ``rates``' window: a host whose trainers had peers in the same
+    pass (launch/gauge.py: TrainerRate) counts one more when every one of them was slow, and starts again from 0 when
+    one was not; a host no window compared (its trainers alone in their pass, or waiting) keeps its count.  Rows in
+    a row, not windows in a span of time: a slow trainer has peers only at the start of each pass, until they end
+    their share and wait for it."""
+    compared: dict[str, bool] = {}
+    for t in getattr(rates, "trainers", ()) or ():
+        if t.share is not None:  # peers that trained in the window (none trains across a checkpoint: no comparison)
+            compared[t.host] = compared.get(t.host, True) and bool(t.slow)
+    out = dict(counts)
+    for host, slow in compared.items():
+        out[host] = out.get(host, 0) + 1 if slow else 0
+    return out
+
+
+def _straggler(job: Job, now: float) -> tuple[Replacement, str] | None:
+    """The host to replace, and why, or None: a host of the round (not the coordinator's, which cannot go) whose
+    trainers were slow in ``straggler_windows`` comparisons in a row while the job missed its target on average over
+    the rates kept (at least ``sustain_s`` of them).  On average, not every window: the windows that see the fast
+    trainers' burst at a pass's start meet the target, and those of the slow one's tail miss it by far; the pass as
+    a whole is what the target is about."""
+    adapt, rates = job.rules.adapt, job.seen.rates
+    counts = job.seen.slow_windows
+    hosts = [
+        h
+        for h, n in counts.items()
+        if n >= adapt.straggler_windows and h in job.round.members and h != job.round.coordinator and h not in job.lost
+    ]
+    short = _short_of_target(job, now)
+    if not hosts or short is None:
+        return None
+    target, mean, floor = short
+    shares = {h: _newest_share(rates, h) for h in hosts}
+    host = min(hosts, key=lambda h: (shares[h], h))
+    stages = getattr(rates[-1][1], "stages", ()) or ()
+    first = stages[0] if stages else None
+    resource = str(getattr(first, "resource", "?"))
+    price = float(getattr(first, "price_per_hour", None) or 0.0)
+    found = Replacement(host, resource, price, shares[host], counts[host])
+    why = (
+        f"host {host} is slow: its trainers trained {found.share:.0%} of their peers' samples/s in the same pass, "
+        f"slow in {found.windows} comparisons in a row, and the job missed its target of {target:,.0f} samples/s "
+        f"({mean:,.0f} on average over the last {now - rates[0][0]:.0f} s, under {floor:,.0f})"
+    )
+    return found, why
+
+
+def _short_of_target(job: Job, now: float) -> tuple[float, float, float] | None:
+    """(target, mean, floor) when the windows kept (at least ``sustain_s`` of them) trained under the target by more
+    than ``miss`` on average; None when they did not, or there is no target."""
+    adapt, rates = job.rules.adapt, job.seen.rates
+    target = getattr(rates[-1][1], "target_samples_per_s", None) if rates else None
+    if not target or now - rates[0][0] < adapt.sustain_s:
+        return None
+    mean = statistics.fmean(r.samples_per_s for _, r in rates)
+    floor = target * (1.0 - adapt.miss)
+    return (target, mean, floor) if mean < floor else None
+
+
+def _newest_share(rates: Any, host: str) -> float:
+    """``host``'s trainers' lowest share of their peers' samples/s in the newest window that compared them."""
+    for _, r in reversed(rates):
+        shares = [t.share for t in getattr(r, "trainers", ()) or () if t.host == host and t.share is not None]
+        if shares:
+            return float(min(shares))
+    return 0.0
+
+
+def _replace(job: Job, slow: Replacement, why: str) -> tuple[Job, list[Action]]:
+    """A slow host replaced: a machine standing by stands in at once (a checkpoint asked for); else a unit of its
+    type is asked of ``--on-scale``.  The move comes at the first checkpoint after one stands by; the slow host is let
+    go with it.  Replaced, not joined by one more: each trainer reads its own share of the files, so a slow one
+    bounds every pass it is in whatever units are added.  In advise mode the job says so, once a round."""
+    if job.rules.adapt.mode != "on" or not job.rules.checkpoints:
+        said = f"replace {slow.host}"
+        if said in job.seen.advised:
+            return job, []
+        return _seen(job, advised=job.seen.advised | {said}), [ReplaceAdvice("would replace", why, slow)]
+    job = _seen(job, replacing=slow)
+    advice = ReplaceAdvice("replace", why, slow)
+    standing = sorted(job.seen.spares - job.lost)
+    if standing:
+        job = replace(job, back={**job.back, **{h: job.newest_checkpoint for h in standing}})
+        return _stands_in(job, [advice])
+    return job, [advice, OnScale({slow.resource: 1}, {}, f"{why}: a unit of {slow.resource} to stand in for it")]
+
+
 def _cooled(job: Job) -> bool:
     """Whether ``cooldown`` checkpoints passed since the last adaptive move (a miss does not wait for them)."""
     return job.moved_at is None or job.newest_checkpoint - job.moved_at >= job.rules.adapt.cooldown
@@ -548,7 +683,9 @@ def _proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action]]
     wished for when only they reach a missed target.  In advise mode the job does nothing but say so (once a round
     for each plan)."""
     p = event.proposal
-    if job.state is not JobState.RUNNING or job.seen.adapting is not None or p is None:
+    if job.state is not JobState.RUNNING or job.seen.adapting is not None or job.seen.replacing is not None:
+        return job, []  # a move decided already (a plan, or a slow host's replacement): the round's decision
+    if p is None:
         return job, []
     if p.same:
         p = replace(p, meets_target=False, samples_per_s=0.0)  # no move to the plan that runs: only a wish

@@ -105,6 +105,14 @@ def line(action: Any, job: Job) -> str | None:
         if action.decision == "would move":
             return f"{PREFIX}adapt (advise: doing nothing): would move: {action.why} {figures}"
         return f"{PREFIX}adapt: {action.why} {figures}"
+    if isinstance(action, e.ReplaceAdvice):
+        slow = action.replacement
+        if action.decision == "replace":
+            return (
+                f"{PREFIX}adapt: replacing host {slow.host}: {action.why}; at the first checkpoint after a machine of "
+                f"type {slow.resource} stands by the job moves onto it and lets {slow.host} go"
+            )
+        return f"{PREFIX}adapt (advise: doing nothing): would replace host {slow.host}: {action.why}"
     if isinstance(action, e.OnScale):
         return (
             f"{PREFIX}adapt: asking --on-scale for {', '.join(f'{u} x {t}' for t, u in sorted(action.wanted.items()))}"

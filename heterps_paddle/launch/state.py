@@ -47,6 +47,7 @@ class Adapt:
     cooldown: int = 2  # checkpoints after a move before another, unless the target is missed
     move_s: float = 60.0  # what a move costs, seconds of the job (checkpoint, restart, restore) until one is measured
     horizon_s: float = 0.0  # how long the job is expected to run on (0: as long again as it has run)
+    straggler_windows: int = 3  # a host slow in this many of its comparisons in a row (and a miss) is replaced
 
     @property
     def active(self) -> bool:
@@ -93,6 +94,18 @@ class Round:
 
 
 @dataclass(frozen=True)
+class Replacement:
+    """A host whose CPU trainers measured slow against their peers in the same pass, window after window, while the
+    job missed its target: a unit of its type is asked for, and the job moves onto it and lets the host go."""
+
+    host: str
+    resource: str  # its type (stage 1's)
+    price_per_hour: float  # what letting it go saves (0.0: the plan has no prices)
+    share: float  # its trainers' samples/s over their peers' median, in the newest window that compared them
+    windows: int  # the comparisons in a row that found it slow
+
+
+@dataclass(frozen=True)
 class Change:
     """A new round asked for and not yet planned."""
 
@@ -103,6 +116,7 @@ class Change:
     back: tuple[str, ...] = ()  # a move: the hosts back (or joined)
     left: tuple[str, ...] = ()  # a leave: the hosts that asked to leave
     proposal: Any = None  # an adaptive move: the Proposal that decided it (launch/events.py)
+    replaced: Mapping[str, float] = field(default_factory=dict)  # slow hosts it lets go -> what each saves an hour
 
 
 @dataclass(frozen=True)
@@ -161,6 +175,9 @@ class Seen:
     adapt_from: int = 0  # ... the newest checkpoint's passes when it was decided
     wished: bool = False  # units asked for (--on-scale) in this round
     advised: frozenset[str] = frozenset()  # advise mode: the moves said already this round (once each)
+    # each host's comparisons with its peers in a row that found its trainers slow (launch/gauge.py: TrainerRate)
+    slow_windows: Mapping[str, int] = field(default_factory=dict)
+    replacing: Replacement | None = None  # a slow host to be replaced: waiting for a machine to stand in for it
 
 
 @dataclass(frozen=True)
