@@ -4,6 +4,7 @@ and slow requests, floods of connections change nothing and grow nothing).  No j
 status, console and metrics against the samples it trained: tests/test_launched_ps.py and the jobs across hosts."""
 
 import json
+import re
 import socket
 import time
 import urllib.request
@@ -74,6 +75,13 @@ def canned_log(path):
         joined=[],
         hosts=["127.0.0.2"],
     )
+    log.write(
+        "adapt",
+        decision="replace",
+        why="host 127.0.0.3 is slow: its trainers trained 43% of their peers' samples/s in the same pass",
+        proposal=None,
+        replace={"host": "127.0.0.3", "resource": "cpu_small", "price_per_hour": 1.0, "share_of_peers": 0.43},
+    )
     trainers = [
         {
             "host": "127.0.0.2",
@@ -130,6 +138,9 @@ def test_status_and_metrics_say_the_same_figures(tmp_path, capsys):
     assert "stage 1: 2 x cpu_small (cpu) at 1/h each: 1,000 samples/s measured vs 950 predicted, work 50%" in text
     assert "  host 127.0.0.3 (trainer 1): 300 samples/s, 43% of its peers' in the same pass: slow" in text
     assert "host 127.0.0.2 (trainer 0)" not in text and [t["slow"] for t in status["trainers"]] == [False, True]
+    (decided,) = status["decisions"]
+    assert decided["decision"] == "replace" and decided["replace"]["host"] == "127.0.0.3"
+    assert re.search(r"adapt \(\d\d:\d\d:\d\d\): replace: host 127.0.0.3 is slow", text), text
     port = free_port_block("127.0.0.1", 1)
     server = MetricsServer("127.0.0.1", port, log_dir).start()
     try:

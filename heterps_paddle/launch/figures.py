@@ -29,6 +29,7 @@ class JobFigures:
     rates: Mapping[str, Any] | None = None  # the newest rates record
     rounds: list[dict[str, Any]] = field(default_factory=list)  # each change of round: number, kind, why, when, plans
     series: list[dict[str, Any]] = field(default_factory=list)  # per rates record: t, round, rates, target, cost
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # --adapt: each decision, its figures, and when
     offset: int = 0  # of the log file, folded up to
 
     def fold(self, record: Mapping[str, Any]) -> None:
@@ -67,6 +68,21 @@ class JobFigures:
                     "predicted_samples_per_s": record.get("predicted_samples_per_s"),
                     "target_samples_per_s": record.get("target_samples_per_s"),
                     "cost_so_far": record.get("cost_so_far"),
+                }
+            )
+        elif kind == "adapt":
+            given = record.get("proposal")
+            proposal: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+            self.decisions.append(
+                {
+                    "at": t,
+                    "decision": record.get("decision"),
+                    "why": record.get("why"),
+                    # before and after, predicted on the measured rates (a replacement: the slow host's figures)
+                    "summary": proposal.get("summary"),
+                    "samples_per_s": proposal.get("samples_per_s"),
+                    "current_samples_per_s": proposal.get("current_samples_per_s"),
+                    "replace": record.get("replace"),
                 }
             )
         elif kind in ("job_ended", "job_aborted"):
@@ -114,6 +130,7 @@ class JobFigures:
             "stages": rates.get("stages") or [],
             "trainers": rates.get("trainers") or [],
             "rounds": self.rounds,
+            "decisions": self.decisions,
         }
 
     def lines(self) -> list[str]:
@@ -150,6 +167,8 @@ class JobFigures:
                         f"  host {t['host']} (trainer {t['index']}): {_n(t['samples_per_s'])} samples/s, "
                         f"{t['share_of_peers']:.0%} of its peers' in the same pass: slow"
                     )
+        for a in self.decisions[-3:]:
+            out.append(f"adapt ({time.strftime('%H:%M:%S', time.localtime(a['at']))}): {a['decision']}: {a['why']}")
         for r in self.rounds:
             out.append(
                 f"round {r['round']} ({r['kind']}, {time.strftime('%H:%M:%S', time.localtime(r['at']))}): {r['why']}"
