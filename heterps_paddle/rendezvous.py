@@ -160,7 +160,8 @@ class RemoteBoard:
     def put(self, key: str, value: Any) -> None:
         # the host this process runs on (heterps launch sets POD_IP): the coordinator checks who writes the plan
         host = os.environ.get("POD_IP", "")
-        request(self.endpoint, {"op": "put", "key": _check_key(key), "value": value, "host": host})
+        message = {"op": "put", "key": _check_key(key), "value": value, "host": host, "launch": launch_id()}
+        request(self.endpoint, message)
 
     def get(self, key: str) -> Any | None:
         return request(self.endpoint, {"op": "get", "key": _check_key(key)}).get("value")

@@ -313,6 +313,10 @@ def test_the_board_plan_is_written_once_a_round_by_its_writer_and_records_are_bo
         assert "written by 127.0.0.2 (stage 1's trainer 0), not 6.6.6.6" in put("plan", {"x": 1}, "6.6.6.6")["error"]
         assert put("plan", {"x": 1}, A) == {"ok": True}
         assert "written already" in put("plan", {"x": 2}, A)["error"]
+        # a process of an earlier round, still stopping as this one starts: its meter is not this round's
+        stale = {"op": "put", "key": "meter.1.trainer.1", "value": {"samples": 9}, "host": B, "launch": "0" * 16}
+        assert "a process of another round" in coord.board.answer(stale)["error"]
+        assert coord.board.answer({**stale, "launch": coord.launch_id}) == {"ok": True}
         too_big = coord.board.answer({"op": "put", "key": "big", "value": "x" * MAX_RECORD, "host": B})
         assert f"board record 'big' from {B}:" in too_big["error"] and "over" in too_big["error"]
         for i in range(MAX_BOARD // (MAX_RECORD // 2) + 1):

@@ -3,7 +3,7 @@
 The records themselves (rendezvous.py: BoardStore) are the plan the round runs, the side channels' endpoints, the
 servers' word that they restored a checkpoint.  The rules here: the plan record is written once a round, by stage 1's
 trainer 0's host (fleet/plan_agreement.py publishes it there); every record, and the board as a whole, is bounded.
-A new round gets a new board.
+A new round gets a new board, which the processes of an earlier round (stopping as it starts) cannot write.
 """
 
 from __future__ import annotations
@@ -23,14 +23,19 @@ PLAN_KEY = rendezvous.PLAN_KEY
 class Board:
     """One round's board: ``plan_writer`` is the host that may write its plan record."""
 
-    def __init__(self, plan_writer: str):
+    def __init__(self, plan_writer: str, launch: str | None = None):
         self.plan_writer = plan_writer
+        self.launch = launch  # the round's launch id: a process of an earlier round writes nothing here
         self.store = BoardStore()
 
     def answer(self, message: Mapping[str, Any]) -> dict[str, Any]:
         """A board request (put / get / entries), as the rules allow; an error answer names what was refused."""
         if message.get("op") == "put":
             key, host = message.get("key"), message.get("host")
+            sender = message.get("launch")
+            if self.launch is not None and isinstance(sender, str) and sender != self.launch:
+                # its processes still running for a moment as a new round starts: their meters are not this round's
+                return {"error": f"board record {key!r} from {host}: a process of another round (launch {sender:.16})"}
             if key == PLAN_KEY:
                 if host != self.plan_writer:
                     return {

@@ -96,8 +96,8 @@ class Coordinator:
         self.refit: Any = None  # the correction the newest proposal used (later rounds plan on it too)
         self.machine = m.first_job(rules, first_round(job), time.monotonic())
         self.planned: RoundPlan | None = None  # the plan a NextRound action starts
-        self.board = Board(job.plan_writer)
         self.launch_id = uuid.uuid4().hex[:16]
+        self.board = Board(job.plan_writer, self.launch_id)
         # each host's connection: the round's members, the spares (who they are is the machine's)
         self.members: dict[str, Peer] = {}
         self.spares: dict[str, Peer] = {}
@@ -432,7 +432,7 @@ class Coordinator:
         self.members = {}
         self.windows = []  # the new round's plan is measured anew
         self.launch_id = uuid.uuid4().hex[:16]
-        self.board = Board(self.job.plan_writer)
+        self.board = Board(self.job.plan_writer, self.launch_id)
 
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_S):
