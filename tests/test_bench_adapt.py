@@ -104,5 +104,42 @@ def test_the_goals_compare_against_the_fixed_jobs_of_the_same_run():
 
 def test_the_command_is_registered_and_bad_sizes_are_refused():
     args = build_parser().parse_args(["bench", "adapt", "--passes", "1", "--json"])
-    with pytest.raises(adapt.HeterPSError, match="--passes must be >= 2"):
+    with pytest.raises(adapt.HeterPSError, match="--passes and --slowed-passes must be >= 2"):
         adapt.run(args)
+    args = build_parser().parse_args(["bench", "adapt", "--slowed-passes", "1"])
+    with pytest.raises(adapt.HeterPSError, match="--slowed-passes must be >= 2"):
+        adapt.run(args)
+
+
+# Scenario (ii): B slowed at 5 s; the replacement decided at 12 s, the round on A and C started at 40 s.
+SLOWED = [
+    {"t": T, "type": "round_started", "round": 0},
+    rates(2, 0, 2_000, 1000.0, 0.001, 2.0, target=750.0),
+    rates(6, 0, 6_000, 1000.0, 0.002, 2.0, target=750.0),
+    rates(10, 0, 7_000, 250.0, 0.003, 2.0, target=750.0),
+    {"t": T + 12, "type": "adapt", "decision": "replace"},
+    rates(14, 0, 8_000, 250.0, 0.004, 2.0, target=750.0),
+    rates(18, 0, 8_000, 0.0, 0.005, 2.0, target=750.0),  # a checkpoint: trained nothing, the time counts
+    rates(22, 0, 9_000, 250.0, 0.006, 2.0, target=750.0),
+    {"t": T + 36, "type": "round_planned", "round": 1, "kind": "adapt", "released": ["127.0.0.3"]},
+    {"t": T + 40, "type": "round_started", "round": 1},
+    rates(42, 1, 9_000, 0.0, 0.007, 2.0, target=750.0),
+    rates(44, 1, 11_000, 1000.0, 0.008, 2.0, target=750.0),
+    rates(48, 1, 15_000, 1000.0, 0.009, 2.0, target=750.0),
+]
+
+
+def test_a_slowed_jobs_figures_over_whole_stretches():
+    # the windows' mean, as the machine judges a miss: the checkpoint's idle window counts, the idle ends do not
+    round0 = [r for r in SLOWED if r["type"] == "rates" and r["round"] == 0]
+    assert adapt.windows_mean(round0, since=T + 5) == pytest.approx(1750 / 5)
+    assert adapt.windows_mean([r for r in SLOWED if r["type"] == "rates" and r["round"] == 1]) == 1000.0
+    figures = adapt.slowed_figures(SLOWED, T + 5, {"wanted": {"local_cpu": 1}, "why": "host B is slow"})
+    assert figures["decision_after_slowing_s"] == pytest.approx(7.0)
+    assert figures["training_on_new_plan_after_slowing_s"] == pytest.approx(35.0)
+    assert figures["on_scale_asked"]["wanted"] == {"local_cpu": 1}
+    # from the slowing to the decision (6 s, 10 s), and after the move
+    assert figures["samples_per_s_slowed"] == pytest.approx(625.0) and figures["samples_per_s_after_move"] == 1000.0
+    assert adapt.job_figures(SLOWED)["moved"]["decision_s"] == pytest.approx(10.0)  # from the first window
+    never = adapt.slowed_figures(SLOWED[:4], None, None)
+    assert never["decision_after_slowing_s"] is None and never["on_scale_asked"] is None

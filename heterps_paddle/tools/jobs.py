@@ -9,15 +9,17 @@ whole session; if that launcher itself had to be killed, what it started is kill
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import psutil
 
@@ -439,3 +441,66 @@ class HostsRun:
             if self.work_dir in line:
                 found.append(f"pid {proc.info['pid']}: {line[:200]}")
         return found
+
+    def trainers(self, address: str) -> list[psutil.Process]:
+        """The CPU trainer processes ``address``'s launch started: its descendants whose role is TRAINER, not
+        counting their own children (a dataset's pipe command, ``cat``, inherits the trainer's environment)."""
+        try:
+            children = psutil.Process(self.hosts[address].proc.pid).children(recursive=True)
+        except (KeyError, psutil.Error):
+            return []
+        trainers = {}
+        for proc in children:
+            try:
+                if proc.environ().get("TRAINING_ROLE") == "TRAINER":
+                    trainers[proc.pid] = proc
+            except psutil.Error:
+                continue
+        found = []
+        for proc in trainers.values():
+            try:
+                if proc.ppid() not in trainers:
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+
+class Slowing:
+    """A slowed or noisy host (a throttled VM, a busy neighbour) where the emulated hosts share one machine's CPUs:
+    every CPU trainer of ``hosts`` stopped (SIGSTOP, then SIGCONT) for ``share()`` of each second, in a thread of its
+    own, from :meth:`start` until :meth:`stop`.  ``stops``: how many trainers were stopped, each second."""
+
+    def __init__(self, run: HostsRun, hosts: Sequence[str], share: Callable[[], float]):
+        self.run, self.hosts, self.share = run, tuple(hosts), share
+        self.stops: list[int] = []
+        self.started_at: float | None = None  # unix seconds, as the event log's records
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="heterps-slowing", daemon=True)
+
+    def start(self) -> Slowing:
+        self.started_at = time.time()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stopped, every trainer it stopped let go on (SIGCONT) before it returns."""
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._done.is_set():
+            stopped = [p for address in self.hosts for p in self.run.trainers(address)]
+            self.stops.append(len(stopped))
+            share = min(1.0, max(0.0, self.share()))
+            try:
+                for proc in stopped:
+                    with contextlib.suppress(psutil.Error):
+                        proc.send_signal(signal.SIGSTOP)
+                time.sleep(share)
+            finally:
+                for proc in stopped:
+                    with contextlib.suppress(psutil.Error):
+                        proc.send_signal(signal.SIGCONT)
+            self._done.wait(1.0 - share)
