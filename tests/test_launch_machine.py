@@ -892,6 +892,13 @@ def test_no_replacement_for_a_host_compared_fast_once_in_between_the_coordinator
     coordinator = [host_rates(w.samples_per_s, {A: 0.3, B: 3.0} if w.trainers[0].share else {A: None}) for w in SLOWED]
     j, said = feed_rates(adaptive(), coordinator)
     assert "ReplaceAdvice" not in kinds(said) and j.seen.slow_windows[A] == 3  # server 0's host cannot go
+    # the round's first windows train nothing (its processes start): no miss, and they do not pull the mean down
+    starting = [host_rates(0.0, {A: None, B: None})] * 4
+    calm_then_slow = [host_rates(1400.0, {A: 1.0, B: 1.0})] * 2 + [host_rates(950.0, {A: 3.0, B: 0.3})] * 3
+    j, said = feed_rates(adaptive(), starting + calm_then_slow)
+    assert "ReplaceAdvice" not in kinds(said) and j.seen.slow_windows[B] == 3  # 40 s of windows that trained
+    j, said = feed_rates(j, [host_rates(300.0, {A: None, B: None})] * 3, start=NOW + 90)
+    assert "ReplaceAdvice" in kinds(said)  # with its tail's windows, under the floor of 900 on average
     on_target = [SimpleNamespace(**{**vars(w), "target_samples_per_s": 500.0}) for w in SLOWED]
     j, said = feed_rates(adaptive(), on_target)
     assert "ReplaceAdvice" not in kinds(said), said  # slow, but the job meets its target: nothing to gain

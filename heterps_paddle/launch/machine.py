@@ -630,13 +630,15 @@ def _straggler(job: Job, now: float) -> tuple[Replacement, str] | None:
 
 
 def _short_of_target(job: Job, now: float) -> tuple[float, float, float] | None:
-    """(target, mean, floor) when the windows kept (at least ``sustain_s`` of them) trained under the target by more
-    than ``miss`` on average; None when they did not, or there is no target."""
+    """(target, mean, floor) when the windows kept from the first that trained (at least ``sustain_s`` of them)
+    trained under the target by more than ``miss`` on average; None when they did not, or there is no target.  The
+    round's first windows, its processes starting, train nothing and are no miss; a checkpoint's later are."""
     adapt, rates = job.rules.adapt, job.seen.rates
     target = getattr(rates[-1][1], "target_samples_per_s", None) if rates else None
-    if not target or now - rates[0][0] < adapt.sustain_s:
+    trained = [i for i, (_, r) in enumerate(rates) if r.samples_per_s > 0]
+    if not target or not trained or now - rates[trained[0]][0] < adapt.sustain_s:
         return None
-    mean = statistics.fmean(r.samples_per_s for _, r in rates)
+    mean = statistics.fmean(r.samples_per_s for _, r in rates[trained[0] :])
     floor = target * (1.0 - adapt.miss)
     return (target, mean, floor) if mean < floor else None
 
