@@ -138,8 +138,8 @@ def test_a_slowed_jobs_figures_over_whole_stretches():
     assert figures["decision_after_slowing_s"] == pytest.approx(7.0)
     assert figures["training_on_new_plan_after_slowing_s"] == pytest.approx(35.0)
     assert figures["on_scale_asked"]["wanted"] == {"local_cpu": 1}
-    # from the slowing to the decision (6 s, 10 s), and after the move
-    assert figures["samples_per_s_slowed"] == pytest.approx(625.0) and figures["samples_per_s_after_move"] == 1000.0
+    # from the slowing to the move (6 s to 22 s), and after it
+    assert figures["samples_per_s_slowed"] == pytest.approx(350.0) and figures["samples_per_s_after_move"] == 1000.0
     assert adapt.job_figures(SLOWED)["moved"]["decision_s"] == pytest.approx(10.0)  # from the first window
     never = adapt.slowed_figures(SLOWED[:4], None, None)
     assert never["decision_after_slowing_s"] is None and never["on_scale_asked"] is None

@@ -316,15 +316,14 @@ def slowed_figures(
     def since(record: Mapping[str, Any] | None) -> float | None:
         return None if record is None or slowed_at is None else round(float(record["t"]) - slowed_at, 3)
 
-    # the windows from the slowing to the decision (the fixed job: to its end)
-    slowed_round = [r for r in rates if r["round"] == 0 and (decided is None or float(r["t"]) <= float(decided["t"]))]
+    slowed_round = [r for r in rates if r["round"] == 0]  # from the slowing to the move (the fixed job: its end)
     after = [r for r in rates if moved is not None and r["round"] == moved["round"]]
     return {
         "slowed_share": SLOWED_SHARE,
         "decision_after_slowing_s": since(decided),
         "training_on_new_plan_after_slowing_s": since(started),
         "on_scale_asked": None if asked is None else {"wanted": asked.get("wanted"), "why": asked.get("why")},
-        # the windows' mean, as the machine judges a miss: from the slowing to the decision, and after the move
+        # the windows' mean, as the machine judges a miss: from the slowing to the move, and after it
         "samples_per_s_slowed": round(windows_mean(slowed_round, since=slowed_at), 1) if slowed_at else None,
         "samples_per_s_after_move": round(windows_mean(after), 1) if after else None,
     }
