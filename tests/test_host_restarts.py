@@ -475,6 +475,7 @@ def test_a_host_slowed_mid_job_is_replaced_by_a_machine_asked_of_on_scale(setup,
     assert run.leftovers() == []
     slowed_at = slowing.started_at
     asked = json.loads(wish.read_text())
+    assert len(coordinator.events("on_scale")) == 1, coordinator.events("on_scale")  # one wish: the replacement
     assert asked["wanted"] == {"cpu_small": 1} and asked["released"] == {}, asked
     assert f"host {B} is slow" in asked["why"], asked
     (decided,) = coordinator.events("adapt", decision="replace")
@@ -489,13 +490,14 @@ def test_a_host_slowed_mid_job_is_replaced_by_a_machine_asked_of_on_scale(setup,
     # included, as the machine judges it (a window sees a pass's burst or its tail, the mean sees the passes)
     slowed = bench_adapt.windows_mean(coordinator.events("rates", round=0), since=slowed_at)
     after = bench_adapt.windows_mean(coordinator.events("rates", round=1))
-    floor = target * 0.9  # under it by more than HETERPS_ADAPT_MISS: missed
     print(
         f"\nslowed host: calm {calm:,.0f} samples/s, target {target:,.0f}; slowed {slowed:,.0f}; decided "
         f"{decided['t'] - slowed_at:.1f} s after the slowing began; asked {asked_at - slowed_at:.1f} s after; on A "
         f"and C {after:,.0f}"
     )
-    assert slowed < floor <= after, (slowed, after, floor)
+    # the job fell under its target (the machine acted on its miss by more than HETERPS_ADAPT_MISS, on its own
+    # windows: the decision says so) and meets it again
+    assert slowed < target <= after and "missed its target" in decided["why"], (slowed, after, target)
     assert sum(n == 1 for n in slowing.stops) >= 3, slowing.stops  # the slowing reached B's trainer
     grown = heldout(run)
     assert abs(grown - steady["auc"]) <= 0.02, (grown, steady["auc"])

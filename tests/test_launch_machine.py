@@ -713,6 +713,16 @@ def test_rates_that_jitter_by_a_fifth_around_the_target_never_count_as_a_miss():
     assert actions == [] and j.seen.adapting is None
 
 
+def test_a_rounds_start_that_trains_nothing_is_no_miss():
+    """Its processes starting (seconds on a busy machine) train nothing: no miss until it has trained sustain_s."""
+    j, said = feed(adaptive(newest_checkpoint=3), [0.0] * 8)
+    assert not [a for a in said if isinstance(a, m.Reconsider) and a.missed] and j.seen.trained_at is None
+    j, said = feed(j, [600.0] * 4, start=NOW + 80)
+    assert not [a for a in said if isinstance(a, m.Reconsider) and a.missed]  # 30 s of training: not yet 45
+    j, said = feed(j, [600.0, 0.0, 600.0, 600.0], start=NOW + 120)  # a checkpoint's idle window: a miss all the same
+    assert [a for a in said if isinstance(a, m.Reconsider) and a.missed]
+
+
 def test_a_sustained_miss_moves_at_the_next_checkpoint_and_lets_the_unneeded_host_go():
     j, said = feed(adaptive(newest_checkpoint=3), [600.0] * 10)  # 90 s under 900 samples/s
     ask = [a for a in said if isinstance(a, m.Reconsider) and a.missed][0]

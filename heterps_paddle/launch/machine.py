@@ -542,7 +542,10 @@ def _measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action]]
     adapt = job.rules.adapt
     kept = tuple(r for r in job.seen.rates if now - r[0] <= 2 * adapt.sustain_s) + ((now, event.rates),)
     slow = _slow_windows(job.seen.slow_windows, event.rates)
-    job = _seen(replace(job, measured=event.rates), rates=kept, slow_windows=slow)
+    trained_at = job.seen.trained_at
+    if trained_at is None and event.rates.samples_per_s > 0:
+        trained_at = now
+    job = _seen(replace(job, measured=event.rates), rates=kept, slow_windows=slow, trained_at=trained_at)
     if not adapt.active or job.leaving or job.back or job.seen.adapting is not None:
         return job, []
     if job.seen.replacing is not None:
@@ -565,12 +568,13 @@ def _measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action]]
 
 def _missed(job: Job, now: float) -> str | None:
     """Why the target counts as missed (None: it does not): every rates of the last ``sustain_s`` under it by more
-    than ``miss``, and the rates cover that long."""
+    than ``miss``, and the round has trained that long (Seen.trained_at: its start is no miss)."""
     adapt, rates = job.rules.adapt, job.seen.rates
     target = getattr(rates[-1][1], "target_samples_per_s", None) if rates else None
-    if not target or not rates or now - rates[0][0] < adapt.sustain_s:
+    started = job.seen.trained_at
+    if not target or started is None or now - started < adapt.sustain_s:
         return None
-    window = [r for t, r in rates if now - t <= adapt.sustain_s]
+    window = [r for t, r in rates if now - t <= adapt.sustain_s and t >= started]
     floor = target * (1.0 - adapt.miss)
     if not window or any(r.samples_per_s >= floor for r in window):
         return None
@@ -630,15 +634,15 @@ def _straggler(job: Job, now: float) -> tuple[Replacement, str] | None:
 
 
 def _short_of_target(job: Job, now: float) -> tuple[float, float, float] | None:
-    """(target, mean, floor) when the windows kept from the first that trained (at least ``sustain_s`` of them)
-    trained under the target by more than ``miss`` on average; None when they did not, or there is no target.  The
-    round's first windows, its processes starting, train nothing and are no miss; a checkpoint's later are."""
+    """(target, mean, floor) when the windows kept since the round first trained (at least ``sustain_s`` of it:
+    Seen.trained_at) trained under the target by more than ``miss`` on average; None when they did not, or there is
+    no target.  The round's first windows, its processes starting, are no miss; a checkpoint's later are."""
     adapt, rates = job.rules.adapt, job.seen.rates
     target = getattr(rates[-1][1], "target_samples_per_s", None) if rates else None
-    trained = [i for i, (_, r) in enumerate(rates) if r.samples_per_s > 0]
-    if not target or not trained or now - rates[trained[0]][0] < adapt.sustain_s:
+    started = job.seen.trained_at
+    if not target or started is None or now - started < adapt.sustain_s:
         return None
-    mean = statistics.fmean(r.samples_per_s for _, r in rates[trained[0] :])
+    mean = statistics.fmean(r.samples_per_s for t, r in rates if t >= started)
     floor = target * (1.0 - adapt.miss)
     return (target, mean, floor) if mean < floor else None
 

@@ -170,6 +170,9 @@ class Seen:
     connect_timeout: bool = False  # the failure being settled began with Paddle's connect-timeout abort
     pending: Change | None = None  # the new round asked for (state REPLANNING)
     rates: tuple[Any, ...] = ()  # the round's measured rates, the newest last (launch/gauge.py: Rates)
+    # when the round's first window that trained was measured: the windows of its processes starting (seconds on a
+    # busy machine) trained nothing, and are no miss
+    trained_at: float | None = None
     asked_at: float | None = None  # when the machine last asked to reconsider the plan
     adapting: Any = None  # an adaptive move decided: the Proposal, waiting for the next complete checkpoint
     adapt_from: int = 0  # ... the newest checkpoint's passes when it was decided
