@@ -570,10 +570,10 @@ def _missed(job: Job, now: float) -> str | None:
     """Why the target counts as missed (None: it does not): every rates of the last ``sustain_s`` under it by more
     than ``miss``, and the round has trained that long (Seen.trained_at: its start is no miss)."""
     adapt, rates = job.rules.adapt, job.seen.rates
-    target = getattr(rates[-1][1], "target_samples_per_s", None) if rates else None
-    started = job.seen.trained_at
-    if not target or started is None or now - started < adapt.sustain_s:
+    judged = _judged(job, now)
+    if judged is None:
         return None
+    target, started = judged
     window = [r for t, r in rates if now - t <= adapt.sustain_s and t >= started]
     floor = target * (1.0 - adapt.miss)
     if not window or any(r.samples_per_s >= floor for r in window):
@@ -617,7 +617,7 @@ def _straggler(job: Job, now: float) -> tuple[Replacement, str] | None:
     short = _short_of_target(job, now)
     if not hosts or short is None:
         return None
-    target, mean, floor = short
+    target, mean, floor, span = short
     shares = {h: _newest_share(rates, h) for h in hosts}
     host = min(hosts, key=lambda h: (shares[h], h))
     stages = getattr(rates[-1][1], "stages", ()) or ()
@@ -628,23 +628,34 @@ def _straggler(job: Job, now: float) -> tuple[Replacement, str] | None:
     why = (
         f"host {host} is slow: its trainers trained {found.share:.0%} of their peers' samples/s in the same pass, "
         f"slow in {found.windows} comparisons in a row, and the job missed its target of {target:,.0f} samples/s "
-        f"({mean:,.0f} on average over the last {now - rates[0][0]:.0f} s, under {floor:,.0f})"
+        f"({mean:,.0f} on average over the last {span:.0f} s, under {floor:,.0f})"
     )
     return found, why
 
 
-def _short_of_target(job: Job, now: float) -> tuple[float, float, float] | None:
-    """(target, mean, floor) when the windows kept since the round first trained (at least ``sustain_s`` of it:
-    Seen.trained_at) trained under the target by more than ``miss`` on average; None when they did not, or there is
-    no target.  The round's first windows, its processes starting, are no miss; a checkpoint's later are."""
-    adapt, rates = job.rules.adapt, job.seen.rates
+def _judged(job: Job, now: float) -> tuple[float, float] | None:
+    """(target, since) when the round can be judged against its target: it has one, and it has trained for at least
+    ``sustain_s`` since ``since`` (Seen.trained_at: the windows of its processes starting are no miss)."""
+    rates = job.seen.rates
     target = getattr(rates[-1][1], "target_samples_per_s", None) if rates else None
     started = job.seen.trained_at
-    if not target or started is None or now - started < adapt.sustain_s:
+    if not target or started is None or now - started < job.rules.adapt.sustain_s:
         return None
-    mean = statistics.fmean(r.samples_per_s for t, r in rates if t >= started)
-    floor = target * (1.0 - adapt.miss)
-    return (target, mean, floor) if mean < floor else None
+    return float(target), started
+
+
+def _short_of_target(job: Job, now: float) -> tuple[float, float, float, float] | None:
+    """(target, mean, floor, span) when the windows kept since the round first trained (``_judged``) trained under
+    the target by more than ``miss`` on average over their ``span`` seconds; None when they did not, or the round
+    cannot be judged yet.  A checkpoint's idle windows count."""
+    judged = _judged(job, now)
+    if judged is None:
+        return None
+    target, started = judged
+    kept = [(t, r) for t, r in job.seen.rates if t >= started]
+    mean = statistics.fmean(r.samples_per_s for _, r in kept)
+    floor = target * (1.0 - job.rules.adapt.miss)
+    return (target, mean, floor, now - kept[0][0]) if mean < floor else None
 
 
 def _newest_share(rates: Any, host: str) -> float:
