@@ -157,7 +157,7 @@ _ALL = (
         "HETERPS_LEAVE_GRACE_S",
         "90",
         "seconds a host that asked to leave a launch across hosts (SIGTERM to its heterps launch, heterps launch "
-        "--leave) gives the job for a checkpoint at the end of the running pass; past it the job goes on without the "
+        "--leave) gives the job for a checkpoint at the end of the running pass or slice; past it the job goes on without the "
         "host from the newest checkpoint.  Below the notice the platform gives (about 120 s on the big clouds' spot "
         "VMs, 30 s on some: set it lower there)",
         _positive_float,
@@ -230,6 +230,15 @@ _ALL = (
         "(the sparse rows pushed since the previous checkpoint, the dense tables in full); 0 or 1: every checkpoint "
         "full (docs/checkpoints.md, 'Incremental checkpoints')",
         _count,
+    ),
+    Setting(
+        "HETERPS_CHECKPOINT_SLICES",
+        "1",
+        "with `heterps launch --checkpoint-dir`: each training pass of a stage 1 CPU trainer is cut into N slices "
+        "of its dataset's file list, each trained by its own train_from_dataset inside the script's one call; a "
+        "checkpoint asked for (a leave, a move) or due by minutes comes at the end of the running slice, and a "
+        "resume trains only the files not done (docs/checkpoints.md, 'Inside a pass'); the same on every host",
+        _positive_count,
     ),
     Setting(
         "HETERPS_TABLE_SHARDS",

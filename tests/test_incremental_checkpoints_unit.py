@@ -115,7 +115,7 @@ def test_an_unreadable_chain_is_refused(chain):
 def checkpoints(tmp_path, monkeypatch, base_every, previous=None, every=(1.0, "passes")):
     monkeypatch.setenv("HETERPS_CHECKPOINT_BASE_EVERY", str(base_every))
     monkeypatch.setenv("HETERPS_LAUNCH_ID", "unit")
-    passes = PassCheckpoints(cc.Choice(str(tmp_path), previous, 0), every)
+    passes = PassCheckpoints(cc.Choice(str(tmp_path), previous, cc.Progress(0)), every)
     return passes, Barrier(str(tmp_path))
 
 
@@ -123,14 +123,14 @@ def test_retention_keeps_the_newest_two_and_their_chains(chain, tmp_path, monkey
     passes, _ = checkpoints(tmp_path, monkeypatch, 3)
     make(chain, 6, chain=[4, 5])
     (chain / ".pass-000007.incomplete").mkdir()
-    passes.prune(6)
+    passes.prune(cc.Progress(6))
     assert sorted(n for n in os.listdir(chain) if n.startswith("pass-")) == [
         "pass-000004",
         "pass-000005",
         "pass-000006",
     ]
     make(chain, 7)  # a new base: pass 6's chain still needed (the second newest), nothing older
-    passes.prune(7)
+    passes.prune(cc.Progress(7))
     assert sorted(n for n in os.listdir(chain) if n.startswith("pass-")) == [
         "pass-000004",
         "pass-000005",
@@ -138,7 +138,7 @@ def test_retention_keeps_the_newest_two_and_their_chains(chain, tmp_path, monkey
         "pass-000007",
     ]
     make(chain, 8, chain=[7])
-    passes.prune(8)
+    passes.prune(cc.Progress(8))
     assert sorted(n for n in os.listdir(chain) if n.startswith("pass-")) == ["pass-000007", "pass-000008"]
 
 
@@ -149,32 +149,48 @@ def kind(decision):
 
 def test_a_base_every_n_checkpoints(chain, tmp_path, monkeypatch):
     passes, barrier = checkpoints(tmp_path, monkeypatch, 3)
-    first = passes.decide(1, True, barrier)
+    first = passes.decide(cc.Progress(1), True, barrier)
     assert kind(first) == ("full", 2)  # nothing to follow: a base
     # no parameter server named on this host: staged on disk, beside the checkpoints
     assert first.staging == os.path.join(passes.root, ".pass-000001.incomplete")
     passes.previous = str(chain / "pass-000004")
-    assert kind(passes.decide(2, True, barrier)) == ("incremental", 1)
+    assert kind(passes.decide(cc.Progress(2), True, barrier)) == ("incremental", 1)
     passes.previous = str(chain / "pass-000005")
-    assert kind(passes.decide(3, True, barrier)) == ("incremental", 1)
+    assert kind(passes.decide(cc.Progress(3), True, barrier)) == ("incremental", 1)
     passes.previous = str(chain / "pass-000003")  # base + 2 increments: the chain is as long as it gets
-    assert kind(passes.decide(4, True, barrier)) == ("full", 2)
+    assert kind(passes.decide(cc.Progress(4), True, barrier)) == ("full", 2)
     for full in (0, 1):
         passes, barrier = checkpoints(tmp_path, monkeypatch, full, previous=str(chain / "pass-000004"))
-        assert kind(passes.decide(2, True, barrier)) == ("full", 0)  # today's full save
-    assert passes.decide(2, False, barrier) == Decision(None)
+        assert kind(passes.decide(cc.Progress(2), True, barrier)) == ("full", 0)  # today's full save
+    assert passes.decide(cc.Progress(2), False, barrier) == Decision(None)
 
 
 def test_a_checkpoint_asked_for_is_taken_when_not_due(tmp_path, monkeypatch, caplog):
     passes, barrier = checkpoints(tmp_path, monkeypatch, 1, every=(10.0, "minutes"))
-    assert passes.decide(1, True, barrier) == Decision(None)  # not ten minutes yet
+    assert passes.decide(cc.Progress(1), True, barrier) == Decision(None)  # not ten minutes yet
     path = cc.ask_checkpoint(str(tmp_path), "unit", "host b asks to leave\n(spot notice)")
-    assert path == os.path.join(barrier.dir, "asked") and cc.asked_reason(path) == "host b asks to leave (spot notice)"
+    assert path == os.path.join(barrier.dir, "asked")
+    assert cc.read_ask(path) == cc.Ask("host b asks to leave (spot notice)")
     with caplog.at_level("INFO"):
-        assert kind(passes.decide(2, False, barrier)) == ("full", 0)
+        decision = passes.decide(cc.Progress(2), False, barrier)
+    assert kind(decision) == ("full", 0) and decision.hold_s == 0
     assert "checkpoint: asked for (host b asks to leave (spot notice))" in caplog.text
-    assert passes.asked == "host b asks to leave (spot notice)"
-    assert cc.asked_reason(os.path.join(tmp_path, "nothing")) is None
+    assert passes.asked == cc.Ask("host b asks to leave (spot notice)")
+    assert cc.read_ask(os.path.join(tmp_path, "nothing")) is None
+
+
+def test_an_ask_for_a_leave_holds_the_trainers_once_captured(tmp_path, monkeypatch):
+    passes, barrier = checkpoints(tmp_path, monkeypatch, 1, every=(10.0, "minutes"))
+    path = cc.ask_checkpoint(str(tmp_path), "unit", "host b leaves", hold_s=45)
+    assert cc.read_ask(path) == cc.Ask("host b leaves", 45.0)
+    decision = passes.decide(cc.Progress(1, 2, 4), False, barrier)
+    assert decision.hold_s == 45.0 and Decision.parse(decision.text()) == decision
+    assert decision.staging.endswith(".pass-000001.2of4.incomplete")
+    # a second line that is not "hold S" (garbage, a negative or endless time) holds nothing
+    for line in ("hold", "hold x", "hold -3", "hold inf", "wait 5", "hold 5 6"):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(f"why\n{line}\n")
+        assert cc.read_ask(path) == cc.Ask("why"), line
 
 
 def test_an_ask_is_honoured_once_while_its_checkpoint_persists(tmp_path, monkeypatch):
@@ -182,17 +198,17 @@ def test_an_ask_is_honoured_once_while_its_checkpoint_persists(tmp_path, monkeyp
 
     passes, barrier = checkpoints(tmp_path, monkeypatch, 1, every=(10.0, "minutes"))
     cc.ask_checkpoint(str(tmp_path), "unit", "host b asks to leave")
-    assert kind(passes.decide(1, False, barrier)) == ("full", 0)
+    assert kind(passes.decide(cc.Progress(1), False, barrier)) == ("full", 0)
     # its checkpoint captured and persisting (the ask's file goes once it is complete): the next pass's end does
     # not take the same ask for another checkpoint
     release = threading.Event()
     passes.persisting = launch_checkpoints.Persist(lambda: release.wait(30) and str(tmp_path)).start()
     passes.persisting_honours_ask = True
-    assert passes.decide(2, False, barrier) == Decision(None) and passes.asked is None
+    assert passes.decide(cc.Progress(2), False, barrier) == Decision(None) and passes.asked is None
     release.set()
     passes.wait_persisted("the test")
     os.remove(os.path.join(barrier.dir, "asked"))  # as the persisting thread does once the checkpoint is complete
-    assert passes.decide(3, False, barrier) == Decision(None)
+    assert passes.decide(cc.Progress(3), False, barrier) == Decision(None)
 
 
 def test_decisions_read_back_and_barrier_files_of_earlier_passes_go(tmp_path, monkeypatch):
@@ -200,11 +216,24 @@ def test_decisions_read_back_and_barrier_files_of_earlier_passes_go(tmp_path, mo
     for decision in decisions:
         assert Decision.parse(decision.text()) == decision
     _, barrier = checkpoints(tmp_path, monkeypatch, 1)
-    for passes in (1, 2, 3):
-        barrier.mark(passes, "arrived.0")
+    for at in (cc.Progress(1), cc.Progress(1, 1, 2), cc.Progress(2), cc.Progress(2, 1, 2), cc.Progress(3)):
+        barrier.mark(at, "arrived.0")
+    for at in (cc.Progress(1), cc.Progress(1, 1, 2)):
+        barrier.mark(at, cc.CAPTURED)
+        barrier.mark(at, "decision")  # as long a suffix as "captured"
     cc.ask_checkpoint(str(tmp_path), "unit", "x")
-    barrier.drop_before(3)
-    assert sorted(os.listdir(barrier.dir)) == ["asked", "pass-000003.arrived.0"]
+    barrier.drop_before(cc.Progress(2, 1, 2))
+    # the newest captured marker stays: a checkpoint persisting (coordinator.newest_captured)
+    assert sorted(os.listdir(barrier.dir)) == [
+        "asked",
+        "pass-000001.1of2.captured",
+        "pass-000002.1of2.arrived.0",
+        "pass-000003.arrived.0",
+    ]
+    assert cc.captured(str(tmp_path), "unit") == [cc.Progress(1, 1, 2)]
+    from heterps_paddle.launch.coordinator import newest_captured
+
+    assert newest_captured(str(tmp_path), "unit") == 1.5 and newest_captured(str(tmp_path), "other") == 0
 
 
 def test_base_interval_setting(tmp_path, monkeypatch):
@@ -219,6 +248,7 @@ def test_base_interval_setting(tmp_path, monkeypatch):
 
 def test_staging_directories_are_known_to_saves():
     assert cc.STAGING.fullmatch(".pass-000012.incomplete") and not cc.STAGING.fullmatch("pass-000012")
+    assert cc.STAGING.fullmatch(".pass-000012.3of8.incomplete")
     assert launch_checkpoints.complete.__name__ == "complete"
 
 
@@ -266,3 +296,18 @@ def test_full_checkpoints_save_as_a_base_unless_a_base_would_leave_rows_out():
         "strategy.sparse_table_configs[emb].accessor.ctr_accessor_param.base_threshold = 1.5 would leave rows out of "
         "a base save"
     )
+
+
+def test_checkpoint_every_minutes_is_due_at_a_slice_and_passes_only_at_a_pass_end(tmp_path, monkeypatch):
+    passes, barrier = checkpoints(tmp_path, monkeypatch, 1, every=(2.0, "passes"))
+    assert [passes.scheduled(at) for at in (cc.Progress(1), cc.Progress(2), cc.Progress(2, 1, 4))] == [
+        False,
+        True,
+        False,
+    ]
+    passes, barrier = checkpoints(tmp_path, monkeypatch, 1, every=(10.0, "minutes"))
+    inside = cc.Progress(3, 1, 4)
+    assert passes.scheduled(inside) and passes.decide(inside, True, barrier) == Decision(None)  # not 10 minutes yet
+    passes.last_save -= 601
+    decision = passes.decide(inside, True, barrier)
+    assert kind(decision) == ("full", 0) and decision.staging.endswith(".pass-000003.1of4.incomplete")

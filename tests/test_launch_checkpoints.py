@@ -162,5 +162,5 @@ def test_corrupt_and_incomplete_checkpoints_are_refused_by_name(jobs):
     assert "checkpoint: pass 3 skipped" in worker and "checkpoint: pass 4 skipped" not in worker
     # the one-stage job wrote pass-000004 anew over the corrupt one; the staging leftovers went
     assert verify(str(jobs["dir"] / "pass-000004"))["launch"]["passes_done"] == 4
-    assert "an earlier launch's checkpoint of the same pass replaced" in worker
+    assert "an earlier launch's checkpoint after pass 4 replaced" in worker
     assert not (jobs["dir"] / ".pass-000006.incomplete").exists()

@@ -164,3 +164,120 @@ def test_a_bad_staging_setting_is_refused_before_the_launch_starts(tmp_path, mon
     with pytest.raises(CheckpointError, match="HETERPS_CHECKPOINT_STAGING='ram': must be memory, disk or an absolute"):
         cc.prepare_launch(str(tmp_path / "ckpt"), "1")
     assert not (tmp_path / "ckpt").exists()
+
+
+def make_inside(root, at, files_done, said=None):
+    """A complete checkpoint taken inside a pass (``at``: a Progress), its manifest saying ``said`` (default: as
+    its name)."""
+    path = root / at.name
+    (path / "001").mkdir(parents=True)
+    (path / "001" / "part-000").write_text("1.0 0 0\n")
+    (path / MANIFEST).write_text(json.dumps({"format": 1, "files": digests(str(path))}))
+    said = said or at
+    launch = {"passes_done": said.passes, "slice": said.slice, "slices": said.slices, "files_done": files_done}
+    add_to_manifest(str(path), [], {"launch": launch})
+    return path
+
+
+def test_a_checkpoint_inside_a_pass_is_ordered_by_the_training_it_holds(tmp_path):
+    make(tmp_path, 2)
+    make_inside(tmp_path, cc.Progress(2, 1, 4), ["a"])
+    inside = make_inside(tmp_path, cc.Progress(2, 3, 4), ["a", "b", "c"])
+    (tmp_path / "pass-000002.4of4").mkdir()  # a slice number out of its pass: not a checkpoint's name
+    (tmp_path / "pass-000002.0of4").mkdir()
+    assert [at for at, _ in cc.listed(str(tmp_path))] == [cc.Progress(2, 3, 4), cc.Progress(2, 1, 4), cc.Progress(2)]
+    choice = cc.choose(str(tmp_path))
+    assert choice.path == str(inside) and choice.at.done == 2.75 and choice.files_done == ("a", "b", "c")
+    assert "2 passes and 3 of 4 slices of pass 3 done" in choice.lines()[-1]
+    assert "the 3 files of the next one trained already" in choice.lines()[-1]
+    make(tmp_path, 3)  # the pass's end is newer than any of its slices
+    assert cc.choose(str(tmp_path)).at == cc.Progress(3)
+
+
+def test_a_checkpoint_inside_a_pass_whose_manifest_says_otherwise_is_refused(tmp_path):
+    make(tmp_path, 1)
+    wrong = make_inside(tmp_path, cc.Progress(1, 1, 2), ["a"], said=cc.Progress(1, 1, 3))
+    bad_files = make_inside(tmp_path, cc.Progress(1, 1, 4), "a")  # files_done not a list
+    choice = cc.choose(str(tmp_path))
+    assert choice.path == str(tmp_path / "pass-000001") and choice.files_done == ()
+    reasons = dict(choice.refused)
+    assert "says 1 passes and 1 of 3 slices of the next done, its name 1 passes and 1 of 2" in reasons[str(wrong)]
+    assert "files_done is not a list of file names" in reasons[str(bad_files)]
+
+
+def test_slices_setting_and_cut():
+    from heterps_paddle.runtime.launch_checkpoints import cut
+
+    assert settings.get("HETERPS_CHECKPOINT_SLICES", {}) == 1
+    assert settings.get("HETERPS_CHECKPOINT_SLICES", {"HETERPS_CHECKPOINT_SLICES": "8"}) == 8
+    with pytest.raises(settings.SettingError, match="HETERPS_CHECKPOINT_SLICES"):
+        settings.get("HETERPS_CHECKPOINT_SLICES", {"HETERPS_CHECKPOINT_SLICES": "0"})
+    files = [f"f{i}" for i in range(10)]
+    for parts in (1, 3, 4, 10, 12):
+        pieces = cut(files, parts)
+        assert len(pieces) == parts and sum(pieces, []) == files
+        assert max(map(len, pieces)) - min(map(len, pieces)) <= 1
+
+
+class FakeDataset:
+    def __init__(self, files):
+        self.filelist = list(files)
+
+    def set_filelist(self, files):
+        self.filelist = list(files)
+
+
+class FakeProgram:
+    """A program with one op that pushes to the servers: a training pass."""
+
+    class Block:
+        ops = [type("Op", (), {"type": "push_dense"})()]
+
+    blocks = [Block()]
+
+
+def sliced_pass(monkeypatch, tmp_path, choice, slices, files):
+    """One pass through PassCheckpoints.run_pass and its hook: the files each train_from_dataset ran, and the
+    points the trainers met at with the files done there."""
+    from heterps_paddle.runtime import launch_checkpoints, seam
+
+    monkeypatch.setenv("HETERPS_LAUNCH_ID", "unit")
+    passes = launch_checkpoints.PassCheckpoints(choice, (1.0, "passes"), slices)
+    passes.restore_checked = True
+    met = []
+    monkeypatch.setattr(passes, "meet", lambda executor, at, done: met.append((at, list(done))))
+    dataset = FakeDataset(files)
+    call = seam.DatasetCall(None, FakeProgram(), dataset, None, {})
+    ran = []
+    seen_by_hooks = []
+    with passes.hook(call):
+        passes.run_pass(call, lambda c: ran.append(list(c.dataset.filelist)))
+        seen_by_hooks.append(list(dataset.filelist))
+    return ran, met, seen_by_hooks[0], dataset.filelist
+
+
+def test_a_pass_runs_in_slices_meeting_after_each(tmp_path, monkeypatch):
+    files = [f"part-{i}" for i in range(7)]
+    choice = cc.Choice(str(tmp_path), None, cc.Progress(0))
+    ran, met, seen, after = sliced_pass(monkeypatch, tmp_path, choice, 3, files)
+    assert ran == [files[:2], files[2:4], files[4:]]
+    assert met == [
+        (cc.Progress(0, 1, 3), files[:2]),
+        (cc.Progress(0, 2, 3), files[:4]),
+        (cc.Progress(1), []),  # the pass's end, as before slices
+    ]
+    assert seen == files and after == files  # the hooks' ends count the pass's files; the script's list kept
+    # more slices than files: the empty ones train nothing, the trainers still meet after them
+    ran, met, _, _ = sliced_pass(monkeypatch, tmp_path, choice, 4, files[:2])
+    assert ran == [files[:1], files[1:2]] and [at for at, _ in met][:3] == [cc.Progress(0, k, 4) for k in (1, 2, 3)]
+
+
+def test_a_pass_resumed_inside_trains_only_the_files_not_done(tmp_path, monkeypatch):
+    files = [f"part-{i}" for i in range(8)]
+    # taken after 2 of 4 slices of pass 1 (by trainers cut differently): part-0, -1, -4 and -5 done
+    done = ("part-0", "part-1", "part-4", "part-5")
+    choice = cc.Choice(str(tmp_path), "/ckpt", cc.Progress(0, 2, 4), files_done=done)
+    ran, met, seen, after = sliced_pass(monkeypatch, tmp_path, choice, 8, files)
+    assert ran == [["part-2", "part-3"], ["part-6", "part-7"]]  # the 2 slices left, of the checkpoint's 4
+    assert [at for at, _ in met] == [cc.Progress(0, 3, 4), cc.Progress(1)]
+    assert seen == ["part-2", "part-3", "part-6", "part-7"] and after == files

@@ -567,7 +567,8 @@ def test_a_machine_from_outside_the_file_joins_then_leaves_without_a_restart():
     assert j.state is S.RUNNING
     j, actions = m.step(j, m.LeaveAsked(E, 60, 2), NOW + 4)
     assert actions[0] == m.LeaveAnswer(E, True, actions[0].reason) and isinstance(actions[-1], m.AskCheckpoint)
-    j, actions = m.step(j, m.CheckpointComplete(3), NOW + 5)
+    assert actions[-1].hold_s == 60  # the round ends at it: its trainers train no further, for the grace at most
+    j, actions = m.step(j, m.CheckpointComplete(2.5), NOW + 5)  # inside pass 3: newer than the notice's
     assert actions == [m.Replan(frozenset({E}), m.Kind.LEAVE, {E: GPU})]
     j, actions = m.step(j, planned(members={A: True, B: True}), NOW + 5)
     assert "going on without the host(s) that left (round 2)" in text(actions[0], j)
@@ -729,6 +730,7 @@ def test_a_sustained_miss_moves_at_the_next_checkpoint_and_lets_the_unneeded_hos
     assert "was missed for 45 s" in ask.why
     j, actions = m.step(j, m.Proposed(proposal()), NOW + 100)
     assert kinds(actions) == ["AdaptAdvice", "AskCheckpoint"] and actions[0].decision == "move"
+    assert actions[1].hold_s == 0  # a move may be declined: the trainers go on training
     assert "reaches it" in actions[0].why
     j, actions = m.step(j, m.CheckpointComplete(3), NOW + 101)  # not newer than the decision: it waits
     assert actions == []

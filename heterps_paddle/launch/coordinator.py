@@ -38,7 +38,7 @@ from heterps_paddle.launch.leave import MAX_GRACE_S
 from heterps_paddle.launch.measuring import Measuring
 from heterps_paddle.launch.session import stop_session
 from heterps_paddle.planning.hosts import joined_spec
-from heterps_paddle.runtime.checkpoint_choice import ask_checkpoint, choose, listed
+from heterps_paddle.runtime.checkpoint_choice import ask_checkpoint, captured, choose, listed
 
 WINDOWS_KEPT = 6  # rates records the refit takes its median over (a window every 10 s: the last minute)
 ON_SCALE_TIMEOUT_S = 120.0  # the --on-scale command's, at most
@@ -187,7 +187,7 @@ class Coordinator:
             if not 0 <= grace <= MAX_GRACE_S:  # NaN and infinities too
                 raise control.Unproven(f"a leave's grace time must be 0..{MAX_GRACE_S:.0f} s")
             with self.lock:
-                event = m.LeaveAsked(host, float(grace), newest_checkpoint(self.checkpoint_dir))
+                event = m.LeaveAsked(host, float(grace), self._newest_captured())
                 self._feed(event, Peer(host, Role.REQUEST, conn, rfile, wfile))
         else:
             with self.lock:
@@ -208,7 +208,7 @@ class Coordinator:
         end.  ``joining``: a machine from outside the hosts file, as it said what it is."""
         with self.lock:
             self._catch_up(peer, seen)
-            self._feed(m.SpareJoined(peer.host, digest, newest_checkpoint(self.checkpoint_dir), joining), peer)
+            self._feed(m.SpareJoined(peer.host, digest, self._newest_captured(), joining), peer)
         if peer.gone:
             return  # refused, or told the job's end
         try:
@@ -301,8 +301,10 @@ class Coordinator:
             self._tell_all(render.message(action))
         elif isinstance(action, m.AskCheckpoint):
             if self.checkpoint_dir is not None:
-                path = ask_checkpoint(self.checkpoint_dir, self.launch_id, action.reason)
-                self.say(f"heterps launch: asked the trainers for a checkpoint at the end of the pass ({path})")
+                path = ask_checkpoint(self.checkpoint_dir, self.launch_id, action.reason, action.hold_s)
+                self.say(
+                    f"heterps launch: asked the trainers for a checkpoint at the end of the pass or slice ({path})"
+                )
         elif isinstance(action, m.Replan):
             return self._replan(action.lost, action.joined, adapt=action.kind is m.Kind.ADAPT)
         elif isinstance(action, m.Reconsider):
@@ -434,6 +436,9 @@ class Coordinator:
         self.launch_id = uuid.uuid4().hex[:16]
         self.board = Board(self.job.plan_writer, self.launch_id)
 
+    def _newest_captured(self) -> float:
+        return newest_captured(self.checkpoint_dir, self.launch_id)
+
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_S):
             with self.lock:
@@ -474,10 +479,20 @@ def _member_event(host: str, number: int, message: Mapping[str, Any]) -> m.Event
     raise control.Unproven(f"an op a member does not send ({printable(str(op))[:40]!r})")
 
 
-def newest_checkpoint(root: str | None) -> int:
-    """The passes of the newest complete checkpoint the launch wrote under ``root`` (0: none).  Complete: its
-    directory has its final name only once its manifest is written (runtime/launch_checkpoints.py)."""
-    return next((passes for passes, _ in listed(root)), 0) if root else 0
+def newest_captured(root: str | None, launch: str) -> float:
+    """The passes done in the newest checkpoint whose state is fixed: complete, or captured by the running launch
+    ``launch`` and persisting (a leave or a move waits for one newer: a checkpoint persisting when the host asked
+    holds training from before it)."""
+    if root is None:
+        return 0.0
+    return max(newest_checkpoint(root), max((at.done for at in captured(root, launch)), default=0.0))
+
+
+def newest_checkpoint(root: str | None) -> float:
+    """The passes done in the newest complete checkpoint the launch wrote under ``root`` (a fraction inside a pass;
+    0: none).  Complete: its directory has its final name only once its manifest is written
+    (runtime/launch_checkpoints.py)."""
+    return next((at.done for at, _ in listed(root)), 0.0) if root else 0.0
 
 
 def checkpoint_report(root: str | None) -> dict[str, Any]:
@@ -494,8 +509,8 @@ def checkpoint_report(root: str | None) -> dict[str, Any]:
         since = float("nan")
     return {
         "resumes_from": choice.path,
-        "passes_done": choice.passes_done,
-        "work_redone": f"the training since that checkpoint ({since:.0f} s; passes after pass {choice.passes_done})",
+        "passes_done": choice.at.done,
+        "work_redone": f"the training since that checkpoint ({since:.0f} s; after {choice.at})",
     }
 
 

@@ -56,7 +56,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "leave_asked": ("host", "grace_s"),
     "move_declined": ("hosts", "plan"),
     "move_impossible": ("hosts", "detail"),
-    "checkpoint_asked": ("reason",),
+    "checkpoint_asked": ("reason", "hold_s"),
     "refused": ("host", "reason"),
     "rates": (
         "round",
@@ -214,7 +214,7 @@ def record_of(action: Any, job: Job) -> tuple[str, dict[str, Any]] | None:
     if isinstance(action, e.OnScale):
         return "on_scale", {"wanted": dict(action.wanted), "released": dict(action.released), "why": action.why}
     if isinstance(action, e.AskCheckpoint):
-        return "checkpoint_asked", {"reason": action.reason}
+        return "checkpoint_asked", {"reason": action.reason, "hold_s": action.hold_s}
     if isinstance(action, e.Refuse):
         return "refused", {"host": action.host, "reason": action.reason}
     if isinstance(action, e.EndAll):

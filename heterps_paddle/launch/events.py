@@ -28,7 +28,7 @@ class SpareJoined:
 
     host: str
     digest: str
-    newest_checkpoint: int  # the passes of the newest complete checkpoint as it joined (0: none)
+    newest_checkpoint: float  # the passes done in the newest complete checkpoint as it joined (0: none)
     # a machine from outside the hosts file (heterps launch --join): what it is (type, units, port); None: a host
     # of the file
     joining: Mapping[str, Any] | None = None
@@ -41,7 +41,7 @@ class LeaveAsked:
 
     host: str
     grace_s: float
-    newest_checkpoint: int  # the passes of the newest complete checkpoint as it asked (0: none)
+    newest_checkpoint: float  # the passes done in the newest complete checkpoint as it asked (0: none)
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class Done:
 class CheckpointComplete:
     """The newest complete checkpoint holds ``passes`` passes."""
 
-    passes: int
+    passes: float  # a fraction for a checkpoint inside a pass (slices done of the next one)
 
 
 @dataclass(frozen=True)
@@ -260,9 +260,11 @@ class AbortAll:
 
 @dataclass(frozen=True)
 class AskCheckpoint:
-    """Ask the round's trainers for a checkpoint at the end of the running pass."""
+    """Ask the round's trainers for a checkpoint at the end of the running pass or slice; with ``hold_s``, they train
+    no further once it is captured, for that long at most (the round ends at it: a leave)."""
 
     reason: str
+    hold_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ The rounds, in short:
   the hosts file that joins with the job's key and says what it is (``heterps launch --join``): it stands by, and
   every later round's plan is made, and expanded on every host, with it.
 - **Leaving.**  A host that asks to leave (SIGTERM to its launch, ``heterps launch --leave``) gets a checkpoint at
-  the end of the running pass; once it is complete the job re-plans without the host and goes on from it, nothing
-  redone and no restart used.  Past the host's grace time it goes without one (from the newest checkpoint); a host
+  the end of the running pass or slice (HETERPS_CHECKPOINT_SLICES), after which its trainers train no further; once
+  it is complete the job re-plans without the host and goes on from it, nothing redone and no restart used.  Past the host's grace time it goes without one (from the newest checkpoint); a host
   that dies first is an ordinary loss.
 - **The end.**  When every host that runs CPU trainers has finished, the job ends on every host.
 
@@ -190,7 +190,8 @@ def _joined(job: Job, event: Joined, now: float) -> tuple[Job, list[Action]]:
         actions: list[Action] = [Start(tuple(job.round.members), job.round.digest)]
         job = _seen(replace(job, state=JobState.RUNNING), started=True)
         if job.leaving and job.rules.checkpoints:  # asked while the round was starting
-            actions.append(AskCheckpoint(f"host(s) {', '.join(sorted(job.leaving))} leave"))
+            hold_s = max(deadline for deadline, _ in job.leaving.values()) - now
+            actions.append(AskCheckpoint(f"host(s) {', '.join(sorted(job.leaving))} leave", max(0.0, hold_s)))
         elif job.leaving:
             job, more = _leave_now(job, "the launch keeps no checkpoints: the job starts again without it")
             actions += more
@@ -286,11 +287,13 @@ def _leave_asked(job: Job, event: LeaveAsked, now: float) -> tuple[Job, list[Act
             actions += more
         return job, actions
     how = (
-        f"a checkpoint at the end of the running pass, then the job goes on without it ({event.grace_s:.0f} s at most)"
+        "a checkpoint at the end of the running pass or slice, then the job goes on without it "
+        f"({event.grace_s:.0f} s at most)"
     )
     actions = [LeaveAnswer(host, True, how), LeaveNoted(host, event.grace_s)]
     if job.state is JobState.RUNNING:
-        actions.append(AskCheckpoint(f"host {host} leaves"))
+        # the round ends at the checkpoint: its trainers train no further (it would be redone), for the grace time
+        actions.append(AskCheckpoint(f"host {host} leaves", max(0.0, event.grace_s)))
     return job, actions
 
 
@@ -363,7 +366,7 @@ def _checkpoint_complete(job: Job, event: CheckpointComplete, now: float) -> tup
     job = replace(job, newest_checkpoint=max(job.newest_checkpoint, event.passes))
     if job.leaving:
         if event.passes > min(at for _, at in job.leaving.values()):
-            return _leave_now(job, f"the job goes on from the checkpoint of pass {event.passes}, nothing redone")
+            return _leave_now(job, f"the job goes on from the checkpoint of {event.passes:g} passes, nothing redone")
         return job, []
     adapting = job.seen.adapting
     if adapting is not None and event.passes > job.seen.adapt_from:
@@ -455,7 +458,7 @@ def _planned(job: Job, event: Planned, now: float) -> tuple[Job, list[Action]]:
         lost=change.lost,
         history=(*job.history, record),
         back={h: passes for h, passes in job.back.items() if h not in event.members},  # taken in: nothing to move for
-        moved_at=int(event.checkpoint.get("passes_done") or 0) if change.kind is Kind.ADAPT else job.moved_at,
+        moved_at=float(event.checkpoint.get("passes_done") or 0) if change.kind is Kind.ADAPT else job.moved_at,
     )
     if released:  # let go: a later round's plan is made without them
         job = replace(job, lost=job.lost | frozenset(released))

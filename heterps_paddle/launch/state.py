@@ -175,7 +175,7 @@ class Seen:
     trained_at: float | None = None
     asked_at: float | None = None  # when the machine last asked to reconsider the plan
     adapting: Any = None  # an adaptive move decided: the Proposal, waiting for the next complete checkpoint
-    adapt_from: int = 0  # ... the newest checkpoint's passes when it was decided
+    adapt_from: float = 0.0  # ... the newest checkpoint's passes done when it was decided
     wished: bool = False  # units asked for (--on-scale) in this round
     advised: frozenset[str] = frozenset()  # advise mode: the moves said already this round (once each)
     # each host's comparisons with its peers in a row that found its trainers slow (launch/gauge.py: TrainerRate)
@@ -192,16 +192,17 @@ class Job:
     seen: Seen
     state: JobState = JobState.JOINING
     lost: frozenset[str] = frozenset()  # every host lost and not back
-    back: Mapping[str, int] = field(default_factory=dict)  # lost hosts back -> newest checkpoint's passes then
+    back: Mapping[str, float] = field(default_factory=dict)  # lost hosts back -> newest checkpoint's passes then
     # machines that joined from outside the hosts file (heterps launch --join) -> what they said they are: type,
     # units, port (planning/hosts.py: Host); for the job's life, lost or not
     extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # hosts that asked to leave -> (the time they go at the latest, the newest checkpoint's passes when they asked)
-    leaving: Mapping[str, tuple[float, int]] = field(default_factory=dict)
+    leaving: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     reason: str | None = None  # why the launch aborted
     measured: Any = None  # the running round's measured rates, the newest (launch/gauge.py: Rates)
-    moved_at: int | None = None  # the checkpoint (passes) the last adaptive move resumed from
-    newest_checkpoint: int = 0  # the passes of the newest complete checkpoint the machine was told of
+    moved_at: float | None = None  # the checkpoint (passes done) the last adaptive move resumed from
+    newest_checkpoint: float = 0.0  # passes done in the newest complete checkpoint the machine was told of (a
+    # fraction inside a pass)
     history: tuple[RoundChange, ...] = ()  # every change of round
 
     @property

@@ -5,7 +5,7 @@ processes): the ``DIR/pass-NNNNNN`` directories listed, the newest whose manifes
 SHA-256, runtime/checkpoint_files.py; an incremental checkpoint's whole chain, its base and earlier increments, with
 it: :func:`verify_chain`), each one refused named with its reason, and the environment that gives every process of
 the job the same choice (``HETERPS_CHECKPOINT_RESUME``).  Also :func:`ask_checkpoint`: a checkpoint asked for now,
-which trainer 0 honours at the end of the running pass (runtime/launch_checkpoints.py).
+which trainer 0 honours at the end of the running pass or slice (runtime/launch_checkpoints.py).
 
 Imported by ``heterps launch`` and the hosts job's coordinator before any Paddle is: it imports no Paddle, nor any
 module that does.
@@ -22,25 +22,71 @@ from heterps_paddle import settings
 from heterps_paddle.files import write_atomic
 from heterps_paddle.runtime.checkpoint_files import MANIFEST, CheckpointError, file_digest, read_manifest, verify
 
-NAME = re.compile(r"pass-(\d{6,})")
-STAGING = re.compile(r"\.pass-(\d{6,})\.incomplete")  # a save in progress (runtime/launch_checkpoints.py)
+NAME = re.compile(r"pass-(\d{6,})(?:\.(\d+)of(\d+))?")
+STAGING = re.compile(r"\.pass-(\d{6,})(?:\.\d+of\d+)?\.incomplete")  # a save in progress (launch_checkpoints.py)
 SYNC_DIR = ".sync"  # DIR/.sync/<launch id>/: the trainers' barrier files, and the ask for a checkpoint
 ASKED = "asked"
 
 
-def checkpoint_name(passes: int) -> str:
-    return f"pass-{passes:06d}"
+@dataclass(frozen=True, order=True)
+class Progress:
+    """How much training a checkpoint holds: ``passes`` whole passes of train_from_dataset and, of the next pass
+    cut into ``slices`` of its files (HETERPS_CHECKPOINT_SLICES), the first ``slice`` (0: a pass's end).  Its name
+    is ``pass-NNNNNN``, or ``pass-NNNNNN.KofS`` inside a pass; ordered as the training it holds."""
+
+    passes: int
+    slice: int = 0
+    slices: int = 1
+
+    @property
+    def done(self) -> float:
+        """Passes done, a fraction inside a pass (the launch's machine compares checkpoints by it)."""
+        return self.passes + self.slice / self.slices
+
+    @property
+    def name(self) -> str:
+        return f"pass-{self.passes:06d}" + (f".{self.slice}of{self.slices}" if self.slice else "")
+
+    @property
+    def where(self) -> str:
+        """Where training stood: ``after pass N``, or ``after slice K of S of pass N+1``."""
+        if not self.slice:
+            return f"after pass {self.passes}"
+        return f"after slice {self.slice} of {self.slices} of pass {self.passes + 1}"
+
+    def __str__(self) -> str:
+        if not self.slice:
+            return f"{self.passes} passes done"
+        return f"{self.passes} passes and {self.slice} of {self.slices} slices of pass {self.passes + 1} done"
+
+    @staticmethod
+    def of(match: re.Match[str]) -> Progress | None:
+        """The progress a :data:`NAME` match names (None: a slice number out of its pass)."""
+        passes = int(match.group(1))
+        if match.group(2) is None:
+            return Progress(passes)
+        at = Progress(passes, int(match.group(2)), int(match.group(3)))
+        return at if 0 < at.slice < at.slices else None
+
+    @staticmethod
+    def named(name: str) -> Progress | None:
+        match = NAME.fullmatch(name)
+        return Progress.of(match) if match else None
 
 
-def listed(root: str) -> list[tuple[int, str]]:
-    """The checkpoint directories under ``root`` (complete or not), newest (most passes) first."""
+def checkpoint_name(at: int | Progress) -> str:
+    return (at if isinstance(at, Progress) else Progress(at)).name
+
+
+def listed(root: str) -> list[tuple[Progress, str]]:
+    """The checkpoint directories under ``root`` (complete or not), newest (most training) first."""
     if not os.path.isdir(root):
         return []
     found = []
     for name in os.listdir(root):
-        match = NAME.fullmatch(name)
-        if match and os.path.isdir(os.path.join(root, name)):
-            found.append((int(match.group(1)), os.path.join(root, name)))
+        at = Progress.named(name)
+        if at is not None and os.path.isdir(os.path.join(root, name)):
+            found.append((at, os.path.join(root, name)))
     return sorted(found, reverse=True)
 
 
@@ -50,15 +96,21 @@ class Choice:
 
     root: str
     path: str | None
-    passes_done: int
+    at: Progress
     refused: tuple[tuple[str, str], ...] = ()  # (directory, why)
+    files_done: tuple[str, ...] = ()  # inside a pass: the files of pass ``at.passes + 1`` every trainer trained
+
+    @property
+    def passes_done(self) -> int:
+        return self.at.passes
 
     def lines(self) -> list[str]:
         out = [f"checkpoint REFUSED: {why}" for _, why in self.refused]
         if self.path is not None:
             out.append(
-                f"resuming from checkpoint {self.path} ({self.passes_done} passes done): the servers restore it at "
-                f"init_server, every CPU trainer skips its first {self.passes_done} train_from_dataset passes"
+                f"resuming from checkpoint {self.path} ({self.at}): the servers restore it at init_server, every "
+                f"CPU trainer skips its first {self.passes_done} train_from_dataset passes"
+                + (f" and the {len(self.files_done)} files of the next one trained already" if self.at.slice else "")
             )
         elif self.refused:
             out.append(
@@ -69,16 +121,28 @@ class Choice:
         return out
 
 
-def passes_in(path: str, manifest: dict[str, Any], passes: int) -> int:
-    """``passes`` (the number in the checkpoint's name) once its manifest says as many passes done; else an error."""
+def progress_in(path: str, manifest: dict[str, Any], at: Progress) -> Progress:
+    """``at`` (what the checkpoint's name says) once its manifest says as much training done; else an error."""
     launch = manifest.get("launch")
-    done = launch.get("passes_done") if isinstance(launch, dict) else None
-    if done != passes:
+    launch = launch if isinstance(launch, dict) else {}
+    said = (launch.get("passes_done"), launch.get("slice", 0), launch.get("slices", 1) if at.slice else at.slices)
+    if said != (at.passes, at.slice, at.slices):
+        told = f"{said[0]!r} passes" + (f" and {said[1]!r} of {said[2]!r} slices of the next" if said[1] else "")
         raise CheckpointError(
-            f"checkpoint {path}: its manifest says {done!r} passes done, its name {passes} (not a checkpoint "
-            "heterps launch wrote, or renamed)"
+            f"checkpoint {path}: its manifest says {told} done, its name {at} (not a checkpoint heterps launch "
+            "wrote, or renamed)"
         )
-    return passes
+    return at
+
+
+def files_done_in(path: str, manifest: dict[str, Any]) -> tuple[str, ...]:
+    """The files of the pass in progress a checkpoint inside a pass says every trainer trained (none: a pass's
+    end)."""
+    launch = manifest.get("launch")
+    files = launch.get("files_done", []) if isinstance(launch, dict) else []
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise CheckpointError(f"checkpoint {path}: its {MANIFEST}'s files_done is not a list of file names")
+    return tuple(files)
 
 
 def chain_of(path: str, manifest: dict[str, Any]) -> list[tuple[str, str]]:
@@ -90,7 +154,7 @@ def chain_of(path: str, manifest: dict[str, Any]) -> list[tuple[str, str]]:
         links = [(str(link["name"]), str(link["manifest"])) for link in chain]
     except (TypeError, KeyError) as exc:
         raise CheckpointError(f"checkpoint {path}: unreadable chain in its {MANIFEST} ({exc!r})") from None
-    if any(not NAME.fullmatch(name) for name, _ in links):
+    if any(Progress.named(name) is None for name, _ in links):
         raise CheckpointError(f"checkpoint {path}: its chain names a link that is not a checkpoint ({links})")
     return links
 
@@ -114,8 +178,7 @@ def verify_chain(path: str) -> tuple[dict[str, Any], list[str]]:
         if file_digest(os.path.join(link, MANIFEST)) != digest:
             raise CheckpointError(f"{where} is not the one it was saved on (its {MANIFEST} differs: replaced?)")
         try:
-            match = NAME.fullmatch(name)
-            passes_in(link, verify(link), int(match.group(1)) if match else -1)
+            progress_in(link, verify(link), Progress.named(name) or Progress(-1))
         except CheckpointError as exc:
             raise CheckpointError(f"{where} refused: {exc}") from None
         order.append(link)
@@ -126,12 +189,13 @@ def choose(root: str) -> Choice:
     """The newest checkpoint under ``root`` whose manifest (and chain) verifies; the newer ones that do not, with
     why."""
     refused: list[tuple[str, str]] = []
-    for passes, path in listed(root):
+    for at, path in listed(root):
         try:
-            return Choice(root, path, passes_in(path, verify_chain(path)[0], passes), tuple(refused))
+            manifest = verify_chain(path)[0]
+            return Choice(root, path, progress_in(path, manifest, at), tuple(refused), files_done_in(path, manifest))
         except CheckpointError as exc:
             refused.append((path, str(exc)))
-    return Choice(root, None, 0, tuple(refused))
+    return Choice(root, None, Progress(0), tuple(refused))
 
 
 def base_interval(env: Any = None) -> int:
@@ -179,24 +243,60 @@ def sync_dir(root: str, launch: str) -> str:
     return os.path.join(root, SYNC_DIR, launch)
 
 
-def ask_checkpoint(root: str, launch_id: str, reason: str) -> str:
+CAPTURED = "captured"  # DIR/.sync/<launch id>/<checkpoint>.captured: its state fixed, persisting or complete
+
+
+def captured(root: str, launch: str) -> list[Progress]:
+    """The checkpoints the running launch ``launch`` captured whose markers are still there (trainer 0 drops those
+    of earlier points as the trainers meet at later ones)."""
+    try:
+        return captured_in(os.listdir(sync_dir(os.path.abspath(root), launch)))
+    except OSError:
+        return []
+
+
+def captured_in(names: list[str]) -> list[Progress]:
+    """The checkpoints whose captured markers are among the barrier files ``names``."""
+    found = [Progress.named(name[: -len(CAPTURED) - 1]) for name in names if name.endswith(f".{CAPTURED}")]
+    return [at for at in found if at is not None]
+
+
+def ask_checkpoint(root: str, launch_id: str, reason: str, hold_s: float = 0.0) -> str:
     """Ask the running launch ``launch_id`` for a checkpoint now: ``root/.sync/<launch id>/asked`` (the reason, one
-    line), written atomically.  Trainer 0 honours it at the end of the running training pass (a checkpoint even when
-    --checkpoint-every does not make one due), then removes the file.  Returns its path."""
+    line; ``hold S`` on a second when the trainers are to train no further for up to S seconds once it is captured,
+    since the round ends at it: a leave), written atomically.  Trainer 0 honours it at the end of the running slice
+    of a pass (a checkpoint even when --checkpoint-every does not make one due), then removes the file.  Returns
+    its path."""
     directory = sync_dir(os.path.abspath(root), launch_id)
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, ASKED)
-    write_atomic(path, " ".join(reason.split()) + "\n")
+    write_atomic(path, " ".join(reason.split()) + "\n" + (f"hold {hold_s:g}\n" if hold_s > 0 else ""))
     return path
 
 
-def asked_reason(path: str) -> str | None:
-    """The reason of an ask at ``path`` (:func:`ask_checkpoint`), None when there is none."""
+@dataclass(frozen=True)
+class Ask:
+    """A checkpoint asked for (:func:`ask_checkpoint`): why, and how long the trainers hold once it is captured."""
+
+    reason: str
+    hold_s: float = 0.0
+
+
+def read_ask(path: str) -> Ask | None:
+    """The ask at ``path`` (:func:`ask_checkpoint`), None when there is none; a second line that is not
+    ``hold S`` (S seconds, finite, not negative) holds nothing."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip() or "no reason given"
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(4096).splitlines()
     except FileNotFoundError:
         return None
+    reason = (lines[0].strip() if lines else "") or "no reason given"
+    words = lines[1].split() if len(lines) > 1 else []
+    try:
+        hold_s = float(words[1]) if len(words) == 2 and words[0] == "hold" else 0.0
+    except ValueError:
+        hold_s = 0.0
+    return Ask(reason, hold_s if 0.0 <= hold_s < float("inf") else 0.0)
 
 
 def chain_names(path: str) -> list[str]:

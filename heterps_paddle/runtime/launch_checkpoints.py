@@ -29,6 +29,7 @@ that use them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import threading
@@ -43,16 +44,20 @@ from heterps_paddle.rendezvous import launch_id
 from heterps_paddle.runtime import push_queues, seam, table_shards
 from heterps_paddle.runtime.checkpoint_choice import (
     ASKED,
+    CAPTURED,
     NAME,
+    Ask,
     Choice,
-    asked_reason,
+    Progress,
     base_interval,
+    captured_in,
     chain_names,
     chain_of,
-    checkpoint_name,
     choose,
+    files_done_in,
     listed,
-    passes_in,
+    progress_in,
+    read_ask,
     sync_dir,
 )
 from heterps_paddle.runtime.checkpoint_files import (
@@ -87,12 +92,12 @@ def resume_choice() -> Choice | None:
     if _choice is None:
         chosen = str(settings.get("HETERPS_CHECKPOINT_RESUME"))
         if chosen == "none":
-            _choice = Choice(root, None, 0)
+            _choice = Choice(root, None, Progress(0))
         elif chosen:
             # chosen and verified by heterps launch (the servers verify the files again when they load them)
-            match = NAME.fullmatch(os.path.basename(chosen))
-            passes = int(match.group(1)) if match else -1
-            _choice = Choice(root, chosen, passes_in(chosen, read_manifest(chosen), passes))
+            manifest = read_manifest(chosen)
+            at = progress_in(chosen, manifest, Progress.named(os.path.basename(chosen)) or Progress(-1))
+            _choice = Choice(root, chosen, at, files_done=files_done_in(chosen, manifest))
         else:
             # HETERPS_CHECKPOINT_DIR set by hand, not by heterps launch: the same choice, made here
             _choice = choose(root)
@@ -132,23 +137,24 @@ def is_training_pass(program: Any) -> bool:
 
 
 class Barrier:
-    """Files under ``DIR/.sync/<launch id>/``: the stage 1 CPU trainers' meeting points after a pass."""
+    """Files under ``DIR/.sync/<launch id>/``: the stage 1 CPU trainers' meeting points after a pass, and after
+    each slice of a pass cut into slices (named by the checkpoint such a point would make)."""
 
     def __init__(self, root: str) -> None:
         self.dir = sync_dir(root, launch_id() or "local")
         self.wait_s = float(cast(float, settings.get("HETERPS_CHECKPOINT_WAIT_S")))
 
-    def mark(self, passes: int, what: str, text: str = "") -> None:
+    def mark(self, at: Progress, what: str, text: str = "") -> None:
         os.makedirs(self.dir, exist_ok=True)
-        write_atomic(os.path.join(self.dir, f"{checkpoint_name(passes)}.{what}"), text)
+        write_atomic(os.path.join(self.dir, f"{at.name}.{what}"), text)
 
-    def wait(self, passes: int, what: str, who: str) -> str:
-        path = os.path.join(self.dir, f"{checkpoint_name(passes)}.{what}")
+    def wait(self, at: Progress, what: str, who: str) -> str:
+        path = os.path.join(self.dir, f"{at.name}.{what}")
         deadline = time.monotonic() + self.wait_s
         while not os.path.isfile(path):
             if time.monotonic() > deadline:
                 raise CheckpointError(
-                    f"checkpoint after pass {passes} on {seam.identity()}: {who} did not get there within "
+                    f"checkpoint {at.where} on {seam.identity()}: {who} did not get there within "
                     f"{self.wait_s:.0f} s (HETERPS_CHECKPOINT_WAIT_S)"
                 )
             time.sleep(POLL_S)
@@ -161,51 +167,70 @@ class Barrier:
             if os.path.join(parent, name) != self.dir:
                 shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
-    def drop_before(self, passes: int) -> None:
-        """Trainer 0, once every trainer arrived after pass ``passes``: the files of the passes before (every
-        trainer has read them), so a long job's barrier directory stays small."""
-        for name in os.listdir(self.dir):
+    def drop_before(self, at: Progress) -> None:
+        """Trainer 0, once every trainer arrived at ``at``: the files of the points before (every trainer has read
+        them), so a long job's barrier directory stays small; the newest checkpoint's captured marker stays (the
+        launch reads it: a leave waits for a checkpoint newer than one persisting, coordinator.newest_captured)."""
+        names = os.listdir(self.dir)
+        newest = max(captured_in(names), default=None)
+        kept = f"{newest.name}.{CAPTURED}" if newest is not None else None
+        for name in names:
             match = NAME.match(name)
-            if match and int(match.group(1)) < passes:
+            earlier = Progress.of(match) if match else None
+            if earlier is not None and earlier < at and name != kept:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(self.dir, name))
 
 
 @dataclass(frozen=True)
 class Decision:
-    """Trainer 0's word after a pass, the same for every trainer: skip, or a checkpoint of a kind (with its
-    ``save_persistables`` mode: 0 full, 2 full base of incremental ones, 1 increment)."""
+    """Trainer 0's word at a checkpoint point, the same for every trainer: skip, or a checkpoint of a kind (with its
+    ``save_persistables`` mode: 0 full, 2 full base of incremental ones, 1 increment), and how long training holds
+    once it is captured (an ask for a leave: the round ends at it)."""
 
     kind: str | None  # "full" | "incremental" | None (no checkpoint)
     mode: int = 0
     staging: str = ""  # where the servers write it (trainer 0 chose: memory or disk, :func:`staging_for`)
+    hold_s: float = 0.0
 
     def text(self) -> str:
-        return f"save {self.kind} {self.mode} {self.staging}" if self.kind else "skip"
+        return f"save {self.kind} {self.mode} {self.hold_s:g} {self.staging}" if self.kind else "skip"
 
     @staticmethod
     def parse(text: str) -> Decision:
-        words = text.split(" ", 3)
-        if len(words) == 4 and words[0] == "save" and words[1] in ("full", "incremental"):
-            return Decision(words[1], int(words[2]), words[3])
+        words = text.split(" ", 4)
+        if len(words) == 5 and words[0] == "save" and words[1] in ("full", "incremental"):
+            return Decision(words[1], int(words[2]), words[4], float(words[3]))
         return Decision(None)
 
 
-class PassCheckpoints:
-    """A stage 1 CPU trainer's passes: the first ones skipped on a resume, a checkpoint after each due one."""
+def cut(files: list[str], parts: int) -> list[list[str]]:
+    """``files`` in ``parts`` runs of consecutive files, as even as can be (some empty when there are fewer)."""
+    return [files[k * len(files) // parts : (k + 1) * len(files) // parts] for k in range(parts)]
 
-    def __init__(self, choice: Choice, every: tuple[float, str]) -> None:
+
+class PassCheckpoints:
+    """A stage 1 CPU trainer's passes: the first ones skipped on a resume (and the files of a pass the checkpoint
+    was taken inside), each pass cut into slices of its files (HETERPS_CHECKPOINT_SLICES), and a checkpoint at a
+    slice's or a pass's end when one is due or asked for."""
+
+    def __init__(self, choice: Choice, every: tuple[float, str], slices: int = 1) -> None:
         self.root = choice.root
         self.resumed_from = choice.path
         self.skip = choice.passes_done
+        # a checkpoint taken inside a pass: the next pass's slices it holds, and the files they trained
+        self.resumed_at = choice.at
+        self.resumed_files = frozenset(choice.files_done)
         self.every, self.unit = every
+        self.slices = slices
         self.passes = 0  # training passes of the job so far, the skipped ones included
         self.last_save = time.monotonic()
         self.restore_checked = False
+        self.in_memory_said = False
         self.base_every = base_interval()
         # the checkpoint the servers' tables were last saved to or restored from: an increment's previous link
         self.previous = choice.path
-        self.asked: str | None = None  # the reason of an ask honoured by the checkpoint being saved
+        self.asked: Ask | None = None  # the ask honoured by the checkpoint being saved
         self.persisting: Persist | None = None  # trainer 0: the checkpoint being persisted in the background
         self.persisting_honours_ask = False  # ... and whether it is the one an ask asked for
         self.last_bytes = 0  # the last checkpoint's bytes (how much room a staging area needs)
@@ -217,16 +242,7 @@ class PassCheckpoints:
         """Whether this ``train_from_dataset`` call is a pass the checkpoint already holds (not run)."""
         if self.passes >= self.skip or not is_training_pass(call.main_program()):
             return False
-        if not self.restore_checked:
-            from heterps_paddle.runtime import checkpoint  # lazy: imports Paddle (module doc)
-
-            restored = checkpoint.servers_restored()
-            if restored is None or os.path.normpath(restored) != self.resumed_from:
-                raise CheckpointError(
-                    f"{seam.identity()}: this launch resumes from {self.resumed_from}, but the servers say they "
-                    f"restored {restored or 'nothing'}: its passes are not skipped over another model"
-                )
-            self.restore_checked = True
+        self.check_restored()
         self.passes += 1
         logger.info(
             "checkpoint: pass %d skipped (train_from_dataset not run): checkpoint %s holds %d passes",
@@ -236,84 +252,181 @@ class PassCheckpoints:
         )
         return True
 
+    def check_restored(self) -> None:
+        """Before a pass or a file is skipped: the servers restored the checkpoint that says it is done."""
+        if self.restore_checked:
+            return
+        from heterps_paddle.runtime import checkpoint  # lazy: imports Paddle (module doc)
+
+        restored = checkpoint.servers_restored()
+        if restored is None or os.path.normpath(restored) != self.resumed_from:
+            raise CheckpointError(
+                f"{seam.identity()}: this launch resumes from {self.resumed_from}, but the servers say they "
+                f"restored {restored or 'nothing'}: its passes are not skipped over another model"
+            )
+        self.restore_checked = True
+
     @contextlib.contextmanager
     def hook(self, call: seam.DatasetCall) -> Iterator[None]:
         """Around a pass that runs: a checkpoint after it, when due (registered first: it ends last, after the
-        other hooks' ends, dense refresh and metrics included)."""
+        other hooks' ends, dense refresh and metrics included); the dataset's file list as the script set it."""
         training = is_training_pass(call.main_program())
-        yield
+        files = getattr(call.dataset, "filelist", None)
+        try:
+            yield
+        finally:
+            if files is not None and getattr(call.dataset, "filelist", None) != files:
+                call.dataset.set_filelist(files)  # as the script set it: its next pass may not set it again
         if training:
             self.passes += 1
-            self.after_pass(call.executor)
+            self.meet(call.executor, Progress(self.passes), [])
 
-    def after_pass(self, executor: Any) -> None:
-        """After every training pass: the barrier (every trainer gets trainer 0's decision, so a checkpoint asked
-        for reaches all), then the checkpoint when it is due or asked for."""
-        passes = self.passes
+    def run_pass(self, call: seam.DatasetCall, run: Callable[[seam.DatasetCall], Any]) -> Any:
+        """A training pass in slices: the dataset's files cut in ``slices`` runs, each trained by its own
+        ``train_from_dataset`` (the hooks around the pass see one pass: its metrics, AUC states and samples), the
+        trainers meeting after each but the last (a checkpoint there when one is asked for or due by minutes).  A
+        pass a checkpoint was taken inside trains the files it did not hold, in the slices that were left.  An
+        in-memory dataset (loaded before the call) is one slice."""
+        files = getattr(call.dataset, "filelist", None)
+        if not is_training_pass(call.main_program()) or files is None:
+            return run(call)
+        number = self.passes + 1
+        resumed = self.resumed_at.slice > 0 and number == self.resumed_at.passes + 1
+        at = self.resumed_at if resumed else Progress(number - 1, 0, self.slices)
+        if hasattr(call.dataset, "load_into_memory"):
+            if resumed:
+                raise CheckpointError(
+                    f"{seam.identity()}: checkpoint {self.resumed_from} was taken inside pass {number}, which this "
+                    "script trains from an InMemoryDataset (loaded before train_from_dataset): its files cannot be "
+                    "left out; resume from a checkpoint at a pass's end, or read the files with a QueueDataset"
+                )
+            if at.slices > 1 and not self.in_memory_said:
+                self.in_memory_said = True
+                logger.info("checkpoints: an InMemoryDataset's pass is one slice (it is loaded before the call)")
+            return run(call)
+        todo = list(files)
+        if resumed:
+            self.check_restored()
+            todo = [f for f in todo if f not in self.resumed_files]
+            logger.info(
+                "checkpoint: pass %d goes on from %s: %d of its %d files here trained already, left out",
+                number,
+                self.resumed_from,
+                len(files) - len(todo),
+                len(files),
+            )
+        done: list[str] = []
+        result = None
+        for k, part in enumerate(cut(todo, at.slices - at.slice), start=at.slice):
+            if part:
+                call.dataset.set_filelist(part)
+                result = run(call)
+                done.extend(part)
+            if k + 1 < at.slices:
+                self.meet(call.executor, Progress(number - 1, k + 1, at.slices), done)
+        call.dataset.set_filelist(todo)  # the files this pass trained here (the meter counts their samples)
+        return result
+
+    def meet(self, executor: Any, at: Progress, files_done: list[str]) -> None:
+        """At a pass's or a slice's end: the barrier (every trainer gets trainer 0's decision, so a checkpoint asked
+        for reaches all), then the checkpoint when it is due or asked for.  ``files_done``: this trainer's files of
+        the pass in progress (none at a pass's end)."""
         if self.persisting is not None and self.persisting.done.is_set():
-            self.wait_persisted(f"the end of pass {passes}")  # a failure in the background ends the trainer now
+            self.wait_persisted(
+                f"the end of the slice or pass {at.where}"
+            )  # a failure in the background ends the trainer now
         # due by --checkpoint-every (in minutes, maybe: trainer 0's clock decides): pushes flushed before arriving
-        scheduled = self.unit == "minutes" or passes % int(self.every) == 0
+        scheduled = self.scheduled(at)
         runtime = seam.fleet_runtime()
         trainers, index = seam.worker_count_and_index(seam.role_maker())
-        # This trainer's pushes of the pass answered before the barrier.  A split job's heterogeneous trainers are
-        # flushed by fleet.save_persistables below (runtime/saves.py), once every CPU trainer has ended its pass:
-        # flushed here, they could still be serving another trainer's micro-batches.
+        # This trainer's pushes answered before the barrier.  A split job's heterogeneous trainers are flushed by
+        # fleet.save_persistables below (runtime/saves.py), once every CPU trainer has ended its slice: flushed
+        # here, they could still be serving another trainer's micro-batches.
         if scheduled:
-            push_queues.flush_pushes(runtime, f"checkpoint after pass {passes}")
+            push_queues.flush_pushes(runtime, f"checkpoint {at.where}")
         barrier = Barrier(self.root)
-        barrier.mark(passes, f"arrived.{index}")
+        barrier.mark(at, f"arrived.{index}", json.dumps(files_done))
+        done: set[str] = set(files_done)
         if index == 0:
             for other in range(1, trainers):
-                barrier.wait(passes, f"arrived.{other}", f"CPU trainer {other}")
-            barrier.drop_before(passes)
-            decision = self.decide(passes, scheduled, barrier)
-            barrier.mark(passes, "decision", decision.text())
+                done.update(json.loads(barrier.wait(at, f"arrived.{other}", f"CPU trainer {other}") or "[]"))
+            if at.slice and at.passes == self.resumed_at.passes and self.resumed_at.slice:
+                done |= self.resumed_files  # trained before the checkpoint this pass went on from
+            barrier.drop_before(at)
+            decision = self.decide(at, scheduled, barrier)
+            barrier.mark(at, "decision", decision.text())
         else:
-            decision = Decision.parse(barrier.wait(passes, "decision", "CPU trainer 0's decision"))
+            decision = Decision.parse(barrier.wait(at, "decision", "CPU trainer 0's decision"))
         if decision.kind is None:
             return
         started = time.monotonic()
         if not scheduled:
-            # asked for after a pass that was not due: every trainer's pushes answered before the servers save
-            push_queues.flush_pushes(runtime, f"checkpoint after pass {passes} (asked for)")
-            barrier.mark(passes, f"flushed.{index}")
+            # asked for at a point that was not due: every trainer's pushes answered before the servers save
+            push_queues.flush_pushes(runtime, f"checkpoint {at.where} (asked for)")
+            barrier.mark(at, f"flushed.{index}")
             if index == 0:
                 for other in range(1, trainers):
-                    barrier.wait(passes, f"flushed.{other}", f"CPU trainer {other}")
-        self.save(executor, passes, decision, barrier, (trainers, index), started)
+                    barrier.wait(at, f"flushed.{other}", f"CPU trainer {other}")
+        self.save(executor, at, decision, barrier, (trainers, index), (started, tuple(sorted(done))))
+        if decision.hold_s > 0:
+            self.hold(at, decision.hold_s)
 
-    def decide(self, passes: int, scheduled: bool, barrier: Barrier) -> Decision:
-        """Trainer 0: whether a checkpoint follows this pass (due by --checkpoint-every, or asked for), and which."""
+    def scheduled(self, at: Progress) -> bool:
+        """Whether --checkpoint-every may make a checkpoint due at ``at``: N passes, at every Nth pass's end; N
+        minutes, at any slice's or pass's end (trainer 0 decides whether the minutes are over)."""
+        return self.unit == "minutes" or (not at.slice and at.passes % int(self.every) == 0)
+
+    def hold(self, at: Progress, hold_s: float) -> None:
+        """After a checkpoint asked for by a leave: no more training (it would be redone from the checkpoint), until
+        the launch ends the round, or for ``hold_s`` at most (the leave's grace time: then the round went on)."""
+        logger.info(
+            "checkpoint %s: captured for a leave; this trainer trains no further until the round ends (%.0f s at most)",
+            at.where,
+            hold_s,
+        )
+        time.sleep(hold_s)
+        logger.warning("checkpoint %s: the round did not end within %.0f s of it: training goes on", at.where, hold_s)
+
+    def decide(self, at: Progress, scheduled: bool, barrier: Barrier) -> Decision:
+        """Trainer 0: whether a checkpoint comes at ``at`` (due by --checkpoint-every, or asked for), and which."""
         # minutes: trainer 0's clock decides for all, so every trainer saves or goes on together
         due = scheduled and (self.unit == "passes" or time.monotonic() - self.last_save >= self.every * 60)
         # an ask the checkpoint persisting now honours is still there (its file goes once that one is complete)
         honoured = self.persisting is not None and self.persisting_honours_ask
-        self.asked = None if honoured else asked_reason(os.path.join(barrier.dir, ASKED))
+        self.asked = None if honoured else read_ask(os.path.join(barrier.dir, ASKED))
         if self.asked is not None:
-            logger.info("checkpoint: asked for (%s)", self.asked)
+            logger.info("checkpoint: asked for (%s)", self.asked.reason)
         if not due and self.asked is None:
             return Decision(None)
         # at most one checkpoint in flight: this one waits for the last one's persisting (its chain may need it)
-        self.wait_persisted(f"checkpoint after pass {passes}")
-        staging = staging_for(self.root, checkpoint_name(passes), self.last_bytes)
+        self.wait_persisted(f"checkpoint {at.where}")
+        staging = staging_for(self.root, at.name, self.last_bytes)
+        hold_s = self.asked.hold_s if self.asked is not None else 0.0
         if self.base_every <= 1:
-            return Decision("full", self.full_mode, staging)
+            return Decision("full", self.full_mode, staging, hold_s)
         # an increment holds what changed since the previous checkpoint of this chain: the one this launch wrote
         # last, or resumed from (its servers restored it); a base every base_every checkpoints
         if self.previous is None or len(chain_names(self.previous)) >= self.base_every:
-            return Decision("full", 2, staging)
-        return Decision("incremental", 1, staging)
+            return Decision("full", 2, staging, hold_s)
+        return Decision("incremental", 1, staging, hold_s)
 
     def save(
-        self, executor: Any, passes: int, decision: Decision, barrier: Barrier, where: tuple[int, int], started: float
+        self,
+        executor: Any,
+        at: Progress,
+        decision: Decision,
+        barrier: Barrier,
+        where: tuple[int, int],
+        since: tuple[float, tuple[str, ...]],
     ) -> None:
         """Two phases (docs/checkpoints.md, "The pause"): the servers write the tables to the staging area while the
         trainers wait (the pause), then training goes on while trainer 0 finishes the checkpoint in the background
-        (regrouping, compression, checksums, the manifest, the move into --checkpoint-dir and the rename)."""
+        (regrouping, compression, checksums, the manifest, the move into --checkpoint-dir and the rename).
+        ``since``: when every trainer was at the barrier, and (trainer 0) the files of the pass in progress done."""
         from paddle.distributed import fleet  # lazy (module doc)
 
         trainers, index = where
+        started, files_done = since
         staging = decision.staging
         if index == 0:
             barrier.drop_other_launches()
@@ -327,29 +440,29 @@ class PassCheckpoints:
             if index == 0:
                 check_room(staging)
         except (OSError, CheckpointError) as exc:
-            raise self.failed(passes, staging, exc) from exc
+            raise self.failed(at, staging, exc) from exc
         finally:
             ctx.deferred_save = None
-        final = os.path.join(self.root, checkpoint_name(passes))
+        final = os.path.join(self.root, at.name)
         if index == 0:
             asked = os.path.join(barrier.dir, ASKED) if self.asked is not None else None
-            captured = Captured(
-                passes, staging, trainers, decision, self.previous, started, time.monotonic() - started, asked
-            )
+            paused = time.monotonic() - started
+            captured = Captured(at, staging, trainers, decision, self.previous, started, paused, asked, files_done)
             runtime = seam.fleet_runtime()
             self.persisting = Persist(lambda: self.persist(runtime, captured)).start()
             self.persisting_honours_ask = asked is not None
             self.asked = None  # honoured: its file goes once the checkpoint is complete (persist)
-            barrier.mark(passes, "captured", final)
+            barrier.mark(at, CAPTURED, final)
             self.last_save = time.monotonic()
             logger.info(
-                "checkpoint after pass %d: captured in %.3f s (training goes on; persisting %s in the background)",
-                passes,
+                "checkpoint %s: captured in %.3f s (%s; persisting %s in the background)",
+                at.where,
                 captured.paused,
+                at,
                 staging,
             )
         else:
-            final = barrier.wait(passes, "captured", "CPU trainer 0's capture")
+            final = barrier.wait(at, CAPTURED, "CPU trainer 0's capture")
         # the next increment's previous link (complete once this one persisted: the next decision waits for it)
         self.previous = final
 
@@ -359,7 +472,7 @@ class PassCheckpoints:
         from heterps_paddle.runtime import checkpoint  # lazy: imports Paddle (module doc)
 
         staging = captured.staging
-        target = os.path.join(self.root, f".{checkpoint_name(captured.passes)}.incomplete")
+        target = os.path.join(self.root, f".{captured.at.name}.incomplete")
         try:
             began = time.monotonic()
             steps = checkpoint.after_save_persistables(runtime, staging, captured.decision.mode)
@@ -376,18 +489,18 @@ class PassCheckpoints:
                     os.remove(captured.asked)  # honoured, and complete: whoever asked sees it gone
         except (OSError, CheckpointError) as exc:
             shutil.rmtree(target, ignore_errors=True)  # never resumed from (no manifest): its room given back
-            raise self.failed(captured.passes, target, exc) from exc
+            raise self.failed(captured.at, target, exc) from exc
         finally:
             if os.path.normpath(staging) != os.path.normpath(target):  # staged elsewhere: its room given back
                 shutil.rmtree(os.path.dirname(staging), ignore_errors=True)
         return final
 
-    def failed(self, passes: int, staging: str, exc: BaseException) -> CheckpointError:
+    def failed(self, at: Progress, staging: str, exc: BaseException) -> CheckpointError:
         """The previous checkpoint is untouched (this one has its temporary name, without which no launch resumes
         from it): said loudly; the trainer then ends (the launch ends the job, or restarts it)."""
         previous = choose(self.root).path
         message = (
-            f"checkpoint after pass {passes} FAILED writing {staging}: {exc}; the previous checkpoint "
+            f"checkpoint {at.where} FAILED writing {staging}: {exc}; the previous checkpoint "
             f"{previous or '(none)'} is kept and a relaunch resumes from it"
         )
         logger.error("%s", message)
@@ -413,13 +526,16 @@ class PassCheckpoints:
         plan = seam.context().plan
         files = []
         chain: list[dict[str, str]] = []
-        passes, decision, previous = captured.passes, captured.decision, captured.previous
+        at, decision, previous = captured.at, captured.decision, captured.previous
         if decision.kind == "incremental" and previous is not None:
             earlier = chain_of(previous, read_manifest(previous))
             links = [*earlier, (os.path.basename(previous), file_digest(os.path.join(previous, MANIFEST)))]
             chain = [{"name": link, "manifest": digest} for link, digest in links]
         launch: dict[str, Any] = {
-            "passes_done": passes,
+            "passes_done": at.passes,
+            "slice": at.slice,  # inside a pass: its first ``slice`` of ``slices`` done, ``files_done`` its files
+            "slices": at.slices,
+            "files_done": list(captured.files_done),
             "every": f"{self.every:g}m" if self.unit == "minutes" else f"{int(self.every)}",
             "trainers": captured.trainers,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -441,23 +557,23 @@ class PassCheckpoints:
         launch["persist_s"] = round(time.monotonic() - began, 3)  # the background phase, to the manifest
         launch["steps_s"] = {name: round(seconds, 3) for name, seconds in steps.items()}
         add_to_manifest(staging, files, {"launch": launch})
-        final = os.path.join(self.root, checkpoint_name(passes))
+        final = os.path.join(self.root, at.name)
         replaced = None
         if os.path.exists(final):
-            # an earlier launch's checkpoint of the same pass (this launch resumed from an older one, refusing it)
-            replaced = os.path.join(self.root, f".{checkpoint_name(passes)}.replaced")
+            # an earlier launch's checkpoint of the same name (this launch resumed from an older one, refusing it)
+            replaced = os.path.join(self.root, f".{at.name}.replaced")
             shutil.rmtree(replaced, ignore_errors=True)
             os.rename(final, replaced)
         os.rename(staging, final)
         _sync_directory(self.root)
         if replaced is not None:
             shutil.rmtree(replaced, ignore_errors=True)
-            logger.warning("checkpoint %s: an earlier launch's checkpoint of the same pass replaced", final)
+            logger.warning("checkpoint %s: an earlier launch's checkpoint %s replaced", final, at.where)
         logger.info(
-            "checkpoint %s: complete (%d passes done; kind=%s bytes=%d seconds=%.3f pause=%.3f persist=%.3f "
-            "chain=%d; its manifest written last, then renamed)",
+            "checkpoint %s: complete (%s; kind=%s bytes=%d seconds=%.3f pause=%.3f persist=%.3f chain=%d; its "
+            "manifest written last, then renamed)",
             final,
-            passes,
+            at,
             decision.kind,
             launch["bytes"],
             launch["save_s"],
@@ -465,23 +581,23 @@ class PassCheckpoints:
             launch["persist_s"],
             len(chain) + 1,
         )
-        self.prune(passes)
+        self.prune(at)
         return final
 
-    def prune(self, passes: int) -> None:
+    def prune(self, at: Progress) -> None:
         """Keep this checkpoint and the newest complete one before it, with what their chains need (an incremental
         one's base and earlier increments); older ones and crashed saves go."""
-        newest = [path for number, path in listed(self.root) if number <= passes and complete(path)][:2]
+        newest = [path for other, path in listed(self.root) if other <= at and complete(path)][:2]
         needed = {name for path in newest for name in chain_names(path)}
-        for number, path in listed(self.root):
-            if number >= passes or os.path.basename(path) in needed:
+        for other, path in listed(self.root):
+            if other >= at or os.path.basename(path) in needed:
                 continue
             shutil.rmtree(path, ignore_errors=True)
             logger.info(
                 "checkpoint %s: removed (the launch keeps the last 2 complete checkpoints and their chains)", path
             )
         for name in os.listdir(self.root):
-            if name.startswith(".pass-") and name != f".{checkpoint_name(passes)}.incomplete":
+            if name.startswith(".pass-") and name != f".{at.name}.incomplete":
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
 
 
@@ -525,7 +641,7 @@ def complete(path: str) -> bool:
 class Captured:
     """A checkpoint the servers wrote to its staging area (the pause over), for trainer 0 to persist."""
 
-    passes: int
+    at: Progress
     staging: str
     trainers: int
     decision: Decision
@@ -533,6 +649,7 @@ class Captured:
     started: float  # monotonic: every trainer at the barrier
     paused: float  # seconds the trainers did not train
     asked: str | None = None  # the ask this checkpoint honours (its file removed once it is complete)
+    files_done: tuple[str, ...] = ()  # inside a pass: the files of the pass in progress every trainer trained
 
 
 class Persist:
@@ -641,10 +758,12 @@ def install(ctx: seam.ProcessContext) -> None:
     choice = resume_choice()
     if choice is None:
         return
-    passes = PassCheckpoints(choice, cast(tuple[float, str], settings.get("HETERPS_CHECKPOINT_EVERY")))
+    every = cast(tuple[float, str], settings.get("HETERPS_CHECKPOINT_EVERY"))
+    passes = PassCheckpoints(choice, every, int(cast(int, settings.get("HETERPS_CHECKPOINT_SLICES"))))
     if base_interval() <= 1:
         ctx.after_minimize["full_checkpoint_mode"] = lambda fleet: setattr(passes, "full_mode", full_save_mode())
     # the last checkpoint complete (or its failure raised) before the trainer's process ends
     ctx.after_stop_worker["checkpoint_persisted"] = lambda: passes.wait_persisted("the trainer's end")
     ctx.pass_gate = passes.gate
+    ctx.pass_runner = passes.run_pass
     ctx.dataset_hooks["launch_checkpoints"] = passes.hook

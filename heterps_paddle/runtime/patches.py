@@ -170,7 +170,12 @@ def install() -> ProcessContext:
         with contextlib.ExitStack() as stack:
             for hook in hooks:
                 stack.enter_context(hook(call))
-            return original_tfd(call.executor, call.program, call.dataset, call.scope, **call.options)
+            if ctx.pass_runner is not None:
+                return ctx.pass_runner(call, run)
+            return run(call)
+
+    def run(call: DatasetCall) -> Any:
+        return original_tfd(call.executor, call.program, call.dataset, call.scope, **call.options)
 
     paddle.static.Executor.train_from_dataset = train_from_dataset
 

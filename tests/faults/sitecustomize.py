@@ -13,6 +13,12 @@ HeterClient ends a process whose brpc connect took longer than 200 ms (tools/pad
 its message on stderr, then SIGABRT.  It fires once this process's own endpoint listens (its pipeline serves, so the
 first backward message is due), or after 60 s.  Nothing on a busy machine makes Paddle's own abort come on cue.
 
+``HETERPS_TEST_TRAINED_DIR=DIR``: every stage 1 CPU trainer appends, once each ``train_from_dataset`` Paddle ran
+for it has returned (a slice of a pass, runtime/launch_checkpoints.py), a JSON line to ``DIR/trained-<pid>.jsonl``:
+the pass, the files that run trained, the host and the launch id (one a round), so a test counts what each trainer trained across rounds.  With
+``HETERPS_TEST_WAIT_PASS=N`` and ``HETERPS_TEST_WAIT_FOR=PATH``, the trainers wait before the second slice of pass N
+until PATH exists (300 s at most): a test then asks for something (a leave) while that slice is to run.
+
 Unset: nothing is changed.
 """
 
@@ -31,7 +37,7 @@ if _PASS:
 
     def _held_persist(self, runtime, captured):
         marker = os.environ["HETERPS_TEST_HOLD_MARKER"]
-        if captured.passes == int(_PASS) and not os.path.exists(marker):
+        if captured.at.passes == int(_PASS) and not captured.at.slice and not os.path.exists(marker):
             with open(marker + ".tmp", "w") as f:
                 f.write(f"{os.getpid()} {captured.staging}")
             os.replace(marker + ".tmp", marker)
@@ -74,3 +80,34 @@ if _ABORT_ROLE and os.environ.get("TRAINING_ROLE") == _ABORT_ROLE:
     _marker = os.environ["HETERPS_TEST_CONNECT_ABORT_MARKER"]
     if not os.path.exists(_marker):
         threading.Thread(target=_connect_timeout_abort, args=(_marker,), daemon=True).start()
+
+
+_TRAINED = os.environ.get("HETERPS_TEST_TRAINED_DIR")
+
+if _TRAINED:
+    import json
+
+    from heterps_paddle.runtime import launch_checkpoints as _checkpoints
+
+    _run_pass = _checkpoints.PassCheckpoints.run_pass
+
+    def _recorded_run_pass(self, call, run):
+        number, runs = self.passes + 1, []
+
+        def recorded(c):
+            wait_for = os.environ.get("HETERPS_TEST_WAIT_FOR")
+            if len(runs) == 1 and str(number) == os.environ.get("HETERPS_TEST_WAIT_PASS") and wait_for:
+                deadline = time.monotonic() + 300
+                while not os.path.exists(wait_for) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            files = list(c.dataset.filelist)
+            result = run(c)
+            runs.append(files)
+            with open(os.path.join(_TRAINED, f"trained-{os.getpid()}.jsonl"), "a") as f:
+                record = {"pass": number, "files": files, "host": os.environ.get("POD_IP")}
+                f.write(json.dumps({**record, "launch": os.environ.get("HETERPS_LAUNCH_ID")}) + "\n")
+            return result
+
+        return _run_pass(self, call, recorded)
+
+    _checkpoints.PassCheckpoints.run_pass = _recorded_run_pass

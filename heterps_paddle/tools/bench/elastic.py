@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, Iterable, NamedTuple, Sequence, Tuple
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import new_lines
 from heterps_paddle.launch import event_log
+from heterps_paddle.runtime.checkpoint_choice import Progress
 from heterps_paddle.runtime.checkpoint_files import dir_bytes
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
@@ -186,7 +187,7 @@ def barrier_marks(files: dict[str, float]) -> dict[int, Barrier]:
 def checkpoint_rows(
     barriers: dict[int, Barrier],
     pass_starts: dict[int, float],
-    sizes: dict[int, int],
+    sizes: dict[float, int],
     logged: dict[int, dict[str, Any]],
     manifests: dict[int, dict[str, Any]],
 ) -> list[dict[str, Any]]:
@@ -342,8 +343,9 @@ class Job:
         self.tail = Tail()
         self.wall = time.time() - time.monotonic()  # the event log's clock (unix seconds) on this harness's
         self.deadline = time.monotonic() + args.timeout
-        self.sizes: dict[int, int] = {}
-        self.seen: dict[int, float] = {}
+        self.sizes: dict[float, int] = {}  # passes done (a fraction inside a pass) -> bytes
+        self.seen: dict[float, float] = {}  # ... -> when first seen complete
+        self.names: dict[float, str] = {}
         self.barrier_files: dict[str, float] = {}  # the barrier's files (one launch: the steady job's) -> mtime
         for address in HOSTS:
             self.run.start(address)
@@ -356,10 +358,11 @@ class Job:
         paths = [h.console_path for h in self.run.hosts.values()]
         paths += [self.log(a, n, log) for a in (A, B) for n in range(4) for log in ("workerlog.0", "serverlog.0")]
         for name in os.listdir(self.checkpoints) if os.path.isdir(self.checkpoints) else ():
-            found, path = re.fullmatch(r"pass-(\d+)", name), os.path.join(self.checkpoints, name)
-            passes = int(found.group(1)) if found else 0
+            at, path = Progress.named(name), os.path.join(self.checkpoints, name)
+            passes = at.done if at is not None else 0.0  # a fraction for one inside a pass (HETERPS_CHECKPOINT_SLICES)
             if passes and passes not in self.seen and os.path.isfile(os.path.join(path, "heterps_checkpoint.json")):
                 self.seen[passes], self.sizes[passes] = time.monotonic(), dir_bytes(path)
+                self.names[passes] = name
         for path in glob.glob(os.path.join(self.checkpoints, ".sync", "*", "pass-*")):
             with contextlib.suppress(OSError):  # removed since
                 self.barrier_files.setdefault(os.path.basename(path), os.stat(path).st_mtime)
@@ -448,11 +451,13 @@ def disrupted(setup: Setup, name: str) -> dict[str, Any]:
         at = time.monotonic()
         job.run.hosts[C].proc.send_signal(signal.SIGTERM) if name == "leave" else job.run.kill(C)
         marks: dict[str, float | None] = {"kill" if name == "recovery" else "notice": at}
+        saved_from = None  # a leave: the checkpoint it went from
         if name == "recovery":
             marks["detected"] = job.wait("the loss's detection", lambda: job.event(DETECTED, at))
         else:
             newer = lambda: min((t for k, t in job.seen.items() if k > 1), default=None)  # noqa: E731
             marks["saved"] = job.wait("the checkpoint after the notice", newer)
+            saved_from = job.names[min(k for k in job.seen if k > 1)]
         decided = DECIDED if name == "recovery" else LEFT
         marks["decided"] = job.wait("the new round's decision", lambda: job.event(decided, at))
         joined = job.wait("the new round's start", lambda: job.event(STARTS, at))
@@ -467,7 +472,8 @@ def disrupted(setup: Setup, name: str) -> dict[str, Any]:
         first = (_json(os.path.join(job.work, f"log_{A}", "restarts.json")).get("restarts") or [{}])[0]
         result["restart"] = {k: first.get(k) for k in ("kind", "lost", "passes_done", "how", "summary")}
     else:
-        result = split_leave(marks)
+        # with HETERPS_CHECKPOINT_SLICES (--slices), inside the pass running at the notice
+        result = {**split_leave(marks), "slices": setup.args.slices, "checkpoint": saved_from}
     return {**result, "left_running": left}
 
 
@@ -483,6 +489,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--phases", nargs="+", choices=("steady", "recovery", "leave"), default=["steady", "recovery", "leave"]
+    )
+    parser.add_argument(
+        "--slices",
+        type=int,
+        default=1,
+        help="HETERPS_CHECKPOINT_SLICES: each pass cut in N slices of its files, a checkpoint asked for (the leave's) "
+        "at the end of the running one (default 1: at the pass's end)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per job (default 600)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (kept anyway on a failure)")
@@ -504,15 +517,15 @@ def prepare(args: argparse.Namespace, work: str) -> tuple[Setup, list[float]]:
         f.write(CLUSTER)
     with open(plan, "w") as f:
         json.dump({"format": 1, "feasible": True, "stages": FIRST_STAGES}, f)
-    env = {**os.environ, "HETERPS_CACHE": os.path.join(work, "cache")}
+    env = {**os.environ, "HETERPS_CACHE": os.path.join(work, "cache"), "HETERPS_CHECKPOINT_SLICES": str(args.slices)}
     if "HETERPS_CHECKPOINT_BASE_EVERY" in settings.SETTINGS:  # a full checkpoint after pass 1, incremental ones after
         env.setdefault("HETERPS_CHECKPOINT_BASE_EVERY", str(args.passes))
     return Setup(work, data, cluster, plan, args, env), touched_shares([p.train_files for p in passes])
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.passes < 3 or args.rows < 16 or args.pass_rows < 16:
-        raise HeterPSError("bench elastic: --passes must be >= 3, --rows and --pass-rows >= 16")
+    if args.passes < 3 or args.rows < 16 or args.pass_rows < 16 or args.slices < 1:
+        raise HeterPSError("bench elastic: --passes must be >= 3, --rows and --pass-rows >= 16, --slices >= 1")
     work = tempfile.mkdtemp(prefix="heterps-bench-elastic-")
     # SIGTERM: every job stopped on the way out (each job's finally, and this one's)
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -561,7 +574,11 @@ def table(report: dict[str, Any]) -> str:
         out.append("recovery: " + ", ".join(f"{k} {v:.2f} s" for k, v in recovered["phases_s"].items()))
         out[-1] += f"; total {recovered['total_s']:.2f} s (goal <= {RECOVERY_GOAL_S:g} s)"
     if left or report.get("leave_missing"):
-        what = f"{left['phases_s']}, total {left['total_s']:.2f} s" if left else report["leave_missing"]
+        what = (
+            f"{left['phases_s']}, total {left['total_s']:.2f} s, from {left['checkpoint']} ({left['slices']} slices)"
+            if left
+            else report["leave_missing"]
+        )
         out.append(f"leave: {what}")
     return "\n".join(out + [f"base every {report['base_every']}, load average {report['load_average']}"])
 
