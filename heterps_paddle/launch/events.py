@@ -28,7 +28,8 @@ class SpareJoined:
 
     host: str
     digest: str
-    newest_checkpoint: float  # the passes done in the newest complete checkpoint as it joined (0: none)
+    # passes done in the newest checkpoint complete or captured as it joined (0: none; coordinator.newest_captured)
+    newest_checkpoint: float
     # a machine from outside the hosts file (heterps launch --join): what it is (type, units, port); None: a host
     # of the file
     joining: Mapping[str, Any] | None = None
@@ -41,7 +42,8 @@ class LeaveAsked:
 
     host: str
     grace_s: float
-    newest_checkpoint: float  # the passes done in the newest complete checkpoint as it asked (0: none)
+    # passes done in the newest checkpoint complete or captured as it asked (0: none; coordinator.newest_captured)
+    newest_checkpoint: float
 
 
 @dataclass(frozen=True)

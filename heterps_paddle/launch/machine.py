@@ -28,8 +28,9 @@ The rounds, in short:
   every later round's plan is made, and expanded on every host, with it.
 - **Leaving.**  A host that asks to leave (SIGTERM to its launch, ``heterps launch --leave``) gets a checkpoint at
   the end of the running pass or slice (HETERPS_CHECKPOINT_SLICES), after which its trainers train no further; once
-  it is complete the job re-plans without the host and goes on from it, nothing redone and no restart used.  Past the host's grace time it goes without one (from the newest checkpoint); a host
-  that dies first is an ordinary loss.
+  it is complete the job re-plans without the host and goes on from it, nothing redone and no restart used.  Past
+  the host's grace time it goes without one (from the newest checkpoint); a host that dies first is an ordinary
+  loss.
 - **The end.**  When every host that runs CPU trainers has finished, the job ends on every host.
 
 The machine speaks in facts and typed actions (launch/events.py): it builds no wire message and no console line;

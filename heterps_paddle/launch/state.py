@@ -196,7 +196,8 @@ class Job:
     # machines that joined from outside the hosts file (heterps launch --join) -> what they said they are: type,
     # units, port (planning/hosts.py: Host); for the job's life, lost or not
     extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # hosts that asked to leave -> (the time they go at the latest, the newest checkpoint's passes when they asked)
+    # hosts that asked to leave -> (the time they go at the latest, the newest checkpoint's passes done when they
+    # asked: complete or captured)
     leaving: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     reason: str | None = None  # why the launch aborted
     measured: Any = None  # the running round's measured rates, the newest (launch/gauge.py: Rates)

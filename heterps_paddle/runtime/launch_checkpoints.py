@@ -12,14 +12,19 @@ resumes from them, one-stage or split:
   script passes no directory; a script's own, different directory is an error, since its model and the passes the
   checkpoint says are done cannot both be the start); trainer 0 skips its initial dense push as after any restore
   (checkpoint.servers_restored); every stage 1 CPU trainer skips its first K training passes, K the passes the
-  checkpoint holds (:meth:`PassCheckpoints.gate`), so the script's epoch loop goes on at the next epoch.
+  checkpoint holds (:meth:`PassCheckpoints.gate`), so the script's epoch loop goes on at the next epoch; from a
+  checkpoint inside a pass, that pass trains only the files the checkpoint does not say done.
+- **Slices.**  With ``HETERPS_CHECKPOINT_SLICES=N`` each training pass runs as N ``train_from_dataset`` calls of
+  Paddle's on runs of its files (:meth:`PassCheckpoints.run_pass`), the trainers meeting after each: a checkpoint
+  asked for (a leave, a move) or due by minutes comes at the running slice's end, ``DIR/pass-NNNNNN.KofS``.
 - **Save.**  After a due pass every stage 1 CPU trainer flushes its pushes and meets the others at a barrier (files
   under ``DIR/.sync/<launch id>/``: it needs nothing of the script, no gloo); then the servers write every table
-  into ``DIR/.pass-NNNNNN.incomplete`` (``fleet.save_persistables``: trainer 0 regroups a split job's dense tables
-  and writes the manifest last, runtime/checkpoint.py), trainer 0 adds the plan and the passes done to the manifest
-  and renames the directory to ``DIR/pass-NNNNNN``: a crash at any point leaves the previous checkpoint as it was,
-  and a directory without a verifying manifest is never resumed from.  The last two complete ones are kept.  The
-  other trainers wait until the rename, so a checkpoint is the model after exactly N passes of every trainer.
+  to a staging area (``fleet.save_persistables``) and the trainers train again once it returned (captured: the
+  pause).  In the background trainer 0 regroups a split job's dense tables, compresses and hashes the files
+  (runtime/checkpoint.py), adds the plan and the passes done to the manifest, written last, and renames the
+  directory to ``DIR/pass-NNNNNN``: a crash at any point leaves the previous checkpoint as it was, and a directory
+  without a verifying manifest is never resumed from.  The last two complete ones are kept.  No trainer pushes
+  before the servers' save returned, so a checkpoint is the model after exactly N passes of every trainer.
 
 This module is the half that runs in the job's processes.  It imports no Paddle at import time (a test's
 sitecustomize imports it before Paddle is): Paddle and the modules that import it are imported inside the functions
@@ -332,9 +337,8 @@ class PassCheckpoints:
         for reaches all), then the checkpoint when it is due or asked for.  ``files_done``: this trainer's files of
         the pass in progress (none at a pass's end)."""
         if self.persisting is not None and self.persisting.done.is_set():
-            self.wait_persisted(
-                f"the end of the slice or pass {at.where}"
-            )  # a failure in the background ends the trainer now
+            # a failure in the background ends the trainer now
+            self.wait_persisted(f"the trainers' meeting {at.where}")
         # due by --checkpoint-every (in minutes, maybe: trainer 0's clock decides): pushes flushed before arriving
         scheduled = self.scheduled(at)
         runtime = seam.fleet_runtime()
@@ -367,7 +371,7 @@ class PassCheckpoints:
             if index == 0:
                 for other in range(1, trainers):
                     barrier.wait(at, f"flushed.{other}", f"CPU trainer {other}")
-        self.save(executor, at, decision, barrier, (trainers, index), (started, tuple(sorted(done))))
+        self.save(executor, at, decision, barrier, (trainers, index), started, tuple(sorted(done)))
         if decision.hold_s > 0:
             self.hold(at, decision.hold_s)
 
@@ -417,16 +421,17 @@ class PassCheckpoints:
         decision: Decision,
         barrier: Barrier,
         where: tuple[int, int],
-        since: tuple[float, tuple[str, ...]],
+        started: float,
+        files_done: tuple[str, ...],
     ) -> None:
         """Two phases (docs/checkpoints.md, "The pause"): the servers write the tables to the staging area while the
         trainers wait (the pause), then training goes on while trainer 0 finishes the checkpoint in the background
         (regrouping, compression, checksums, the manifest, the move into --checkpoint-dir and the rename).
-        ``since``: when every trainer was at the barrier, and (trainer 0) the files of the pass in progress done."""
+        ``started``: when every trainer was at the barrier; ``files_done`` (trainer 0): the files of the pass in
+        progress every trainer trained."""
         from paddle.distributed import fleet  # lazy (module doc)
 
         trainers, index = where
-        started, files_done = since
         staging = decision.staging
         if index == 0:
             barrier.drop_other_launches()
