@@ -192,6 +192,7 @@ def test_a_checkpoint_inside_a_pass_is_ordered_by_the_training_it_holds(tmp_path
     assert "the 3 files of the next one trained already" in choice.lines()[-1]
     make(tmp_path, 3)  # the pass's end is newer than any of its slices
     assert cc.choose(str(tmp_path)).at == cc.Progress(3)
+    assert json.dumps(cc.Progress(3).done) == "3"  # restarts.json's passes_done of a pass's end: as before slices
 
 
 def test_a_checkpoint_inside_a_pass_whose_manifest_says_otherwise_is_refused(tmp_path):

@@ -208,7 +208,7 @@ class Coordinator:
         end.  ``joining``: a machine from outside the hosts file, as it said what it is."""
         with self.lock:
             self._catch_up(peer, seen)
-            self._feed(m.SpareJoined(peer.host, digest, self._newest_captured(), joining), peer)
+            self._feed(m.SpareJoined(peer.host, digest, newest_checkpoint(self.checkpoint_dir), joining), peer)
         if peer.gone:
             return  # refused, or told the job's end
         try:
@@ -481,8 +481,10 @@ def _member_event(host: str, number: int, message: Mapping[str, Any]) -> m.Event
 
 def newest_captured(root: str | None, launch: str) -> float:
     """The passes done in the newest checkpoint whose state is fixed: complete, or captured by the running launch
-    ``launch`` and persisting (a leave or a move waits for one newer: a checkpoint persisting when the host asked
-    holds training from before it)."""
+    ``launch`` and persisting.  A leave waits for one newer: a checkpoint persisting when the host asked holds
+    training from before the notice, and the round without the host would train it again.  (A host back or joining
+    waits only for a checkpoint completed after it stands by, the sooner to move: what the trainers trained since
+    that checkpoint's capture is redone, as before.)"""
     if root is None:
         return 0.0
     return max(newest_checkpoint(root), max((at.done for at in captured(root, launch)), default=0.0))

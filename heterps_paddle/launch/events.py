@@ -28,8 +28,7 @@ class SpareJoined:
 
     host: str
     digest: str
-    # passes done in the newest checkpoint complete or captured as it joined (0: none; coordinator.newest_captured)
-    newest_checkpoint: float
+    newest_checkpoint: float  # passes done in the newest complete checkpoint as it joined (0: none)
     # a machine from outside the hosts file (heterps launch --join): what it is (type, units, port); None: a host
     # of the file
     joining: Mapping[str, Any] | None = None

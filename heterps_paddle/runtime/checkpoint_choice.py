@@ -40,8 +40,9 @@ class Progress:
 
     @property
     def done(self) -> float:
-        """Passes done, a fraction inside a pass (the launch's machine compares checkpoints by it)."""
-        return self.passes + self.slice / self.slices
+        """Passes done, a fraction inside a pass (the launch's machine compares checkpoints by it); a whole pass's
+        count is an int (2, not 2.0, in restarts.json and the event log)."""
+        return self.passes + self.slice / self.slices if self.slice else self.passes
 
     @property
     def name(self) -> str:
