@@ -15,7 +15,8 @@ first backward message is due), or after 60 s.  Nothing on a busy machine makes 
 
 ``HETERPS_TEST_TRAINED_DIR=DIR``: every stage 1 CPU trainer appends, once each ``train_from_dataset`` Paddle ran
 for it has returned (a slice of a pass, runtime/launch_checkpoints.py), a JSON line to ``DIR/trained-<pid>.jsonl``:
-the pass, the files that run trained, the host and the launch id (one a round), so a test counts what each trainer trained across rounds.  With
+the pass, the files that run trained, the host and the launch id (one a round), so a test counts what each trainer
+trained across rounds.  With
 ``HETERPS_TEST_WAIT_PASS=N`` and ``HETERPS_TEST_WAIT_FOR=PATH``, the trainers wait before the second slice of pass N
 until PATH exists (300 s at most): a test then asks for something (a leave) while that slice is to run.
 
