@@ -528,7 +528,8 @@ def test_a_leave_on_notice_inside_a_pass_redoes_no_slice(setup, steady):
     }
     run, work = run_job(setup, "leave_inside", env, listed=(A, B), plan=steady["plan"])
     try:
-        wait_until(run, "pass 2's first slice", lambda: len(trained(work_trained)) >= 2 * SLICES + 2)
+        # both trainers past their meeting after pass 2's first slice (so the ask is read at the second's end)
+        wait_until(run, "pass 2's first slice", lambda: len(list(work_trained.glob("waiting-*"))) == 2)
         run.hosts[B].proc.send_signal(signal.SIGTERM)
         wait_until(run, "the ask for a checkpoint", lambda: list((work / "checkpoints" / ".sync").glob("*/asked")))
         go.write_text("go")

@@ -18,7 +18,8 @@ for it has returned (a slice of a pass, runtime/launch_checkpoints.py), a JSON l
 the pass, the files that run trained, the host and the launch id (one a round), so a test counts what each trainer
 trained across rounds.  With
 ``HETERPS_TEST_WAIT_PASS=N`` and ``HETERPS_TEST_WAIT_FOR=PATH``, the trainers wait before the second slice of pass N
-until PATH exists (300 s at most): a test then asks for something (a leave) while that slice is to run.
+until PATH exists (300 s at most; each writes ``DIR/waiting-<pid>`` as it starts waiting, after the trainers met
+at the first slice's end): a test then asks for something (a leave) while that slice is to run.
 
 Unset: nothing is changed.
 """
@@ -98,6 +99,7 @@ if _TRAINED:
         def recorded(c):
             wait_for = os.environ.get("HETERPS_TEST_WAIT_FOR")
             if len(runs) == 1 and str(number) == os.environ.get("HETERPS_TEST_WAIT_PASS") and wait_for:
+                open(os.path.join(_TRAINED, f"waiting-{os.getpid()}"), "w").close()  # past the first slice's meeting
                 deadline = time.monotonic() + 300
                 while not os.path.exists(wait_for) and time.monotonic() < deadline:
                     time.sleep(0.1)
