@@ -405,3 +405,33 @@ def test_the_control_benchmark_runs_and_decides_a_restart(capsys):
         run = result[name]
         assert run["joined"] == 6 and run["members_told_restart"] == 5 and run["decided"], run
     assert result["knocked"]["unproven_knocks"] > 0 and result["knocked"]["refused_connections"] > 0
+
+
+def test_an_adaptive_move_is_planned_on_the_correction_it_was_decided_on():
+    """A reconsideration whose thread outlasted the decision (under load) left a later correction as the newest;
+    the move is planned on the decided proposal's, as it was judged (the busy run of 20b6432 moved to another plan
+    than the one decided)."""
+    from dataclasses import replace
+
+    from heterps_paddle.launch.state import Change, Kind
+
+    requests = []
+
+    def next_round(request):
+        requests.append(request)
+        return RoundPlan({"stages": []}, coord.job, {"summary": "moved", "how": "re-planned"})
+
+    decided, later = object(), object()
+    coord = coordinator([], next_round)
+    try:
+        proposal = type("Decided", (), {"correction": decided})()
+        change = Change(Kind.ADAPT, frozenset(), (), "the plan follows the job", proposal=proposal)
+        coord.machine = replace(coord.machine, seen=replace(coord.machine.seen, pending=change))
+        coord.refit = later
+        coord._replan(frozenset(), {}, adapt=True)
+        assert requests[-1].refit is decided and coord.refit is decided
+        coord.refit = later
+        coord._replan(frozenset(), {}, adapt=False)  # a restart plans on the newest
+        assert requests[-1].refit is later
+    finally:
+        coord.close(wait_s=0.1, late_joiners_s=0.0)

@@ -398,6 +398,12 @@ class Coordinator:
         """The next round's plan for the hosts the job has, those of the file and ``joined``, less ``lost``
         (launch/rounds.py)."""
         assert self.next_round is not None
+        pending = self.machine.seen.pending
+        decided = pending.proposal if adapt and pending is not None else None
+        if decided is not None and decided.correction is not None:
+            # the move is planned on the correction it was decided on: a reconsideration whose thread outlasted the
+            # decision (under load) set a later one, and the move then ran another plan than the one decided
+            self.refit = decided.correction
         request = self._request(lost, joined, adapt)
         try:
             planned = self.next_round(request)
