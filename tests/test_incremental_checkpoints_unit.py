@@ -17,12 +17,12 @@ from heterps_paddle.runtime.launch_checkpoints import Barrier, Decision, PassChe
 def make(root, passes, chain=(), kind=None):
     """A checkpoint as trainer 0 completes it: a sparse part and a dense part, the launch's fields, and for an
     increment the chain (its base first, with each link's manifest digest)."""
-    path = root / cc.checkpoint_name(passes)
+    path = root / cc.Progress(passes).name
     for table in ("000", "001"):
         (path / table).mkdir(parents=True)
         (path / table / "part-000.gz").write_text(f"{passes} {table}\n")
     links = [
-        {"name": cc.checkpoint_name(p), "manifest": file_digest(str(root / cc.checkpoint_name(p) / MANIFEST))}
+        {"name": cc.Progress(p).name, "manifest": file_digest(str(root / cc.Progress(p).name / MANIFEST))}
         for p in chain
     ]
     files = {f"{t}/part-000.gz": file_digest(str(path / t / "part-000.gz")) for t in ("000", "001")}

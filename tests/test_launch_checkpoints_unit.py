@@ -13,7 +13,7 @@ from heterps_paddle.runtime.checkpoint_files import MANIFEST, CheckpointError, a
 
 
 def make(root, passes, manifest=True, launch_passes=None):
-    path = root / cc.checkpoint_name(passes)
+    path = root / cc.Progress(passes).name
     (path / "001").mkdir(parents=True)
     (path / "001" / "part-000").write_text(f"{passes}.0 0 0\n")
     if manifest:

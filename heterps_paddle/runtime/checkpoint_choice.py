@@ -75,10 +75,6 @@ class Progress:
         return Progress.of(match) if match else None
 
 
-def checkpoint_name(at: int | Progress) -> str:
-    return (at if isinstance(at, Progress) else Progress(at)).name
-
-
 def listed(root: str) -> list[tuple[Progress, str]]:
     """The checkpoint directories under ``root`` (complete or not), newest (most training) first."""
     if not os.path.isdir(root):
