@@ -195,3 +195,30 @@ def test_plan_json_round_trip(tmp_path):
     infeasible = Plan(scheduler="rl", model="ctr", feasible=False, assignment={}, reason="too fast")
     save_plan(infeasible, path)
     assert load_plan(path) == infeasible
+
+
+def test_a_plan_given_ints_reads_back_the_same_and_digests_the_same():
+    """Issue 52: a throughput target given as an int (``heterps_configs = {"throughput": 2000}``) made the plan
+    trainer 0 published digest differently from the one every receiver read back from JSON (floats), and every
+    process of the first round across hosts failed with PlanDisagreement."""
+    from heterps_paddle.fleet.plan_agreement import plan_digest
+    from heterps_paddle.planning.model import plan_from_dict
+
+    plan = Plan(
+        scheduler="exact",
+        model="ctr",
+        feasible=True,
+        assignment={"embedding": "cpu"},
+        stages=(Stage("cpu", "cpu", ("embedding",), 2, 0, 4000),),
+        throughput=4000,
+        cost_per_hour=2,
+        cost_per_million_samples=1,
+        search_seconds=0,
+        required_throughput=2000,
+        budget_per_hour=3,
+        refined_from_cost=2,
+    )
+    received = plan_from_dict(json.loads(plan.to_json()))
+    assert received == plan and received.to_json() == plan.to_json()
+    assert plan_digest(received) == plan_digest(plan)
+    assert isinstance(plan.required_throughput, float) and isinstance(plan.stages[0].throughput, float)

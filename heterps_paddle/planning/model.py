@@ -118,6 +118,16 @@ class Cluster:
         return resource.net_bw if self.links is None else min(resource.net_bw, self.links.bandwidth(resource.name))
 
 
+def _floats(record: Any, names: tuple[str, ...]) -> None:
+    """A plan's numbers as floats whatever the caller passed: a plan travels as JSON and is read back as floats
+    (``plan_from_dict``), and its digest, its file and every comparison must be the same on both sides (a target
+    of 2000 given as an int once made the receivers' digest differ from the publisher's)."""
+    for name in names:
+        value = getattr(record, name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(record, name, float(value))
+
+
 @dataclass(frozen=True)
 class Stage:
     """One stage of a plan: a contiguous run of layers on ``units`` units of one resource type."""
@@ -128,6 +138,9 @@ class Stage:
     units: int
     time_per_sample: float = 0.0  # one unit's seconds per sample (0: not predicted, e.g. a hand-written plan)
     throughput: float = 0.0  # units / time_per_sample
+
+    def __post_init__(self) -> None:
+        _floats(self, ("time_per_sample", "throughput"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -162,6 +175,20 @@ class Plan:
     # What the plan was made from (fleet.auto_plan): same digest, same plan; and the launch it was fitted to.
     inputs_digest: str | None = None
     launch: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        _floats(
+            self,
+            (
+                "throughput",
+                "cost_per_hour",
+                "cost_per_million_samples",
+                "search_seconds",
+                "refined_from_cost",
+                "required_throughput",
+                "budget_per_hour",
+            ),
+        )
 
     @property
     def num_stages(self) -> int:

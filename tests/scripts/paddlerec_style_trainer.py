@@ -62,6 +62,8 @@ class Main:
                 configs = {"cluster": self.args.cluster, "replan": self.args.replan}
                 if self.args.output_dir:
                     configs["output_dir"] = self.args.output_dir
+                if self.args.throughput is not None:
+                    configs["throughput"] = self.args.throughput  # an int, as a user writes it
                 strategy.heterps_configs = configs
         optimizer = fleet.distributed_optimizer(paddle.optimizer.Adam(self.args.lr), strategy)
         optimizer.minimize(self.model.loss)
@@ -195,6 +197,7 @@ def parse_args():
     parser.add_argument("--output-dir", help="heterps_configs['output_dir'] (default: not set, so heterps_plan/)")
     parser.add_argument("--cluster")
     parser.add_argument("--replan", action="store_true", help="heterps_configs replan: measure and plan again")
+    parser.add_argument("--throughput", type=int, help="heterps_configs throughput: a target in samples/s")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.003)
