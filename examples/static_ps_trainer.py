@@ -38,7 +38,7 @@ RUN_KEYS = {
     "generate_seed": (int, False),
     "skip_malformed": (bool, False),
     "batch_size": (int, True),
-    "epochs": (int, True),
+    "epochs": (int, False),  # 0 only with init_model_path: evaluate the model the servers start from
     "thread_num": (int, True),
     "print_period": (int, True),
     "model_config": (dict, False),
@@ -111,6 +111,9 @@ def load_run_config(path, overrides):
             sys.exit(f"run config {path}: {key} must be positive, got {value!r}")
     if ("train_dir" in config) != ("test_dir" in config):
         sys.exit(f"run config {path}: give both train_dir and test_dir, or neither (generated data)")
+    epochs = config.get("epochs", 1)
+    if epochs < 0 or (epochs == 0 and "init_model_path" not in config):
+        sys.exit(f"run config {path}: epochs must be positive (0 only with init_model_path), got {epochs!r}")
     return config
 
 
@@ -137,7 +140,25 @@ def build_strategy(args, config):
         # heterps-paddle: the one line a plain fleet script adds (plus the import), and its options
         strategy.heterps = True
         strategy.heterps_configs = {**config.get("heterps", {}), **_key_values(args.heterps_config, "--heterps-config")}
+    else:
+        load_in_saved_layout(strategy, args.eval_model or config.get("init_model_path"))
     return strategy
+
+
+def load_in_saved_layout(strategy, start_dir):
+    """A plain Paddle job (no strategy.heterps) starting from a model a heterps job saved: its servers must build
+    each sparse table with the shard count it was saved in, which heterps_tables.json beside the save names (Paddle
+    loads nothing from a directory of another count, with only a warning in the server's log).  A heterps job
+    loads any count by itself."""
+    layout_file = os.path.join(start_dir, "heterps_tables.json") if start_dir else ""
+    if not os.path.isfile(layout_file):
+        return
+    with open(layout_file, encoding="utf-8") as f:
+        tables = json.load(f)["tables"]
+    for table in tables.values():
+        entry = strategy.sparse_table_configs.add()
+        entry.table_name = table["name"]
+        entry.shard_num = int(table["shard_num"])
 
 
 def report_malformed(report: ReadReport, what):

@@ -146,6 +146,6 @@ def test_static_savers_refuse_parameter_server_tables(tmp_path):
 def test_init_server_from_a_missing_or_empty_directory_is_an_error(tmp_path):
     # Paddle's own loader skips a missing directory silently: the job would train from scratch
     with pytest.raises(checkpoint.CheckpointError, match="no such directory"):
-        checkpoint.restore_dense(None, str(tmp_path / "nope"))
+        checkpoint.restore_tables(None, str(tmp_path / "nope"))
     with pytest.raises(checkpoint.CheckpointError, match="no saved tables there"):
-        checkpoint.restore_dense(None, str(tmp_path))
+        checkpoint.restore_tables(None, str(tmp_path))

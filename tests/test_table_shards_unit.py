@@ -1,5 +1,10 @@
 """The sparse tables' shard count (runtime/table_shards.py): what a job chooses, and what it refuses to load."""
 
+import json
+import os
+import subprocess
+import types
+
 import pytest
 
 from heterps_paddle.runtime import table_shards
@@ -80,11 +85,102 @@ def test_every_table_gets_the_count_unless_the_script_set_its_own():
     assert table_shards.script_sets_count(mine, ["emb_c", "emb_d"]) == ["emb_c"]
 
 
-def test_a_start_directory_in_another_layout_is_refused_by_name(tmp_path, monkeypatch):
-    start = saved(tmp_path / "model", {"000": 1000})
-    monkeypatch.setattr(table_shards, "_count", 24)
-    monkeypatch.setattr(table_shards.seam, "identity", lambda: "parameter server 0")
-    with pytest.raises(CheckpointError, match=r"saved in 1000 shard files each, this job's hold 24.*=1000"):
-        table_shards.check_start_dir(start)
-    monkeypatch.setattr(table_shards, "_count", 1000)
-    table_shards.check_start_dir(start)  # the same layout: loaded
+class _Service:
+    def __init__(self):
+        self.loaded = []
+
+    def load_sparse(self, directory, mode, table_id):
+        table = os.path.join(directory, f"{table_id:03d}")
+        rows = {}
+        for name in sorted(os.listdir(table)):
+            with open(os.path.join(table, name), "rb") as f:
+                rows[name] = f.read().splitlines()
+        self.loaded.append((directory, table_id, rows))
+
+
+class _Runtime:
+    """A server of ``servers`` whose sparse table 0 is built with ``count`` shards."""
+
+    def __init__(self, count, servers=1, index=0):
+        self._server = _Service()
+        self.layout = {0: ("emb", count)}
+        self.role_maker = types.SimpleNamespace(
+            _get_pserver_endpoints=lambda: [f"127.0.0.1:{i}" for i in range(servers)], _role_id=lambda: index
+        )
+
+
+def _table(path, count, keys):
+    """A sparse table saved in ``count`` shard files: the row of key k in file k % count, gzipped as a full save."""
+    path.mkdir(parents=True)
+    for index in range(count):
+        lines = b"".join(f"{k} 0 0 0 1 0 {k / 7:.6f}\n".encode() for k in keys if k % count == index)
+        plain = path / f"part-000-{index:05d}"
+        plain.write_bytes(lines)
+        subprocess.run(["gzip", "-n", str(plain)], check=True)
+
+
+@pytest.fixture
+def server(monkeypatch):
+    def make(count, servers=1, index=0):
+        runtime = _Runtime(count, servers, index)
+        monkeypatch.setattr(table_shards.seam, "sparse_table_layout", lambda r: r.layout)
+        monkeypatch.setattr(table_shards.seam, "server_service", lambda r: r._server)
+        monkeypatch.setattr(table_shards.seam, "identity", lambda: f"parameter server {index}")
+        return runtime
+
+    return make
+
+
+KEYS = [3, 24, 25, 1000, 1001, 393216, 786433, 2**63 + 5, 77]
+
+
+def test_a_table_saved_in_another_count_is_recut_and_loaded_whole(tmp_path, server):
+    """Issue 52: a model saved in 24 shard files loaded into a job of Paddle's 1,000 (heterps eval, init_model_path)
+    loaded nothing; it is re-cut into the job's count, every row in the file its key routes to."""
+    _table(tmp_path / "model" / "000", 24, KEYS)
+    runtime = server(1000)
+    table_shards.load_sparse(runtime, str(tmp_path / "model"), 0)
+    ((directory, table_id, files),) = runtime._server.loaded
+    assert table_id == 0 and len(files) == 1000 and directory != str(tmp_path / "model")
+    placed = {int(line.split()[0]): int(name.rsplit("-", 1)[1]) for name, lines in files.items() for line in lines}
+    assert placed == {k: k % 1000 for k in KEYS}
+    assert not os.path.exists(directory)  # the re-cut copy is removed once loaded
+
+
+def test_each_server_gets_the_rows_of_its_own_shards(tmp_path, server):
+    _table(tmp_path / "model" / "000", 24, KEYS)
+    seen = {}
+    for index in range(3):
+        runtime = server(10, servers=3, index=index)
+        table_shards.load_sparse(runtime, str(tmp_path / "model"), 0)
+        ((_, _, files),) = runtime._server.loaded
+        assert len(files) == 10  # a server refuses a directory of another count: the others' files are empty
+        seen.update({int(line.split()[0]): index for lines in files.values() for line in lines})
+    # Paddle's routing: 10 shards on 3 servers, 4 a server (the last holds 2)
+    assert seen == {k: (k % 10) // 4 for k in KEYS}
+
+
+def test_the_same_count_loads_the_save_itself(tmp_path, server):
+    _table(tmp_path / "model" / "000", 24, KEYS)
+    runtime = server(24)
+    table_shards.load_sparse(runtime, str(tmp_path / "model"), 0)
+    assert runtime._server.loaded[0][0] == str(tmp_path / "model")
+
+
+def test_a_missing_table_or_a_line_that_is_not_a_row_is_refused_by_name(tmp_path, server):
+    (tmp_path / "dense_only" / "001").mkdir(parents=True)
+    with pytest.raises(CheckpointError, match=r"no shard files of sparse table emb \(table 000/\)"):
+        table_shards.load_sparse(server(24), str(tmp_path / "dense_only"), 0)
+    table_shards.load_sparse(server(24), str(tmp_path / "dense_only"), 0, required=False)  # a chain's link: none
+    bad = tmp_path / "bad" / "000"
+    bad.mkdir(parents=True)
+    (bad / "part-000-00000").write_bytes(b"12 0 0\nGARBAGE 1 2\n")
+    with pytest.raises(CheckpointError, match=r"part-000-00000:2: not a sparse table row"):
+        table_shards.load_sparse(server(1000), str(tmp_path / "bad"), 0)
+
+
+def test_the_layout_file_names_each_table_and_says_how_to_load_it(tmp_path):
+    table_shards.write_layout(str(tmp_path), {0: ("SparseFeatFactors", 24)})
+    document = json.loads((tmp_path / table_shards.LAYOUT_FILE).read_text())
+    assert document["shard_num"] == 24 and document["tables"] == {"000": {"name": "SparseFeatFactors", "shard_num": 24}}
+    assert "strategy.sparse_table_configs.add()" in document["how_to_load"]

@@ -36,7 +36,7 @@ from paddle.distributed.ps.utils.public import get_the_one_recv_context
 
 from heterps_paddle import rendezvous
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import seam
+from heterps_paddle.runtime import seam, table_shards
 from heterps_paddle.runtime.checkpoint_choice import verify_chain
 from heterps_paddle.runtime.checkpoint_files import FORMAT, MANIFEST, CheckpointError, digests, workers, write_manifest
 
@@ -206,6 +206,7 @@ def after_save_persistables(runtime: Any, dirname: str, mode: int = 0) -> dict[s
     if mode in (1, 2):
         compress_sparse(dirname, sparse_tables(dirname, layout))
     steps["compress_s"], began = time.monotonic() - began, time.monotonic()
+    table_shards.write_layout(dirname, seam.sparse_table_layout(runtime))  # listed in the manifest with the rest
     files = digests(dirname)
     steps["hash_s"], began = time.monotonic() - began, time.monotonic()
     manifest: dict[str, Any] = {
@@ -252,10 +253,9 @@ def _load_chain(runtime: Any, links: list[str], dense: tuple[DenseTable, ...]) -
     """An incremental checkpoint's sparse rows: its base, then each increment in order, the newest last (Paddle's
     load upserts row by row, so each row ends as the newest link that holds it left it; ``init_server`` loaded the
     newest link alone before this)."""
-    service = seam.server_service(runtime)
     for link in links:
         for table_id in sparse_tables(link, dense):
-            service.load_sparse(link, "0", table_id)
+            table_shards.load_sparse(runtime, link, table_id, required=False)
     logger.info(
         "init_server(%s): sparse tables loaded from its chain, base first: %s",
         links[-1],
@@ -263,10 +263,11 @@ def _load_chain(runtime: Any, links: list[str], dense: tuple[DenseTable, ...]) -
     )
 
 
-def restore_dense(runtime: Any, dirname: str) -> None:
-    """On a server, after ``init_server(dirname)`` loaded the sparse tables: the dense tables too.  A directory that
-    does not exist, or holds no saved table, is an error (Paddle's loader skips it silently, and the job would train
-    from scratch while the user believes it resumed)."""
+def restore_tables(runtime: Any, dirname: str) -> None:
+    """On a server whose tables are built, ``init_server(dirname)``: every sparse table, whole, in this job's shard
+    count (runtime/table_shards.py), then the dense tables.  A directory that does not exist, or holds no saved
+    table, is an error (Paddle's loader skips it silently, and the job would train from scratch while the user
+    believes it resumed)."""
     if not os.path.isdir(dirname):
         raise CheckpointError(f"init_server({dirname}): no such directory; nothing to start the servers from")
     if not os.path.isfile(os.path.join(dirname, MANIFEST)) and not os.path.isdir(table_dir(dirname, 0)):
@@ -274,6 +275,14 @@ def restore_dense(runtime: Any, dirname: str) -> None:
             f"init_server({dirname}): no saved tables there (neither {MANIFEST} nor a 000/ table directory): "
             "give a fleet.save_persistables or fleet.save_inference_model directory"
         )
+    for table_id in sorted(seam.sparse_table_layout(runtime)):
+        table_shards.load_sparse(runtime, dirname, table_id)
+    restore_dense(runtime, dirname)
+
+
+def restore_dense(runtime: Any, dirname: str) -> None:
+    """On a server, after its sparse tables were loaded from ``dirname``: the dense tables too (regrouped into this
+    job's layout when the plan changed)."""
     found = _source_layout(runtime, dirname)
     if found is None:
         logger.info("init_server(%s): no dense tables there; dense parameters start from trainer 0's values", dirname)

@@ -118,9 +118,7 @@ def server_start_dir(dirname: str | None) -> str | None:
     """What a server's ``init_server(dirname)`` loads: the launch's checkpoint when there is one to resume from."""
     choice = resume_choice()
     if choice is None or choice.path is None:
-        if choice is not None and dirname:
-            table_shards.check_start_dir(dirname)  # the script's own model, in this job's shard layout
-        return dirname
+        return dirname  # the script's own model (loaded in this job's shard count: runtime/table_shards.py)
     if dirname and os.path.normpath(os.path.abspath(dirname)) != choice.path:
         raise CheckpointError(
             f"init_server({dirname}) on {seam.identity()}: this launch resumes from its checkpoint {choice.path} "

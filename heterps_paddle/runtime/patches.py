@@ -262,9 +262,14 @@ def _install_resume(paddle: Any, runtime_cls: Any) -> None:
 
     def _init_server(self: Any, dirname: Any = None, var_names: Any = None, **kwargs: Any) -> Any:
         dirname = launch_checkpoints.server_start_dir(dirname)  # the launch's checkpoint, when it resumes
-        result = original_init_server(self, dirname, var_names, **kwargs)
-        if dirname and var_names is None:
-            checkpoint.restore_dense(self, os.path.normpath(dirname))
+        if not dirname or var_names is not None:
+            return original_init_server(self, dirname, var_names, **kwargs)
+        dirname = os.path.normpath(dirname)
+        # Paddle's own load refuses a table saved in another shard count with only a warning (the job trains from
+        # an empty table): the server's tables are built here, loading nothing, and every sparse table is loaded
+        # whole in this job's count (runtime/table_shards.py), then the dense ones (runtime/checkpoint.py)
+        result = original_init_server(self, None, None, **kwargs)
+        checkpoint.restore_tables(self, dirname)
         return result
 
     runtime_cls._init_server = _init_server

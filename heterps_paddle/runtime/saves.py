@@ -31,7 +31,7 @@ from paddle.base import core
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import checkpoint, push_queues, seam, stage_metrics
+from heterps_paddle.runtime import checkpoint, push_queues, seam, stage_metrics, table_shards
 from heterps_paddle.runtime.checkpoint_choice import STAGING
 from heterps_paddle.runtime.heldout import HeldOut, whole_forward_program, whole_model_from_servers
 
@@ -119,7 +119,12 @@ def before_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> Non
 
 def after_fleet_save(name: str, runtime: Any, arguments: dict[str, Any]) -> None:
     """After a fleet save returned (every trainer passed its closing barrier)."""
-    if name != "_save_persistables" or not seam.is_first_worker(runtime.role_maker):
+    if not seam.is_first_worker(runtime.role_maker):
+        return
+    if name == "_save_inference_model":
+        # the shard count its sparse tables were saved in, beside them: what a plain Paddle job must set to load it
+        table_shards.write_layout(os.path.normpath(arguments["dirname"]), seam.sparse_table_layout(runtime))
+    if name != "_save_persistables":
         return
     dirname = os.path.normpath(arguments["dirname"])
     mode = int(arguments.get("mode") or 0)

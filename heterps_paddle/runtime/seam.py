@@ -225,6 +225,26 @@ def server_service(runtime: Any) -> Any:
     return runtime._server
 
 
+def sparse_table_layout(runtime: Any) -> dict[int, tuple[str, int]]:
+    """This process's sparse tables as the PS runtime built them (a server's at ``init_server``, a trainer's at
+    ``init_worker``; empty before): table id -> (name, shard_num), read from the built protos, so that Paddle's
+    own default (1,000 when the strategy sets none) is what it really used."""
+    from paddle.distributed.fleet.proto import the_one_ps_pb2  # lazy: seam must stay importable without Paddle
+
+    builder = getattr(runtime, "ps_desc_builder", None)
+    if builder is None:
+        return {}
+    desc = builder.ps_desc
+    protos = list(desc.server_param.downpour_server_param.downpour_table_param) or list(
+        desc.worker_param.downpour_worker_param.downpour_table_param
+    )
+    return {
+        int(p.table_id): (str(p.common.table_name), int(p.shard_num))
+        for p in protos
+        if p.type == the_one_ps_pb2.PS_SPARSE_TABLE
+    }
+
+
 def send_contexts(runtime: Any) -> dict[str, Any]:
     """The PS runtime's send contexts (one per table: ``is_sparse()``, ``origin_varnames()``, ``table_id()``),
     built by ``init_worker``."""

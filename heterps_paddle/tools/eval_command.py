@@ -17,6 +17,8 @@ import tempfile
 
 from heterps_paddle.errors import CommandError
 from heterps_paddle.files import input_dir, input_file, output_dir
+from heterps_paddle.runtime import table_shards
+from heterps_paddle.runtime.checkpoint_files import CheckpointError
 from heterps_paddle.tools.jobs import launch
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -35,10 +37,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _check_layout_named(model: str, given: str) -> None:
+    """The evaluation job is plain Paddle: it builds the sparse tables in the shard count the save's
+    heterps_tables.json names (runtime/table_shards.py), or Paddle's default without one.  A model saved in another
+    count with no such file would load as an empty table (Paddle says only a warning): refused, naming why."""
+    try:
+        saved = table_shards.saved_count(model)
+    except CheckpointError as exc:
+        raise CommandError(f"--model {given}: {exc}") from None
+    named = os.path.isfile(os.path.join(model, table_shards.LAYOUT_FILE))
+    if saved is not None and saved != table_shards.PADDLE_DEFAULT and not named:
+        raise CommandError(
+            f"--model {given}: its sparse tables were saved in {saved} shard files each and no "
+            f"{table_shards.LAYOUT_FILE} names them (saved before heterps-paddle wrote one): a plain Paddle job "
+            f"would load an empty table. Start a heterps job from it (init_model_path, with --heterps: it loads any "
+            "count) and save it again"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     model = os.path.abspath(input_dir("--model", args.model))
     if not os.path.isdir(os.path.join(model, "dnn_plugin")):
         raise CommandError(f"--model {args.model}: no dnn_plugin/ there (not a fleet.save_inference_model directory)")
+    _check_layout_named(model, args.model)
     if args.config is not None:
         input_file("--config", args.config)
     log_dir = output_dir("--log-dir", args.log_dir) if args.log_dir else tempfile.mkdtemp(prefix="heterps-eval-")
