@@ -16,6 +16,7 @@ Three launches over one directory:
 import gzip
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -39,7 +40,7 @@ PLANS = {
 }
 
 
-def run(tmp, name, plan, epochs, checkpoints, save=False):
+def run(tmp, name, plan, epochs, checkpoints, save=False, env=None, fails=False):
     path = tmp / f"plan_{name}.json"
     path.write_text(json.dumps({"format": 1, "feasible": True, "stages": PLANS[plan]}))
     argv = [SCRIPT, "--data", str(tmp / "data"), "--out", str(tmp / f"out_{name}"), "--plan", str(path)]
@@ -50,8 +51,15 @@ def run(tmp, name, plan, epochs, checkpoints, save=False):
     boards = os.path.join(os.environ["HETERPS_CACHE"], "launches")
     before = set(os.listdir(boards)) if os.path.isdir(boards) else set()
     result = launch(
-        own + launch_arguments(load_plan(str(path)), 1, gpu_available=False), argv, str(tmp / f"log_{name}"), 300
+        own + launch_arguments(load_plan(str(path)), 1, gpu_available=False),
+        argv,
+        str(tmp / f"log_{name}"),
+        300,
+        env=None if env is None else {**os.environ, **env},
     )
+    if fails:
+        assert result.returncode != 0, f"{name}: ended 0\n{result.output[-3000:]}"
+        return result
     assert result.returncode == 0, f"{name}: {result.failures}\n{result.output[-3000:]}"
     # the launch's board (the side channels' endpoints, the servers' restore markers) went with the job
     assert (set(os.listdir(boards)) if os.path.isdir(boards) else set()) <= before
@@ -78,6 +86,13 @@ def jobs(tmp_path_factory, heterps_cache):
     shutil.copytree(newest, checkpoints / "pass-000005", ignore=shutil.ignore_patterns(MANIFEST))
     shutil.copytree(checkpoints / "pass-000003", checkpoints / ".pass-000006.incomplete")
     out["refusing"] = run(tmp, "refusing", "one", 4, checkpoints)
+    # the servers changed after the checkpoint's files verified and loaded (tests/faults/sitecustomize.py)
+    faults = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults")
+    changed = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [faults, os.environ.get("PYTHONPATH")])),
+        "HETERPS_TEST_CHANGE_RESTORED": "dnn_1.w_0",
+    }
+    out["changed"] = run(tmp, "changed", "one", 5, checkpoints, env=changed, fails=True)
     return out
 
 
@@ -96,7 +111,9 @@ def test_a_checkpoint_after_every_pass_the_last_two_kept(jobs):
         assert f"checkpoint after pass {passes}: captured in " in worker
         launch = manifest["launch"]
         assert 0 < launch["pause_s"] <= launch["save_s"] and launch["persist_s"] > 0, launch
-        assert set(launch["steps_s"]) == {"regroup_s", "compress_s", "hash_s", "manifest_s", "copy_s"}, launch
+        assert set(launch["steps_s"]) == {"contents_s", "regroup_s", "compress_s", "hash_s", "manifest_s", "copy_s"}, (
+            launch
+        )
     assert "/dev/shm/heterps-staging-" in worker and "staged on disk" not in worker
     assert "pass-000001: removed" in worker
     assert "no checkpoint there yet: starting fresh" in jobs["first"].output
@@ -164,3 +181,35 @@ def test_corrupt_and_incomplete_checkpoints_are_refused_by_name(jobs):
     assert verify(str(jobs["dir"] / "pass-000004"))["launch"]["passes_done"] == 4
     assert "an earlier launch's checkpoint after pass 4 replaced" in worker
     assert not (jobs["dir"] / ".pass-000006.incomplete").exists()
+
+
+def test_every_resume_proves_what_its_servers_hold(jobs):
+    """Issue 52, item 3: before a batch trains, trainer 0 compares what the servers hold after the restore with the
+    figures the checkpoint recorded at capture, in the new plan's layout (split into split, split into one stage);
+    the other trainers wait for its word."""
+    for name, layout in (("resumed", "split"), ("refusing", "one-stage")):
+        worker = jobs[name].logs()["workerlog.0"]
+        assert "pass-000003: restore proven, the servers hold what it captured: 6 dense parameters" in worker, layout
+    contents = jobs["manifests"][3]["contents"]
+    assert set(contents["dense"]) == {"dnn_0.b_0", "dnn_0.w_0", "dnn_1.b_0", "dnn_1.w_0", "dnn_out.b_0", "dnn_out.w_0"}
+    assert contents["sparse"]["000"]["rows"] > 100 and contents["sparse"]["000"]["sample_rows"] > 0
+
+
+def test_a_restore_that_changed_what_was_captured_is_refused_by_name(jobs):
+    """The servers' dense parameter changed after the checkpoint's files verified and loaded: only the check of
+    what they hold sees it, and the launch ends non-zero before a batch trains, naming the parameter, the
+    checkpoint and both digests."""
+    result = jobs["changed"]
+    logs = result.logs()
+    assert "dnn_1.w_0's first value changed on the servers after the restore" in logs["serverlog.0"]
+    worker = logs["workerlog.0"]
+    message = re.search(r"the restore from checkpoint (\S+) does not reproduce what it captured: (.*)", worker)
+    assert message, worker[-3000:]
+    assert message.group(1).endswith("pass-000004")
+    assert re.match(
+        r"dense parameter dnn_1.w_0's values digest: the servers hold [0-9a-f]{32}, the checkpoint "
+        r"captured [0-9a-f]{32}",
+        message.group(2),
+    ), message.group(2)
+    assert "FAILED" in result.output and "workerlog.0" in result.output
+    assert "Epoch 4 done" not in worker and not re.search(r"batch: \[\d+\]", worker)  # no batch trained

@@ -36,9 +36,17 @@ from paddle.distributed.ps.utils.public import get_the_one_recv_context
 
 from heterps_paddle import rendezvous
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import seam, table_shards
-from heterps_paddle.runtime.checkpoint_choice import verify_chain
-from heterps_paddle.runtime.checkpoint_files import FORMAT, MANIFEST, CheckpointError, digests, workers, write_manifest
+from heterps_paddle.runtime import restore_check, seam, table_shards
+from heterps_paddle.runtime.checkpoint_choice import chain_of, verify_chain
+from heterps_paddle.runtime.checkpoint_files import (
+    FORMAT,
+    MANIFEST,
+    CheckpointError,
+    digests,
+    read_manifest,
+    workers,
+    write_manifest,
+)
 
 __all__ = ["FORMAT", "MANIFEST", "CheckpointError"]  # (their home is checkpoint_files.py, Paddle-free)
 
@@ -181,14 +189,20 @@ def compress_sparse(dirname: str, tables: list[int]) -> None:
         raise CheckpointError(f"{dirname}: gzip failed ({failed[0]})")
 
 
-def after_save_persistables(runtime: Any, dirname: str, mode: int = 0) -> dict[str, float]:
+def after_save_persistables(runtime: Any, dirname: str, mode: int = 0, previous: str | None = None) -> dict[str, float]:
     """On trainer 0, after the servers saved their tables to ``dirname`` (``save_persistables`` mode ``mode``: 0
-    every row, 2 every row as a base, 1 the rows pushed since the last mode 1/2 save): the one-stage layout, the
+    every row, 2 every row as a base, 1 the rows pushed since the last mode 1/2 save, ``previous`` the chain's
+    newest link): what they wrote, in figures a resume proves (runtime/restore_check.py), the one-stage layout, the
     sparse parts compressed (modes 1 and 2), then the manifest.  The seconds of each step, by name."""
     steps: dict[str, float] = {}
     began = time.monotonic()
     split = bool(runtime.is_heter_ps_mode)
     layout = dense_layout(runtime, split)
+    # in the layout the servers wrote (a regrouping is among what a restore must be proven against), each sparse
+    # table as loading the whole chain leaves it
+    links = chain_links(previous) if mode == 1 and previous else []
+    captured = restore_check.contents(dirname, layout, sparse_tables(dirname, layout), links)
+    steps["contents_s"], began = time.monotonic() - began, time.monotonic()
     if split and servers_of(runtime) == 1:
         one_stage = dense_layout(runtime, False)
         tables = regroup(dirname, layout, one_stage)
@@ -215,6 +229,7 @@ def after_save_persistables(runtime: Any, dirname: str, mode: int = 0) -> dict[s
         "layout": "split" if split else "one-stage",
         "servers": servers_of(runtime),
         "dense_tables": [t.to_dict() for t in layout],
+        "contents": captured.to_dict(),
         "files": files,
     }
     write_manifest(dirname, manifest)
@@ -227,6 +242,33 @@ def after_save_persistables(runtime: Any, dirname: str, mode: int = 0) -> dict[s
         len(files),
     )
     return steps
+
+
+def chain_links(newest: str) -> list[str]:
+    """The directories an increment saved after checkpoint ``newest`` is loaded after: ``newest``'s chain, its base
+    first, then ``newest``."""
+    root = os.path.dirname(newest)
+    return [os.path.join(root, name) for name, _ in chain_of(newest, read_manifest(newest))] + [newest]
+
+
+def verify_restored(runtime: Any, checkpoint: str, scratch: str) -> str | None:
+    """Stage 1's trainer 0, on a resume, before any batch trains: the servers save what they hold to ``scratch``
+    (every row: a save that changes nothing on them), and its figures are compared with what ``checkpoint``
+    captured (runtime/restore_check.py): a CheckpointError names the first difference.  What was compared, in a
+    line; None for a checkpoint that recorded no contents (written by an earlier version)."""
+    manifest = read_manifest(checkpoint)
+    if "contents" not in manifest:
+        return None
+    expected = restore_check.Contents.from_dict(manifest["contents"], checkpoint)
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
+    try:
+        seam.worker_client(runtime).save_all_model(scratch, 0)
+        layout = dense_layout(runtime, bool(runtime.is_heter_ps_mode))
+        actual = restore_check.contents(scratch, layout, sparse_tables(scratch, layout))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return restore_check.compare(expected, actual, checkpoint)
 
 
 def _source_layout(runtime: Any, dirname: str) -> tuple[tuple[DenseTable, ...], int] | None:

@@ -78,6 +78,7 @@ from heterps_paddle.runtime.checkpoint_files import (
 )
 
 POLL_S = 0.2
+RESTORE = "restore"  # the barrier's mark of trainer 0's word on a resume's restore: "proven", or why it was refused
 # Ops that write to the parameter servers: a train_from_dataset pass whose program runs one trains the model (an
 # evaluation program, fleet.evaluation.forward_only_program or the whole model's forward pass, has none).
 WRITE_OPS = frozenset(
@@ -267,6 +268,33 @@ class PassCheckpoints:
                 f"{seam.identity()}: this launch resumes from {self.resumed_from}, but the servers say they "
                 f"restored {restored or 'nothing'}: its passes are not skipped over another model"
             )
+        # what they hold proven to be what it captured, before any batch trains: trainer 0 compares
+        # (runtime/restore_check.py), the others wait for its word
+        barrier, index = Barrier(self.root), seam.worker_count_and_index(seam.role_maker())[1]
+        if index == 0:
+            try:
+                proven = checkpoint.verify_restored(
+                    seam.fleet_runtime(), self.resumed_from, os.path.join(barrier.dir, "restore-check")
+                )
+            except CheckpointError as exc:
+                barrier.mark(self.resumed_at, RESTORE, f"refused by CPU trainer 0: {exc}")
+                raise
+            barrier.mark(self.resumed_at, RESTORE, "proven")
+            if proven is None:
+                logger.warning(
+                    "checkpoint %s records no contents (an earlier version's): its restore is not proven",
+                    self.resumed_from,
+                )
+            else:
+                logger.info(
+                    "checkpoint %s: restore proven, the servers hold what it captured: %s",
+                    self.resumed_from,
+                    proven,
+                )
+        else:
+            word = barrier.wait(self.resumed_at, RESTORE, "CPU trainer 0's check of the restore")
+            if word != "proven":
+                raise CheckpointError(f"{seam.identity()}: {word}")
         self.restore_checked = True
 
     @contextlib.contextmanager
@@ -478,7 +506,7 @@ class PassCheckpoints:
         target = os.path.join(self.root, f".{captured.at.name}.incomplete")
         try:
             began = time.monotonic()
-            steps = checkpoint.after_save_persistables(runtime, staging, captured.decision.mode)
+            steps = checkpoint.after_save_persistables(runtime, staging, captured.decision.mode, captured.previous)
             copying = time.monotonic()
             if os.path.normpath(staging) != os.path.normpath(target):
                 shutil.rmtree(target, ignore_errors=True)

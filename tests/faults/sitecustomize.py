@@ -21,6 +21,11 @@ trained across rounds.  With
 until PATH exists (300 s at most; each writes ``DIR/waiting-<pid>`` as it starts waiting, after the trainers met
 at the first slice's end): a test then asks for something (a leave) while that slice is to run.
 
+``HETERPS_TEST_CHANGE_RESTORED=PARAM``: every parameter server, once its ``init_server`` restored the launch's
+checkpoint (its files verified and loaded), loads dense parameter PARAM's table again with its first element's value
+changed (+0.5): the servers then hold something other than what the checkpoint captured, and only a check of what
+they hold can tell (runtime/restore_check.py).
+
 Unset: nothing is changed.
 """
 
@@ -114,3 +119,50 @@ if _TRAINED:
         return _run_pass(self, call, recorded)
 
     _checkpoints.PassCheckpoints.run_pass = _recorded_run_pass
+
+
+_CHANGE = os.environ.get("HETERPS_TEST_CHANGE_RESTORED")
+
+
+def _change_restored(runtime, parameter):
+    import tempfile
+
+    from heterps_paddle.runtime import checkpoint, launch_checkpoints, seam
+
+    choice = launch_checkpoints.resume_choice()
+    if choice is None or choice.path is None:
+        return
+    manifest = checkpoint.read_manifest(choice.path)
+    source = tuple(checkpoint.DenseTable.from_dict(t) for t in manifest["dense_tables"])
+    target = checkpoint.dense_layout(runtime, bool(runtime.is_heter_ps_mode))
+    tables = checkpoint.regroup(choice.path, source, target)
+    for table in target:
+        if parameter not in table.names:
+            continue
+        first = sum(table.numels[: table.names.index(parameter)])
+        columns = tables[table.table_id][first].split(b" ")
+        columns[0] = f"{float(columns[0]) + 0.5:g}".encode()
+        tables[table.table_id][first] = b" ".join(columns)
+        changed = tempfile.mkdtemp(prefix="heterps-test-changed-")
+        checkpoint._write_tables(changed, {table.table_id: tables[table.table_id]})
+        seam.server_service(runtime).load_sparse(changed, "0", table.table_id)
+        print(f"heterps test: {parameter}'s first value changed on the servers after the restore", flush=True)
+
+
+if _CHANGE:
+    from heterps_paddle.runtime import patches as _patches
+
+    _install_resume = _patches._install_resume
+
+    def _install_resume_then_change(paddle, runtime_cls):
+        _install_resume(paddle, runtime_cls)
+        init_server = runtime_cls._init_server
+
+        def _init_server(self, dirname=None, var_names=None, **kwargs):
+            result = init_server(self, dirname, var_names, **kwargs)
+            _change_restored(self, _CHANGE)
+            return result
+
+        runtime_cls._init_server = _init_server
+
+    _patches._install_resume = _install_resume_then_change
