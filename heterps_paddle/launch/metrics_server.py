@@ -162,7 +162,7 @@ class MetricsServer:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Figures(log_dir))
         self.server: socketserver.ThreadingTCPServer | None = None
-        self.active = 0
+        self.served: set[Any] = set()  # the connections being served (at most MAX_CONNECTIONS)
         self.lock = threading.Lock()
 
     def start(self) -> MetricsServer:
@@ -179,14 +179,16 @@ class MetricsServer:
 
             def verify_request(self, request: Any, client_address: Any) -> bool:
                 with serving.lock:
-                    if serving.active >= MAX_CONNECTIONS:
+                    if len(serving.served) >= MAX_CONNECTIONS:
                         return False
-                    serving.active += 1
+                    serving.served.add(request)
                 return True
 
             def shutdown_request(self, request: Any) -> None:
+                # socketserver shuts a refused request too: only one being served frees a place (counting the
+                # refused ones down had let about half of a flood past the bound)
                 with serving.lock:
-                    serving.active = max(0, serving.active - 1)
+                    serving.served.discard(request)
                 super().shutdown_request(request)
 
         self.server = Server((self.address, self.port), Handler)
