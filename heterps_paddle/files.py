@@ -68,6 +68,21 @@ def new_lines(path: str, offset: int) -> tuple[int, list[str]]:
     return offset + end + 1, data[:end].decode("utf-8", "replace").split("\n")
 
 
+def pyplot(option: str = "--plot") -> Any:
+    """matplotlib's pyplot on its file backend, for a command's ``option``; where the optional extra is not
+    installed, a CommandError saying in one line what to install (the one check of every command's --plot)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CommandError(
+            f"{option} needs matplotlib, which is not installed: pip install 'heterps-paddle[plot]'"
+        ) from None
+    return plt
+
+
 def save_figure_atomic(figure: Any, path: str, dpi: int = 100) -> None:
     """A matplotlib figure to ``path`` (format from its extension, png without one), by ``replace_atomic``."""
     kind = os.path.splitext(path)[1].lstrip(".").lower() or "png"

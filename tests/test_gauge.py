@@ -84,6 +84,39 @@ def test_rounds_add_up_their_samples_and_cost_and_garbage_is_not_counted():
     assert gauge.cost_so_far == pytest.approx(4.0)
 
 
+def test_figures_over_the_job_and_the_round_are_cost_over_samples_and_no_round_resets_them():
+    """Issue 53: the cost per million samples over the job is what it cost so far over what it trained (one function
+    for every span); a new round starts its own figures and leaves the job's going on; an idle last window says
+    nothing of what the job cost."""
+    gauge = Gauge(window_s=30.0, every_s=0.0)
+    gauge.observe(0.0, 0, meters(0, 0.0), PLAN)
+    first = gauge.observe(1800.0, 0, meters(9000, 1.0), PLAN)  # half an hour at 4/h, 18,000 samples
+    assert first.cost_so_far == pytest.approx(2.0) and first.samples == 18000
+    assert first.cost_per_million_samples_over_job == pytest.approx(2.0 / 18000 * 1e6)
+    assert first.samples_per_s_over_job == pytest.approx(10.0) and first.seconds_over_job == pytest.approx(1800.0)
+    # round 1 (a move) on another plan at 2/h
+    cheaper = {**PLAN, "plan": {**PLAN["plan"], "stages": [{"resource": "cpu_small", "kind": "cpu", "units": 2}]}}
+    gauge.observe(1800.0, 1, meters(0, 0.0), cheaper)
+    later = gauge.observe(3600.0, 1, meters(3000, 1.0), cheaper)  # half an hour at 2/h, 6,000 samples
+    assert later.round == 1 and later.samples == 24000 and later.cost_so_far == pytest.approx(3.0)
+    assert later.cost_per_million_samples_over_job == pytest.approx(3.0 / 24000 * 1e6)
+    assert later.samples_over_round == 6000 and later.cost_over_round == pytest.approx(1.0)
+    assert later.cost_per_million_samples_over_round == pytest.approx(1.0 / 6000 * 1e6)
+    assert later.seconds_over_round == pytest.approx(1800.0) and later.seconds_over_job == pytest.approx(3600.0)
+    record = later.to_record()
+    assert record["cost_per_million_samples_over_job"] == pytest.approx(125.0)
+    assert record["samples_per_s_over_round"] == pytest.approx(6000 / 1800, abs=1e-3)
+    line = later.lines()[-1]
+    assert line == (
+        "heterps launch: over the job: 24,000 samples in 3,600 s, 7 samples/s; cost 3, 125 per million samples "
+        "(round 1: 6,000 samples in 1,800 s, 166.7 per million samples)"
+    )
+    # the job idles (a checkpoint, the end): the last window trains nothing, the job's figures stand
+    idle = gauge.observe(3700.0, 1, meters(3000, 1.0), cheaper)
+    assert idle.samples_per_s == 0.0 and idle.cost_per_million_samples is None
+    assert idle.cost_per_million_samples_over_job == pytest.approx(idle.cost_so_far / 24000 * 1e6)
+
+
 def trainers(progress):
     """Stage 1 trainers on hosts 127.0.0.2, .3, ...: ``progress`` gives each one's (samples, finished passes)."""
     return {

@@ -30,6 +30,7 @@ import time
 import pytest
 from conftest import split_cluster
 
+from heterps_paddle.planning.cost_model import cost_per_million_of
 from heterps_paddle.runtime.checkpoint_files import read_manifest, verify
 from heterps_paddle.tools.bench import adapt as bench_adapt
 from heterps_paddle.tools.jobs import HostsRun, Slowing, free_port_block
@@ -362,7 +363,7 @@ def test_a_split_the_measurements_show_does_not_pay_moves_and_releases_its_host(
             costed[-1]["cost_so_far"] - costed[0]["cost_so_far"],
             costed[-1]["samples"] - costed[0]["samples"],
         )
-        last[number] = bench_adapt.cost_per_million(cost, samples)
+        last[number] = cost_per_million_of(cost, samples)
     assert last[1] < last[0], last
     grown, calm = heldout(run), undisturbed
     print(f"\ncost per million samples: split {last[0]:.4g}, moved {last[1]:.4g}; AUC {grown:.4f} vs {calm:.4f}")

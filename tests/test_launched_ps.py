@@ -54,6 +54,7 @@ def test_launched_ctr_dnn_learns(tmp_path, heterps_cache, heterps):
     assert os.path.isfile(os.path.join(str(tmp_path), "heterps_plan", "plan.json")) == heterps
     if heterps:
         measured_agrees(result, scrapes, ROWS * EPOCHS, capsys=None)
+        priced_as_its_report(result, scrapes, os.path.join(str(tmp_path), "heterps_plan", "plan_report.txt"))
 
 
 def metric(text, name):
@@ -72,7 +73,7 @@ def measured_agrees(result, scrapes, trained, capsys):
         assert status_run(argparse.Namespace(log_dir=result.log_dir, json=True, plot=None)) == 0
     status = json.loads(out.getvalue())
     assert status["state"] == "ended" and status["samples"] == trained, status
-    assert status["samples_per_s"] is not None and status["stages"], status
+    assert status["samples_per_s_last_window"] is not None and status["stages"], status
     # the console's last line of the job says the same samples (its lines are made from the same rates)
     console = open(os.path.join(result.log_dir, "launcher.out")).read()
     said = re.findall(
@@ -88,3 +89,37 @@ def measured_agrees(result, scrapes, trained, capsys):
     seen = [int(v) for v in seen if v is not None]
     assert seen, f"no scrape while the job ran ({len(scrapes)} answers)"
     assert set(seen) <= logged and seen == sorted(seen), (seen, sorted(logged))
+
+
+def priced_as_its_report(result, scrapes, report_path):
+    """Issue 53: the README's job (cluster: local) shows what it costs from the prices its report used, live and
+    after the end; over the job, cost per million samples is cost so far over samples, and the cost so far is the
+    plan's price for the time the job held its units."""
+    import argparse
+    import contextlib
+    import io
+
+    from heterps_paddle.launch.figures import of_log
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert status_run(argparse.Namespace(log_dir=result.log_dir, json=True, plot=None)) == 0
+    status = json.loads(out.getvalue())
+    per_hour = status["cost_per_hour"]
+    report = open(report_path).read()
+    assert per_hour is not None, status  # it was "cost unknown (no prices)" whichever trainer had planned
+    assert re.search(rf"predicted [0-9,]+ samples/s, {per_hour:g}/h", report), (per_hour, report)
+    assert status["cost_per_million_samples_over_job"] == pytest.approx(
+        status["cost_so_far"] / status["samples"] * 1e6, rel=1e-4
+    )
+    # paid from the round's start, its units' price known once trainer 0 published the plan
+    assert status["cost_so_far"] == pytest.approx(per_hour * status["seconds_over_job"] / 3600, rel=0.05), status
+    # an ended job leads with its figures over the job, not with an idle last window
+    lines = of_log(result.log_dir).lines()
+    assert lines[1].startswith(f"over the job: {status['samples']:,} samples in "), lines
+    console = open(os.path.join(result.log_dir, "launcher.out")).read()
+    assert re.search(r"heterps launch: over the job: [0-9,]+ samples in [0-9,]+ s, [0-9,]+ samples/s; cost ", console)
+    assert "cost unknown" not in console
+    # the endpoint had a cost series while the job ran
+    costs = [metric(text, "heterps_cost_total") for text in scrapes]
+    assert any(c is not None and c > 0 for c in costs), f"no cost in {len(scrapes)} scrapes"

@@ -106,6 +106,14 @@ def canned_log(path):
         cost_so_far=0.02,
         cost_per_million_samples=1.11,
         trainers=trainers,
+        seconds_over_job=50.0,
+        samples_per_s_over_job=500.0,
+        cost_per_million_samples_over_job=0.8,
+        samples_over_round=15000,
+        seconds_over_round=20.0,
+        cost_over_round=0.01,
+        samples_per_s_over_round=750.0,
+        cost_per_million_samples_over_round=0.667,
         **{**rates, "round": 1},
     )
     return str(path)
@@ -134,7 +142,11 @@ def test_status_and_metrics_say_the_same_figures(tmp_path, capsys):
     code, text, _ = run_cli(capsys, "status", log_dir, "--plot", str(tmp_path / "status.png"))
     assert (tmp_path / "status.png").stat().st_size > 0
     assert "samples/s: 1,000 measured over the last 30 s, 900 predicted, target 800" in text
-    assert "cost: 4/h, 0.02 so far, 1.11 per million samples measured" in text
+    assert "cost: 4/h, 0.02 so far, 1.11 per million samples over the last window" in text
+    assert "over the job: 25,000 samples in 50 s, 500 samples/s; cost 0.02, 0.8 per million samples" in text
+    assert "round 1: 15,000 samples in 20 s, 750 samples/s; cost 0.01, 0.667 per million samples" in text
+    # a running job leads with how it goes now
+    assert text.index("samples/s: 1,000 measured") < text.index("over the job:")
     assert "stage 1: 2 x cpu_small (cpu) at 1/h each: 1,000 samples/s measured vs 950 predicted, work 50%" in text
     assert "  host 127.0.0.3 (trainer 1): 300 samples/s, 43% of its peers' in the same pass: slow" in text
     assert "host 127.0.0.2 (trainer 0)" not in text and [t["slow"] for t in status["trainers"]] == [False, True]
@@ -148,10 +160,15 @@ def test_status_and_metrics_say_the_same_figures(tmp_path, capsys):
     finally:
         server.close()
     assert value(text, "heterps_samples_trained_total") == status["samples"]
-    assert value(text, "heterps_samples_per_second") == status["samples_per_s"]
+    assert value(text, "heterps_samples_per_second_last_window") == status["samples_per_s_last_window"] == 1000
     assert value(text, "heterps_cost_total") == status["cost_so_far"]
-    assert value(text, "heterps_cost_per_million_samples") == status["cost_per_million_samples"]
+    assert value(text, "heterps_cost_per_million_samples_last_window") == status["cost_per_million_samples_last_window"]
+    assert value(text, "heterps_cost_per_million_samples_over_job") == status["cost_per_million_samples_over_job"]
+    assert value(text, "heterps_cost_per_million_samples_over_round") == 0.667
+    assert value(text, "heterps_samples_per_second_over_job") == 500 and value(text, "heterps_seconds_over_job") == 50
+    assert value(text, "heterps_samples_over_round") == 15000 and value(text, "heterps_cost_over_round") == 0.01
     assert 'heterps_rounds_total{kind="move"} 1.0' in text and value(text, "heterps_job_round") == 1
+    assert 'heterps_rounds_total{kind="adapt"} 0.0' in text  # every kind of round, adaptive moves included
     assert 'heterps_stage_work_ratio{kind="cpu",resource="cpu_small",stage="1"} 0.5' in text
     assert 'heterps_trainer_slow{host="127.0.0.3",index="1"} 1.0' in text
     assert 'heterps_trainer_slow{host="127.0.0.2",index="0"} 0.0' in text

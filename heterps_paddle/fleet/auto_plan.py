@@ -139,11 +139,21 @@ def _wait_for_launch_plan(out_dir: str, this_launch: str | None) -> JobPlan:
         time.sleep(0.5)
 
 
+def _local_measurement() -> Any:
+    return cached("local_cluster", {"method": 1}, lambda: cluster_to_dict(detect_local_cluster()))
+
+
+def local_cluster() -> Cluster:
+    """``cluster: local``: this machine, measured once and cached (its types priced as the report prices them)."""
+    measurement = _local_measurement()
+    return cluster_from_dict(measurement.value, measurement.path)
+
+
 def _cluster(configs: dict[str, Any], out_dir: str) -> tuple[Cluster, str, int | None]:
     """The cluster, how to name it in the report, and the cores every process shares (the local cluster)."""
     if configs["cluster"] != LOCAL_CLUSTER:
         return load_cluster(configs["cluster"]), configs["cluster"], None
-    measurement = cached("local_cluster", {"method": 1}, lambda: cluster_to_dict(detect_local_cluster()))
+    measurement = _local_measurement()
     cluster = cluster_from_dict(measurement.value, measurement.path)
     how = "reused" if measurement.reused else "measured"
     return (
@@ -189,6 +199,11 @@ def plan_for_job(loss: Any, startup_program: Any, optimizer: Any, configs: dict[
             except PlanningInputError as exc:
                 raise PlanningFailed(f"planning inside minimize failed: {exc}") from None
             write_atomic(os.path.join(out_dir, LAUNCH_FILE), this_launch or f"pid-{os.getpid()}")
+    if job.inputs is None:
+        # made by another trainer of this launch: its inputs (the cluster's prices among them: the launch's gauge
+        # prices the job from what trainer 0 publishes) from the profile and cluster saved beside the plan
+        inputs = _saved_inputs(out_dir, job.plan.required_throughput, job.plan.budget_per_hour, configs, _cuda())
+        job = replace(job, inputs=inputs)
     print(f"heterps: plan {job.how}: {job.plan_path}\n{job.report}", flush=True)
     return job
 

@@ -111,8 +111,12 @@ class HeterPSOptimizer(MetaOptimizerBase):  # type: ignore[misc]  # Paddle ships
 
 
 def _prices(configs: dict[str, Any]) -> dict[str, float] | None:
-    """Each resource type's price per hour, from the configured cluster file (None: no file: the job's cost is not
-    known, only its rates)."""
-    if configs["cluster"] is None or configs["cluster"] == LOCAL_CLUSTER:
+    """Each resource type's price per hour, from the configured cluster (``local``: this machine's, as its report
+    prices it; None: no cluster: the job's cost is not known, only its rates)."""
+    if configs["cluster"] is None:
         return None
+    if configs["cluster"] == LOCAL_CLUSTER:
+        from heterps_paddle.fleet.auto_plan import local_cluster  # lazy: see the imports at the top
+
+        return {t.name: t.price_per_hour for t in local_cluster().resource_types}
     return {t.name: t.price_per_hour for t in load_cluster(configs["cluster"]).resource_types}

@@ -118,14 +118,26 @@ class JobFigures:
             "reason": self.reason,
             "round": self.round,
             "seconds": None if self.started_at is None or end is None else round(end - self.started_at, 1),
+            # over the job (never reset by a move, a restart or a leave)
             "samples": rates.get("samples"),
-            "samples_per_s": rates.get("samples_per_s"),
+            "seconds_over_job": rates.get("seconds_over_job"),
+            "cost_so_far": rates.get("cost_so_far"),
+            "samples_per_s_over_job": rates.get("samples_per_s_over_job"),
+            "cost_per_million_samples_over_job": rates.get("cost_per_million_samples_over_job"),
+            # over the running round
+            "samples_over_round": rates.get("samples_over_round"),
+            "seconds_over_round": rates.get("seconds_over_round"),
+            "cost_over_round": rates.get("cost_over_round"),
+            "samples_per_s_over_round": rates.get("samples_per_s_over_round"),
+            "cost_per_million_samples_over_round": rates.get("cost_per_million_samples_over_round"),
+            # over the last window (how the job goes now)
+            "samples_per_s_last_window": rates.get("samples_per_s"),
+            "cost_per_million_samples_last_window": rates.get("cost_per_million_samples"),
+            "window_s": rates.get("window_s"),
+            # the running plan's
             "predicted_samples_per_s": rates.get("predicted_samples_per_s"),
             "target_samples_per_s": rates.get("target_samples_per_s"),
             "cost_per_hour": rates.get("cost_per_hour"),
-            "cost_so_far": rates.get("cost_so_far"),
-            "cost_per_million_samples": rates.get("cost_per_million_samples"),
-            "window_s": rates.get("window_s"),
             "measured_at": None if not self.series else self.series[-1]["t"],
             "stages": rates.get("stages") or [],
             "trainers": rates.get("trainers") or [],
@@ -140,26 +152,50 @@ class JobFigures:
         if self.rates is None:
             out.append("measured: nothing yet (the trainers measure every HETERPS_METER_S; docs/metrics.md)")
         else:
-            out.append(
-                f"samples/s: {_n(d['samples_per_s'])} measured over the last {_n(d['window_s'])} s, "
+            over_job = (
+                f"over the job: {_n(d['samples'])} samples in {_n(d['seconds_over_job'])} s, "
+                f"{_n(d['samples_per_s_over_job'])} samples/s"
+                + (
+                    ""
+                    if d["cost_so_far"] is None
+                    else f"; cost {d['cost_so_far']:.4g}, "
+                    f"{_n(d['cost_per_million_samples_over_job'], '.4g')} per million samples"
+                )
+            )
+            now = (
+                f"samples/s: {_n(d['samples_per_s_last_window'])} measured over the last {_n(d['window_s'])} s, "
                 f"{_n(d['predicted_samples_per_s'])} predicted"
                 + (f", target {_n(d['target_samples_per_s'])}" if d["target_samples_per_s"] else "")
             )
-            out.append(f"samples trained: {_n(d['samples'])}")
+            # an ended job leads with what it was over the job, never with an idle last window as its rate
+            out.extend([over_job, now] if not self.running else [now, over_job])
+            if d["round"]:
+                out.append(
+                    f"round {d['round']}: {_n(d['samples_over_round'])} samples in {_n(d['seconds_over_round'])} s, "
+                    f"{_n(d['samples_per_s_over_round'])} samples/s"
+                    + (
+                        ""
+                        if d["cost_over_round"] is None
+                        else f"; cost {d['cost_over_round']:.4g}, "
+                        f"{_n(d['cost_per_million_samples_over_round'], '.4g')} per million samples"
+                    )
+                )
             if d["cost_per_hour"] is None:
                 out.append("cost: unknown (the plan's resource types have no prices)")
             else:
                 out.append(
                     f"cost: {d['cost_per_hour']:.4g}/h, {d['cost_so_far'] or 0:.4g} so far, "
-                    f"{_n(d['cost_per_million_samples'], '.4g')} per million samples measured"
+                    f"{_n(d['cost_per_million_samples_last_window'], '.4g')} per million samples over the last window"
                 )
             for s in d["stages"]:
                 work = "not measured" if s.get("work_share") is None else f"{s['work_share']:.0%}"
                 price = "" if s.get("price_per_hour") is None else f" at {s['price_per_hour']:.4g}/h each"
+                predicted = s["predicted_samples_per_s"]
                 out.append(
                     f"  stage {s['stage']}: {s['units']} x {s['resource']} ({s['kind']}){price}: "
-                    f"{_n(s['samples_per_s'])} samples/s measured vs {_n(s['predicted_samples_per_s'])} predicted, "
-                    f"work {work}, could do {_n(s.get('capacity_samples_per_s'))} alone"
+                    f"{_n(s['samples_per_s'])} samples/s measured"
+                    + (", not predicted" if predicted is None else f" vs {_n(predicted)} predicted")
+                    + f", work {work}, could do {_n(s.get('capacity_samples_per_s'))} alone"
                 )
             for t in d["trainers"]:
                 if t.get("slow") and t.get("share_of_peers") is not None:

@@ -26,6 +26,10 @@ one line per stage and one for the job.
 - **Cost.** Cost per hour is the plan's (each stage's units times its type's price); cost so far adds it up over
   the time each round ran; cost per million samples is cost per hour over the samples trained per hour
   (planning/cost_model.py: cost_per_million_samples, the one definition), at the measured rate.
+- **Spans.** The last window's rate says how the job goes now; what the job costs its user is over the job: the
+  samples trained so far, the time since the gauge first saw the job, the cost so far and their quotients (cost
+  over samples: cost_model.cost_per_million_of), and the same over the running round.  None of them is reset by a
+  move, a restart or a leave (the gauge lives as long as the launch that runs the job's machine).
 
 Pure: no I/O, no clock of its own (times come with the calls), no Paddle.
 """
@@ -37,7 +41,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from heterps_paddle.planning.cost_model import cost_per_million_samples
+from heterps_paddle.planning.cost_model import cost_per_million_of, cost_per_million_samples
+
+UNKNOWN = "?"  # a stage's resource before the round's plan record is on the board
 
 
 @dataclass(frozen=True)
@@ -119,12 +125,33 @@ class Rates:
     cost_so_far: float | None
     stages: tuple[StageRate, ...]
     trainers: tuple[TrainerRate, ...] = ()
+    seconds_over_job: float = 0.0  # since the gauge first saw the job
+    samples_over_round: int = 0
+    seconds_over_round: float = 0.0  # since the round was first seen
+    cost_over_round: float | None = None
 
     @property
     def cost_per_million_samples(self) -> float | None:
+        """Over the last window (at its measured rate)."""
         if self.cost_per_hour is None or self.samples_per_s <= 0:
             return None
         return cost_per_million_samples(self.cost_per_hour, self.samples_per_s)
+
+    @property
+    def samples_per_s_over_job(self) -> float | None:
+        return self.samples / self.seconds_over_job if self.seconds_over_job > 0 else None
+
+    @property
+    def cost_per_million_samples_over_job(self) -> float | None:
+        return cost_per_million_of(self.cost_so_far, self.samples)
+
+    @property
+    def samples_per_s_over_round(self) -> float | None:
+        return self.samples_over_round / self.seconds_over_round if self.seconds_over_round > 0 else None
+
+    @property
+    def cost_per_million_samples_over_round(self) -> float | None:
+        return cost_per_million_of(self.cost_over_round, self.samples_over_round)
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -137,6 +164,14 @@ class Rates:
             "cost_per_hour": self.cost_per_hour,
             "cost_so_far": None if self.cost_so_far is None else round(self.cost_so_far, 6),
             "cost_per_million_samples": _round(self.cost_per_million_samples, 6),
+            "seconds_over_job": round(self.seconds_over_job, 3),
+            "samples_per_s_over_job": _round(self.samples_per_s_over_job),
+            "cost_per_million_samples_over_job": _round(self.cost_per_million_samples_over_job, 6),
+            "samples_over_round": self.samples_over_round,
+            "seconds_over_round": round(self.seconds_over_round, 3),
+            "cost_over_round": None if self.cost_over_round is None else round(self.cost_over_round, 6),
+            "samples_per_s_over_round": _round(self.samples_per_s_over_round),
+            "cost_per_million_samples_over_round": _round(self.cost_per_million_samples_over_round, 6),
             "stages": [s.to_dict() for s in self.stages],
             "trainers": [t.to_dict() for t in self.trainers],
         }
@@ -145,11 +180,17 @@ class Rates:
         """The console's lines: one per stage, one for the job."""
         out = []
         for s in self.stages:
-            predicted = "?" if s.predicted_samples_per_s is None else f"{s.predicted_samples_per_s:,.0f}"
+            # a hand-written plan's stages carry no prediction: said so, never a "?"
+            predicted = (
+                ", not predicted"
+                if s.predicted_samples_per_s is None
+                else f" vs {s.predicted_samples_per_s:,.0f} predicted"
+            )
             work = "not measured" if s.work_share is None else f"{s.work_share:.0%}"
+            units = "no plan published yet" if s.resource == UNKNOWN else f"{s.units} x {s.resource}"
             out.append(
-                f"heterps launch: stage {s.stage} ({s.units} x {s.resource}, {s.kind}): {s.samples_per_s:,.0f} "
-                f"samples/s measured vs {predicted} predicted, work {work}"
+                f"heterps launch: stage {s.stage} ({units}, {s.kind}): {s.samples_per_s:,.0f} "
+                f"samples/s measured{predicted}, work {work}"
             )
         cost = (
             "cost unknown (no prices)"
@@ -174,7 +215,32 @@ class Rates:
             f"heterps launch: job (round {self.round}): {self.samples_per_s:,.0f} samples/s over the last "
             f"{self.window_s:.0f} s, {self.samples:,} samples trained; {cost}"
         )
+        out.append(f"heterps launch: {self.over_job_line()}")
         return out
+
+    def over_job_line(self) -> str:
+        """The job's figures over the job, and over the running round when it is not the first."""
+        per_million = self.cost_per_million_samples_over_job
+        line = (
+            f"over the job: {self.samples:,} samples in {self.seconds_over_job:,.0f} s, "
+            f"{_figure(self.samples_per_s_over_job)} samples/s; "
+            + (
+                "cost not known (no prices)"
+                if self.cost_so_far is None
+                else f"cost {self.cost_so_far:.4g}, {_figure(per_million, '.4g')} per million samples"
+            )
+        )
+        if self.round > 0:
+            line += f" (round {self.round}: {self.samples_over_round:,} samples in {self.seconds_over_round:,.0f} s" + (
+                f", {_figure(self.cost_per_million_samples_over_round, '.4g')} per million samples)"
+                if self.cost_over_round is not None
+                else ")"
+            )
+        return line
+
+
+def _figure(value: float | None, spec: str = ",.0f") -> str:
+    return "none yet" if value is None or not math.isfinite(value) else format(value, spec)
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -205,6 +271,9 @@ class Gauge:
     samples_before: int = 0  # trained by the rounds before this one
     cost_so_far: float = 0.0
     cost_until: float | None = None  # the time cost_so_far counts up to
+    job_started: float | None = None  # when the gauge first saw the job
+    round_started: float = 0.0  # ... and the running round
+    cost_before_round: float = 0.0  # cost_so_far when the running round was first seen
     last_made: float = -math.inf
     plan: Mapping[str, Any] | None = None
     prices: Mapping[str, float] = field(default_factory=dict)
@@ -213,6 +282,8 @@ class Gauge:
         self, now: float, round_number: int, meters: Mapping[str, Mapping[str, Any]], plan: Mapping[str, Any] | None
     ) -> Rates | None:
         """The round's meter records and plan record at ``now`` (unix seconds); a Rates when one is due."""
+        if self.job_started is None:
+            self.job_started = now
         if round_number != self.round:
             self._new_round(now, round_number)
         if plan is not None and plan.get("plan"):
@@ -231,14 +302,20 @@ class Gauge:
         if self.history:
             self.samples_before += self.history[-1].samples
         self._add_cost(now)
+        self.cost_until = now  # the new round's units from now, priced once its plan says their prices
+        self.round_started, self.cost_before_round = now, self.cost_so_far
         # the round's first figures a whole interval after it is first seen
         self.round, self.history, self.plan, self.prices, self.last_made = number, [], None, {}, now
 
     def _add_cost(self, now: float) -> None:
+        """Cost so far up to ``now``.  A round's units are paid for from the round's start: until the plan record
+        says their prices (trainer 0 publishes it once it planned, seconds in), the time waits to be priced."""
         per_hour = self.cost_per_hour()
-        if self.cost_until is not None and per_hour is not None:
+        if self.cost_until is None:
+            self.cost_until = now
+        elif per_hour is not None:
             self.cost_so_far += per_hour * max(0.0, now - self.cost_until) / 3600.0
-        self.cost_until = now
+            self.cost_until = now
 
     def cost_per_hour(self) -> float | None:
         if self.plan is None or not self.prices:
@@ -267,6 +344,10 @@ class Gauge:
             cost_so_far=self.cost_so_far if self.cost_per_hour() is not None else None,
             stages=stages,
             trainers=self._trainers(first, last, span),
+            seconds_over_job=now - (self.job_started if self.job_started is not None else now),
+            samples_over_round=last.samples,
+            seconds_over_round=now - self.round_started,
+            cost_over_round=self.cost_so_far - self.cost_before_round if self.cost_per_hour() is not None else None,
         )
 
     def _trainers(self, first: _Snapshot, last: _Snapshot, span: float) -> tuple[TrainerRate, ...]:
@@ -291,7 +372,9 @@ class Gauge:
         if stages:
             return stages
         seen = sorted({stage for snap in self.history for stage, _, _ in snap.cpu.values()})
-        return [{"resource": "?", "kind": "cpu", "units": 0} for _ in seen] or [{"resource": "?", "kind": "cpu"}]
+        return [{"resource": UNKNOWN, "kind": "cpu", "units": 0} for _ in seen] or [
+            {"resource": UNKNOWN, "kind": "cpu"}
+        ]
 
     def _stage(
         self, number: int, stage: Mapping[str, Any], first: _Snapshot, last: _Snapshot, span: float, rate: float
@@ -310,7 +393,7 @@ class Gauge:
             if cores:
                 work = min(1.0, used / (span * cores))
         predicted = stage.get("throughput") or None
-        resource = str(stage.get("resource", "?"))
+        resource = str(stage.get("resource", UNKNOWN))
         return StageRate(
             stage=number,
             resource=resource,

@@ -23,6 +23,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from heterps_paddle.launch.figures import JobFigures
+from heterps_paddle.launch.state import Kind
 
 MAX_CONNECTIONS = 64
 MAX_REQUEST = 8192  # bytes of a request line and its headers
@@ -52,13 +53,37 @@ class _Figures:
         changes = CounterMetricFamily(
             "heterps_rounds", "changes of round since the job started, by kind", labels=["kind"]
         )
-        for kind in ("restart", "retry", "move", "leave"):
-            changes.add_metric([kind], sum(1 for r in rounds if r["kind"] == kind))
+        for kind in Kind:  # every kind of round, adaptive moves included
+            changes.add_metric([kind.value], sum(1 for r in rounds if r["kind"] == kind.value))
         yield changes
         if d["samples"] is not None:
             yield _counter("heterps_samples_trained", "samples the job trained so far (every round)", d["samples"])
         for name, help_text, key in (
-            ("heterps_samples_per_second", "samples/s the job trained over the last window", "samples_per_s"),
+            (
+                "heterps_samples_per_second_last_window",
+                "samples/s the job trained over the last window",
+                "samples_per_s_last_window",
+            ),
+            ("heterps_seconds_over_job", "seconds since the job started (every round)", "seconds_over_job"),
+            ("heterps_samples_per_second_over_job", "samples trained over the job's seconds", "samples_per_s_over_job"),
+            (
+                "heterps_cost_per_million_samples_over_job",
+                "what the job cost so far over the samples it trained, per million",
+                "cost_per_million_samples_over_job",
+            ),
+            ("heterps_samples_over_round", "samples the running round trained", "samples_over_round"),
+            ("heterps_seconds_over_round", "seconds since the running round started", "seconds_over_round"),
+            ("heterps_cost_over_round", "what the running round cost so far", "cost_over_round"),
+            (
+                "heterps_samples_per_second_over_round",
+                "samples the running round trained over its seconds",
+                "samples_per_s_over_round",
+            ),
+            (
+                "heterps_cost_per_million_samples_over_round",
+                "what the running round cost over the samples it trained, per million",
+                "cost_per_million_samples_over_round",
+            ),
             ("heterps_predicted_samples_per_second", "samples/s the running plan predicts", "predicted_samples_per_s"),
             (
                 "heterps_target_samples_per_second",
@@ -71,9 +96,9 @@ class _Figures:
                 "cost_per_hour",
             ),
             (
-                "heterps_cost_per_million_samples",
-                "cost per hour over the samples trained per hour, measured",
-                "cost_per_million_samples",
+                "heterps_cost_per_million_samples_last_window",
+                "cost per hour over the samples trained per hour at the last window's rate",
+                "cost_per_million_samples_last_window",
             ),
             ("heterps_rates_window_seconds", "the window the rates were measured over", "window_s"),
         ):

@@ -98,6 +98,15 @@ def cost_per_million_samples(cost_per_hour: float, samples_per_second: float) ->
     return cost_per_hour / (3600.0 * samples_per_second) * 1e6 if samples_per_second > 0 else math.inf
 
 
+def cost_per_million_of(cost: float | None, samples: int | None) -> float | None:
+    """What a million samples cost over a stretch of a job (the whole job, a round): what the stretch cost over the
+    samples it trained; the same as :func:`cost_per_million_samples` at the stretch's mean rate.  None when either
+    is unknown, or nothing was trained."""
+    if cost is None or not samples:
+        return None
+    return cost / samples * 1e6
+
+
 class _PlanCommon(TypedDict):
     """The fields every plan record of ``CostModel.to_plan`` shares, feasible or not."""
 

@@ -14,7 +14,7 @@ import math
 import sys
 
 from heterps_paddle.errors import EXIT_INFEASIBLE, EXIT_OK
-from heterps_paddle.files import input_file, output_file, save_figure_atomic
+from heterps_paddle.files import input_file, output_file, pyplot, save_figure_atomic
 from heterps_paddle.planning.budget import BUDGET_TOLERANCE
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import (
@@ -162,14 +162,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def plot_plans(results: list[tuple[CostModel, Plan]], path: str) -> None:
-    try:  # imported here: matplotlib is optional (the plot extra), and only --plot needs it
-        import matplotlib
+    plt = pyplot()  # matplotlib is optional (the plot extra), and only --plot needs it
+    from matplotlib.patches import Rectangle
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import Rectangle
-    except ImportError:
-        raise PlanningInputError("--plot needs matplotlib (pip install 'heterps-paddle[plot]')") from None
     cost_model = results[0][0]
     type_names = [t.name for t in cost_model.types]
     figure, (curve, bands) = plt.subplots(

@@ -10,7 +10,7 @@ import json
 import os
 
 from heterps_paddle.errors import CommandError
-from heterps_paddle.files import input_dir, output_file, save_figure_atomic
+from heterps_paddle.files import input_dir, output_file, pyplot, save_figure_atomic
 from heterps_paddle.launch import event_log
 from heterps_paddle.launch.figures import JobFigures, of_log
 
@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     input_dir("log_dir", args.log_dir)
     if args.plot is not None:
         output_file("--plot", args.plot)
+        pyplot()  # said before any work: the extra it needs
     if not os.path.isfile(event_log.path_in(args.log_dir)):
         raise CommandError(
             f"log_dir {args.log_dir}: no event log ({event_log.FILE}) there: is it the --log_dir of a heterps launch?"
@@ -41,15 +42,11 @@ def run(args: argparse.Namespace) -> int:
 
 def plot(figures: JobFigures, path: str) -> None:
     """Measured and predicted samples/s, the target, and the cost so far over the job's time; rounds marked."""
-    import matplotlib  # lazy: the optional extra `plot`
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()  # matplotlib is optional (the plot extra), and only --plot needs it
     start = figures.started_at or (figures.series[0]["t"] if figures.series else 0.0)
     t = [(p["t"] - start) for p in figures.series]
     fig, rates = plt.subplots(figsize=(9, 4.5))
-    rates.plot(t, [p["samples_per_s"] for p in figures.series], label="measured samples/s")
+    rates.plot(t, [p["samples_per_s"] for p in figures.series], label="measured samples/s (last window)")
     rates.plot(t, [p["predicted_samples_per_s"] for p in figures.series], "--", label="predicted samples/s")
     if any(p["target_samples_per_s"] for p in figures.series):
         rates.plot(t, [p["target_samples_per_s"] for p in figures.series], ":", label="target")

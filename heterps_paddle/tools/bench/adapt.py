@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.launch import event_log
-from heterps_paddle.planning.cost_model import cost_per_million_samples
+from heterps_paddle.planning.cost_model import cost_per_million_of, cost_per_million_samples
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 # The heterogeneous type as a datasheet has it, far faster than the CPU process that runs it here; the CPU type is
@@ -92,14 +92,6 @@ class JobFailed(HeterPSError):
 # ------------------------------------------------------------------------------------------ the figures (pure)
 
 
-def cost_per_million(cost: float | None, samples: int | None) -> float | None:
-    """What a million samples cost, from what a stretch of the job cost and the samples it trained (the same as
-    cost_model.cost_per_million_samples at the stretch's mean rate)."""
-    if cost is None or not samples:
-        return None
-    return cost / samples * 1e6
-
-
 def share_at_target(rates: Sequence[Mapping[str, Any]]) -> float | None:
     """The share of the job's measured time (each ``rates`` record standing for the time since the one before) whose
     window was at or above its target; None when no window had one."""
@@ -133,7 +125,7 @@ def job_figures(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "windows": len(rates),
         "samples": last.get("samples"),
         "cost": last.get("cost_so_far"),
-        "cost_per_million_samples": cost_per_million(last.get("cost_so_far"), last.get("samples")),
+        "cost_per_million_samples": cost_per_million_of(last.get("cost_so_far"), last.get("samples")),
         "share_at_target": share_at_target(rates),
         "samples_per_s_windows_mean": round(windows_mean(rates), 1),  # its first window that trained to its last
         "rounds": {},
@@ -191,7 +183,7 @@ def moved_figures(
         # the new round decided (its checkpoint complete) to every host of it started: what the restart took
         "restart_s": None if started is None else round(float(started["t"]) - float(moved["t"]), 3),
         "passes_done": moved.get("passes_done"),
-        "cost_per_million_samples_after": cost_per_million(cost, samples),
+        "cost_per_million_samples_after": cost_per_million_of(cost, samples),
         "windows_after": len(after),
     }
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from heterps_paddle.files import output_file, save_figure_atomic
+from heterps_paddle.files import output_file, pyplot, save_figure_atomic
 from heterps_paddle.planning.catalog import (
     Workload,
     feasible_target,
@@ -312,13 +312,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def plot_bench(rows: list[dict[str, Any]], summary: dict[str, Any], schedulers: list[str], path: str) -> None:
-    try:  # imported here: matplotlib is optional (the plot extra), and only --plot needs it
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise PlanningInputError("--plot needs matplotlib (pip install 'heterps-paddle[plot]')") from None
+    plt = pyplot()  # matplotlib is optional (the plot extra), and only --plot needs it
     figure, (ratio_axis, time_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     for position, name in enumerate(schedulers):
         ratios = [
