@@ -193,3 +193,41 @@ def test_a_trainer_that_ended_its_share_of_the_pass_waits_and_is_no_ones_peer():
     gauge = Gauge()
     gauge.observe(1000.0, 0, old, None)
     assert [t.index for t in gauge.observe(1010.0, 0, trainers([(5000, 0), (100, 0)]), None).trainers] == [0]
+
+
+def learned(progress):
+    """Two stage 1 trainers after ``progress`` = [(passes, pass_auc, pass_finite), ...]."""
+    records = trainers([(1000 * passes, passes) for passes, _, _ in progress])
+    for (_, auc, finite), record in zip(progress, records.values()):
+        record.update(pass_auc=auc, pass_loss=None, pass_finite=finite)
+    return records
+
+
+def test_is_it_learning_the_last_pass_auc_and_a_job_that_learns_nothing_flagged():
+    """Issue 53, item 4: beside the rates and the cost, the last pass's AUC as the model's own AUC op gives it; a
+    pass within 0.01 of 0.5 after the first, or one that trained on values not finite, is flagged on the console."""
+    learns = window(Gauge(window_s=30.0, every_s=10.0), [(0, 0)] * 2, [(2000, 2), (2000, 2)])
+    assert learns.learning is None  # records without the figures (an older trainer): nothing said, nothing invented
+    first = Gauge(window_s=30.0, every_s=10.0)
+    first.observe(0.0, 0, learned([(1, 0.502, True), (1, 0.498, True)]), PLAN)
+    rates = first.observe(10.0, 0, learned([(1, 0.502, True), (1, 0.498, True)]), PLAN)
+    assert rates.learning.auc == pytest.approx(0.5) and rates.learning.verdict is None  # the first pass: not yet
+    assert "; last pass 1: AUC 0.5000" in rates.lines()[-1]
+    flat = Gauge(window_s=30.0, every_s=10.0)
+    flat.observe(0.0, 0, learned([(2, 0.505, True), (3, 0.503, True)]), PLAN)
+    rates = flat.observe(10.0, 0, learned([(2, 0.505, True), (3, 0.503, True)]), PLAN)
+    assert rates.learning.passes == 2 and rates.learning.verdict.startswith("pass 2's AUC is 0.5040, within 0.01")
+    assert rates.lines()[-1] == (
+        "heterps launch: NOT LEARNING: pass 2's AUC is 0.5040, within 0.01 of 0.5 after the first pass: the model is "
+        "not learning; the job costs 4/h all the same"
+    )
+    assert rates.to_record()["learning"]["verdict"] == rates.learning.verdict
+    broken = Gauge(window_s=30.0, every_s=10.0)
+    broken.observe(0.0, 0, learned([(1, 0.71, True), (1, None, False)]), PLAN)
+    rates = broken.observe(10.0, 0, learned([(1, 0.71, True), (1, None, False)]), PLAN)
+    assert rates.learning.verdict == "pass 1 trained on values that are not finite (NaN or inf)"
+    fine = Gauge(window_s=30.0, every_s=10.0)
+    fine.observe(0.0, 0, learned([(2, 0.77, True), (2, 0.75, True)]), PLAN)
+    rates = fine.observe(10.0, 0, learned([(2, 0.77, True), (2, 0.75, True)]), PLAN)
+    assert rates.learning.auc == pytest.approx(0.76) and rates.learning.verdict is None
+    assert not any("NOT LEARNING" in line for line in rates.lines())

@@ -120,6 +120,11 @@ def priced_as_its_report(result, scrapes, report_path):
     console = open(os.path.join(result.log_dir, "launcher.out")).read()
     assert re.search(r"heterps launch: over the job: [0-9,]+ samples in [0-9,]+ s, [0-9,]+ samples/s; cost ", console)
     assert "cost unknown" not in console
+    # is it learning? the last pass's AUC as the model's own AUC op gives it, beside the cost (issue 53, item 4)
+    learning = status["learning"]
+    assert learning["passes"] == 2 and 0.51 < learning["auc"] < 1 and learning["finite"] is True, learning
+    assert learning["verdict"] is None and "NOT LEARNING" not in console
+    assert re.search(r"over the job: .*; last pass 2: AUC 0\.\d{4}", console)
     # the endpoint had a cost series while the job ran
     costs = [metric(text, "heterps_cost_total") for text in scrapes]
     assert any(c is not None and c > 0 for c in costs), f"no cost in {len(scrapes)} scrapes"

@@ -114,6 +114,7 @@ def canned_log(path):
         cost_over_round=0.01,
         samples_per_s_over_round=750.0,
         cost_per_million_samples_over_round=0.667,
+        learning={"passes": 2, "auc": 0.5031, "loss": 0.69, "finite": True, "verdict": "pass 2's AUC is 0.5031"},
         **{**rates, "round": 1},
     )
     return str(path)
@@ -145,6 +146,7 @@ def test_status_and_metrics_say_the_same_figures(tmp_path, capsys):
     assert "cost: 4/h, 0.02 so far, 1.11 per million samples over the last window" in text
     assert "over the job: 25,000 samples in 50 s, 500 samples/s; cost 0.02, 0.8 per million samples" in text
     assert "round 1: 15,000 samples in 20 s, 750 samples/s; cost 0.01, 0.667 per million samples" in text
+    assert "NOT LEARNING: pass 2's AUC is 0.5031" in text and status["learning"]["auc"] == 0.5031
     # a running job leads with how it goes now
     assert text.index("samples/s: 1,000 measured") < text.index("over the job:")
     assert "stage 1: 2 x cpu_small (cpu) at 1/h each: 1,000 samples/s measured vs 950 predicted, work 50%" in text
@@ -169,6 +171,8 @@ def test_status_and_metrics_say_the_same_figures(tmp_path, capsys):
     assert value(text, "heterps_samples_over_round") == 15000 and value(text, "heterps_cost_over_round") == 0.01
     assert 'heterps_rounds_total{kind="move"} 1.0' in text and value(text, "heterps_job_round") == 1
     assert 'heterps_rounds_total{kind="adapt"} 0.0' in text  # every kind of round, adaptive moves included
+    assert value(text, "heterps_pass_auc") == 0.5031 and value(text, "heterps_pass_loss") == 0.69
+    assert value(text, "heterps_not_learning") == 1
     assert 'heterps_stage_work_ratio{kind="cpu",resource="cpu_small",stage="1"} 0.5' in text
     assert 'heterps_trainer_slow{host="127.0.0.3",index="1"} 1.0' in text
     assert 'heterps_trainer_slow{host="127.0.0.2",index="0"} 0.0' in text

@@ -76,6 +76,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "cost_over_round",
         "samples_per_s_over_round",
         "cost_per_million_samples_over_round",
+        "learning",
         "stages",
     ),
     "reconsidering": ("why", "missed"),

@@ -134,6 +134,8 @@ class JobFigures:
             "samples_per_s_last_window": rates.get("samples_per_s"),
             "cost_per_million_samples_last_window": rates.get("cost_per_million_samples"),
             "window_s": rates.get("window_s"),
+            # is it learning? (the last finished pass's AUC and loss as the script's metrics give them)
+            "learning": rates.get("learning"),
             # the running plan's
             "predicted_samples_per_s": rates.get("predicted_samples_per_s"),
             "target_samples_per_s": rates.get("target_samples_per_s"),
@@ -179,6 +181,17 @@ class JobFigures:
                         else f"; cost {d['cost_over_round']:.4g}, "
                         f"{_n(d['cost_per_million_samples_over_round'], '.4g')} per million samples"
                     )
+                )
+            learning = d["learning"] or {}
+            if learning.get("verdict"):
+                out.append(f"NOT LEARNING: {learning['verdict']}")
+            elif learning:
+                auc = learning.get("auc")
+                loss = learning.get("loss")
+                out.append(
+                    f"learning: pass {learning.get('passes')}: "
+                    + ("AUC not measured" if auc is None else f"AUC {auc:.4f}")
+                    + ("" if loss is None else f", loss {loss:.4g}")
                 )
             if d["cost_per_hour"] is None:
                 out.append("cost: unknown (the plan's resource types have no prices)")

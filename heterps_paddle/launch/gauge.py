@@ -74,6 +74,47 @@ class TrainerRate:
         }
 
 
+NOT_LEARNING_WITHIN = 0.01  # a pass's AUC this close to 0.5, after the first, says the model learns nothing
+
+
+@dataclass(frozen=True)
+class Learning:
+    """Is it learning?  The stage 1 CPU trainers' last finished pass, as the script's own metrics give it: its AUC
+    (their mean), the last stage's loss where it is known, and whether what trains is finite."""
+
+    passes: int  # the pass these figures are of (the trainers' finished passes, the fewest)
+    auc: float | None
+    loss: float | None
+    finite: bool | None
+
+    @property
+    def verdict(self) -> str | None:
+        """Why the job is flagged (None: it is not)."""
+        if self.finite is False:
+            return f"pass {self.passes} trained on values that are not finite (NaN or inf)"
+        if self.passes >= 2 and self.auc is not None and abs(self.auc - 0.5) <= NOT_LEARNING_WITHIN:
+            return (
+                f"pass {self.passes}'s AUC is {self.auc:.4f}, within {NOT_LEARNING_WITHIN} of 0.5 after the first "
+                "pass: the model is not learning"
+            )
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passes": self.passes,
+            "auc": self.auc,
+            "loss": self.loss,
+            "finite": self.finite,
+            "verdict": self.verdict,
+        }
+
+    def text(self) -> str:
+        figures = [f"AUC {self.auc:.4f}" if self.auc is not None else "AUC not measured"]
+        if self.loss is not None:
+            figures.append(f"loss {self.loss:.4g}")
+        return f"pass {self.passes}: " + ", ".join(figures)
+
+
 @dataclass(frozen=True)
 class StageRate:
     stage: int
@@ -125,6 +166,7 @@ class Rates:
     cost_so_far: float | None
     stages: tuple[StageRate, ...]
     trainers: tuple[TrainerRate, ...] = ()
+    learning: Learning | None = None  # the last finished pass's (None: no pass finished in this round yet)
     seconds_over_job: float = 0.0  # since the gauge first saw the job
     samples_over_round: int = 0
     seconds_over_round: float = 0.0  # since the round was first seen
@@ -172,6 +214,7 @@ class Rates:
             "cost_over_round": None if self.cost_over_round is None else round(self.cost_over_round, 6),
             "samples_per_s_over_round": _round(self.samples_per_s_over_round),
             "cost_per_million_samples_over_round": _round(self.cost_per_million_samples_over_round, 6),
+            "learning": None if self.learning is None else self.learning.to_dict(),
             "stages": [s.to_dict() for s in self.stages],
             "trainers": [t.to_dict() for t in self.trainers],
         }
@@ -216,6 +259,10 @@ class Rates:
             f"{self.window_s:.0f} s, {self.samples:,} samples trained; {cost}"
         )
         out.append(f"heterps launch: {self.over_job_line()}")
+        verdict = None if self.learning is None else self.learning.verdict
+        if verdict is not None:
+            cost = "what it costs" if self.cost_per_hour is None else f"{self.cost_per_hour:.4g}/h"
+            out.append(f"heterps launch: NOT LEARNING: {verdict}; the job costs {cost} all the same")
         return out
 
     def over_job_line(self) -> str:
@@ -230,6 +277,8 @@ class Rates:
                 else f"cost {self.cost_so_far:.4g}, {_figure(per_million, '.4g')} per million samples"
             )
         )
+        if self.learning is not None:
+            line += f"; last {self.learning.text()}"
         if self.round > 0:
             line += f" (round {self.round}: {self.samples_over_round:,} samples in {self.seconds_over_round:,.0f} s" + (
                 f", {_figure(self.cost_per_million_samples_over_round, '.4g')} per million samples)"
@@ -255,6 +304,9 @@ class _Snapshot:
     trainers: dict[str, tuple[str, int, int, int]] = field(
         default_factory=dict
     )  # key -> (host, index, samples, passes)
+    learned: dict[str, tuple[int, float | None, float | None, bool | None]] = field(
+        default_factory=dict
+    )  # key -> (passes, its last pass's AUC, loss, finite)
 
 
 @dataclass
@@ -344,6 +396,7 @@ class Gauge:
             cost_so_far=self.cost_so_far if self.cost_per_hour() is not None else None,
             stages=stages,
             trainers=self._trainers(first, last, span),
+            learning=_learning(last),
             seconds_over_job=now - (self.job_started if self.job_started is not None else now),
             samples_over_round=last.samples,
             seconds_over_round=now - self.round_started,
@@ -411,6 +464,7 @@ def _snapshot(now: float, meters: Mapping[str, Mapping[str, Any]]) -> _Snapshot:
     samples = 0
     cpu: dict[str, tuple[int, float, int]] = {}
     trainers: dict[str, tuple[str, int, int, int]] = {}
+    learned: dict[str, tuple[int, float | None, float | None, bool | None]] = {}
     for name, record in meters.items():
         try:
             stage, cpu_s, cores = int(record["stage"]), float(record["cpu_s"]), max(1, int(record.get("cores") or 1))
@@ -421,5 +475,34 @@ def _snapshot(now: float, meters: Mapping[str, Mapping[str, Any]]) -> _Snapshot:
             passes, index = record.get("passes"), record.get("index")
             if stage == 1 and isinstance(passes, int) and isinstance(index, int):
                 trainers[name] = (str(record.get("host") or "?"), index, max(0, int(record["samples"])), passes)
+                if passes > 0 and "pass_auc" in record:  # a trainer that says what its last pass learned
+                    finite = record.get("pass_finite")
+                    learned[name] = (
+                        passes,
+                        _number(record.get("pass_auc")),
+                        _number(record.get("pass_loss")),
+                        finite if isinstance(finite, bool) else None,
+                    )
         cpu[name] = (stage, cpu_s, cores)
-    return _Snapshot(now, samples, cpu, trainers)
+    return _Snapshot(now, samples, cpu, trainers, learned)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _learning(snapshot: _Snapshot) -> Learning | None:
+    """The stage 1 trainers' last finished pass: at the fewest passes any of them finished, their mean AUC and
+    loss; not finite when any says so."""
+    if not snapshot.learned:
+        return None
+    values = list(snapshot.learned.values())
+    aucs = [auc for _, auc, _, _ in values if auc is not None]
+    losses = [loss for _, _, loss, _ in values if loss is not None]
+    finite = [ok for _, _, _, ok in values if ok is not None]
+    return Learning(
+        passes=min(passes for passes, _, _, _ in values),
+        auc=round(statistics.fmean(aucs), 6) if aucs else None,
+        loss=statistics.fmean(losses) if losses else None,
+        finite=all(finite) if finite else None,
+    )

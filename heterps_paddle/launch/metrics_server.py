@@ -106,6 +106,19 @@ class _Figures:
                 yield _gauge(name, help_text, d[key])
         if d["cost_so_far"] is not None:
             yield _counter("heterps_cost", "what the job cost so far (the cluster file's currency)", d["cost_so_far"])
+        learning = d["learning"] or {}
+        if learning.get("auc") is not None:
+            yield _gauge("heterps_pass_auc", "the last finished pass's AUC (the model's own AUC op)", learning["auc"])
+        if learning.get("loss") is not None:
+            yield _gauge(
+                "heterps_pass_loss", "the last finished pass's loss (the last stage's, where known)", learning["loss"]
+            )
+        if learning:
+            yield _gauge(
+                "heterps_not_learning",
+                "1 when the last pass trained on values not finite, or its AUC is within 0.01 of 0.5 after the first",
+                1 if learning.get("verdict") else 0,
+            )
         if d["measured_at"] is not None:
             yield _gauge(
                 "heterps_measurement_age_seconds",

@@ -15,6 +15,12 @@ Every ``HETERPS_METER_S`` seconds (and at the end of each pass) a trainer puts o
   stage's, stage_metrics.Client), close but not exact where the dataset's threads race on its histograms; a model
   without one shows its pass only at its end.
 
+- ``pass_auc``, ``pass_loss``, ``pass_finite`` (stage 1 CPU trainers, after their first pass): what the last
+  finished pass learned, as the script's own metrics give it: the AUC of the model's accumulating AUC op over that
+  pass (its histograms' growth), the last stage's latest loss where it is known (a split plan: the side channel; a
+  one-stage trainer's loss is in its threads' scopes), and whether what trained was finite (that loss; on one
+  stage, the dense parameters the trainer holds).  The gauge flags a job that learns nothing.
+
 A trainer reads nothing but its own scope, its own process's CPU time and, on a split plan, the last stage's side
 channel it reads anyway; the records are small and few (``tools/bench/e2e.py --meter`` measures what this costs the
 training).  ``HETERPS_METER=0`` turns it off.  Failures to put a record are logged once and never the job's.
@@ -23,6 +29,7 @@ training).  ``HETERPS_METER=0`` turns it off.  Failures to put a record are logg
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -34,6 +41,7 @@ import paddle
 import psutil
 
 from heterps_paddle import rendezvous, settings
+from heterps_paddle.data.metrics import auc_from_histograms
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import seam, stage_metrics
 
@@ -79,6 +87,7 @@ class Meter:
     samples_done: int = 0  # the finished passes'
     passes: int = 0
     live: Callable[[], int | None] | None = None  # the running pass's samples so far (None: not known live)
+    learned: dict[str, Any] = field(default_factory=dict)  # the last finished pass's AUC, loss, finiteness
     lines: dict[tuple[str, int, float], int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -93,6 +102,7 @@ class Meter:
             running = None if self.live is None else self.live()
             samples = None if self.role != "trainer" else self.samples_done + max(0, running or 0)
             passes = self.passes
+            learned = dict(self.learned)
         return {
             "v": VERSION,
             "stage": self.stage,
@@ -105,6 +115,7 @@ class Meter:
             "cores": self.cores,
             "samples": samples,
             "passes": passes,
+            **learned,
         }
 
     def put(self) -> None:
@@ -126,7 +137,9 @@ class Meter:
         if not _trains(call.main_program()):
             yield
             return
-        live = _live_count(call)
+        reader = _auc_reader(call)
+        live = _live_count(reader)
+        before = _read_stats(reader)
         with self.lock:
             self.cores = max(1, min(os.cpu_count() or 1, _thread_num(call.dataset)))
             self.live = live
@@ -138,10 +151,16 @@ class Meter:
             final = self._counted(call.dataset)
             if final is None and live is not None:
                 final = live()
+            try:
+                learned = pass_learning(reader, before, call)
+            except Exception as exc:  # measuring must never fail the job
+                logger.warning("measuring: what the pass learned could not be read (%s); going on", exc)
+                learned = {}
             with self.lock:
                 self.samples_done += max(0, final or 0)
                 self.passes += 1
                 self.live = None
+                self.learned = learned
             self.put()
 
     def _counted(self, dataset: Any) -> int | None:
@@ -168,45 +187,117 @@ def _thread_num(dataset: Any) -> int:
         return 1
 
 
-def _live_count(call: seam.DatasetCall) -> Callable[[], int | None] | None:
-    """How many samples the pass has trained so far, as it runs (None: no accumulating AUC op to count them)."""
+# The model's AUC states as they stand: (their values by name, the last stage's latest loss where it is known)
+AucReader = tuple[list[stage_metrics.AucOp], Callable[[], tuple[dict[str, Any], float | None]], bool]
+
+
+def _auc_reader(call: seam.DatasetCall) -> AucReader | None:
+    """How to read the model's AUC states while and after a pass runs (None: the model has no AUC op): on a split
+    plan the last stage's (summed over its trainers, with its latest loss), else this trainer's own scope's.  The
+    third item says whether the states are shared by every trainer (a split's)."""
     ctx = seam.context()
     if ctx.split:
         client = stage_metrics.client()
-        if client is None:
-            return None
         ops = stage_metrics.auc_ops(ctx.heldout.forward) if ctx.heldout is not None else []
-        if not ops:
+        if client is None or not ops:
             return None
-
-        def total() -> int:
-            stats, _ = client.snapshot()
-            return _most(ops, stats)
-
-        try:
-            start = total()
-        except OSError:
-            return None
-
-        def shared() -> int | None:
-            try:  # this trainer's share of what the last stage counted since the pass started
-                return int(client.share_of_growth(start, total()))
-            except OSError:
-                return None
-
-        return shared
+        return ops, client.snapshot, True
     ops = stage_metrics.auc_ops(call.main_program())
     if not ops:
         return None
     scope = call.scope if call.scope is not None else paddle.static.global_scope()
     names = [name for op in ops for name in (op.stat_pos, op.stat_neg)]
+    # read while the pass runs, as Paddle's own fetch thread reads the scope; a one-stage trainer's loss is in its
+    # threads' scopes, not here
+    return ops, lambda: ({name: stage_metrics.read(scope, name) for name in names}, None), False
 
-    def counted() -> int:
-        # read while the pass runs, as Paddle's own fetch thread reads the scope
-        return _most(ops, {name: stage_metrics.read(scope, name) for name in names})
 
-    begin = counted()
-    return lambda: counted() - begin
+def _read_stats(reader: AucReader | None) -> dict[str, Any] | None:
+    if reader is None:
+        return None
+    try:
+        return reader[1]()[0]
+    except OSError:
+        return None
+
+
+def _live_count(reader: AucReader | None) -> Callable[[], int | None] | None:
+    """How many samples the pass has trained so far, as it runs (None: no accumulating AUC op to count them)."""
+    if reader is None:
+        return None
+    ops, read, shared = reader
+    client = stage_metrics.client() if shared else None
+
+    def total() -> int:
+        return _most(ops, read()[0])
+
+    try:
+        start = total()
+    except OSError:
+        return None
+    if client is None:
+        return lambda: total() - start
+
+    def share() -> int | None:
+        try:  # this trainer's share of what the last stage counted since the pass started
+            return int(client.share_of_growth(start, total()))
+        except OSError:
+            return None
+
+    return share
+
+
+def pass_learning(reader: AucReader | None, before: dict[str, Any] | None, call: seam.DatasetCall) -> dict[str, Any]:
+    """What the pass that just ended learned, as the script's own metrics give it: its AUC (the model's
+    accumulating AUC op's histograms over the pass: what grew since it started), the last stage's latest loss where
+    it is known (a split plan), and whether what it trains is finite (the loss; on one stage, where the loss is in
+    the threads' scopes, the dense parameters this trainer holds)."""
+    out: dict[str, Any] = {"pass_auc": None, "pass_loss": None, "pass_finite": None}
+    if reader is not None and before is not None:
+        try:
+            after, loss = reader[1]()
+        except OSError:
+            after, loss = {}, None
+        best = max(reader[0], key=lambda op: _grown(op, before, after), default=None)
+        if best is not None and _grown(best, before, after) > 0:
+            pos = np.asarray(after[best.stat_pos], dtype=np.float64) - np.asarray(before[best.stat_pos])
+            neg = np.asarray(after[best.stat_neg], dtype=np.float64) - np.asarray(before[best.stat_neg])
+            out["pass_auc"] = round(auc_from_histograms(pos, neg), 6)
+        if loss is not None:
+            out["pass_loss"] = float(loss) if math.isfinite(loss) else None
+            out["pass_finite"] = math.isfinite(loss)
+    if out["pass_finite"] is None and not seam.context().split:
+        out["pass_finite"] = _parameters_finite(call)
+    return out
+
+
+def _grown(op: stage_metrics.AucOp, before: dict[str, Any], after: dict[str, Any]) -> int:
+    """The samples ``op`` counted between the two readings (0: it was not read at both)."""
+    if any(x.get(name) is None for x in (before, after) for name in (op.stat_pos, op.stat_neg)):
+        return 0
+    return int(
+        np.asarray(after[op.stat_pos]).sum()
+        + np.asarray(after[op.stat_neg]).sum()
+        - np.asarray(before[op.stat_pos]).sum()
+        - np.asarray(before[op.stat_neg]).sum()
+    )
+
+
+def _parameters_finite(call: seam.DatasetCall) -> bool | None:
+    """Whether the dense parameters in this trainer's scope are all finite (None: none there to read)."""
+    scope = call.scope if call.scope is not None else paddle.static.global_scope()
+    seen = False
+    for parameter in call.main_program().global_block().all_parameters():
+        try:
+            value = stage_metrics.read(scope, parameter.name)
+        except ValueError:  # not a dense tensor here (a sparse table's parameter: SelectedRows)
+            continue
+        if value is None or value.dtype.kind != "f":
+            continue
+        seen = True
+        if not np.isfinite(value).all():
+            return False
+    return True if seen else None
 
 
 def _heter_index() -> int:
