@@ -231,3 +231,26 @@ def test_is_it_learning_the_last_pass_auc_and_a_job_that_learns_nothing_flagged(
     rates = fine.observe(10.0, 0, learned([(2, 0.77, True), (2, 0.75, True)]), PLAN)
     assert rates.learning.auc == pytest.approx(0.76) and rates.learning.verdict is None
     assert not any("NOT LEARNING" in line for line in rates.lines())
+
+
+def test_hosts_held_that_run_nothing_of_the_round_are_paid_for_all_the_same():
+    """Issue 53: a host standing by, one back or joined and waiting for the checkpoint costs its price; only the
+    running plan's units were priced, which flattered an adaptive job's figures."""
+    from heterps_paddle.launch.measuring import idle_units
+
+    held = (("127.0.0.2", "cpu_small", 1), ("127.0.0.3", "cpu_small", 1), ("127.0.0.5", "cpu_small", 2))
+    joined = {"127.0.0.4": {"type": "gpu_fast", "units": 1, "port": 1}}
+    members = {"127.0.0.2": True, "127.0.0.3": True}
+    connected = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
+    assert idle_units(held, joined, connected, members) == {"gpu_fast": 1, "cpu_small": 2}
+    assert idle_units(held, joined, ["127.0.0.2", "127.0.0.3"], members) == {}  # none connected: none held
+    assert idle_units(held, {}, ["127.0.0.9"], members) == {}  # a stranger is no host of the job
+    gauge = Gauge(window_s=30.0, every_s=0.0)
+    gauge.idle = {"gpu_fast": 1, "cpu_small": 2}
+    gauge.observe(0.0, 0, meters(0, 0.0), PLAN)
+    rates = gauge.observe(3600.0, 0, meters(1000, 1.0), PLAN)
+    assert rates.cost_per_hour == pytest.approx(4.0 + 2.0 + 2 * 1.0) and rates.idle_cost_per_hour == 4.0
+    assert rates.cost_so_far == pytest.approx(8.0)
+    assert "8/h (4/h of it for hosts held that run nothing of the round)" in rates.lines()[-2]
+    gauge.idle = {"tpu": 1}  # a type without a price: the cost is not known, never one that leaves it out
+    assert gauge.cost_per_hour() is None

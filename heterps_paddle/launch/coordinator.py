@@ -35,7 +35,7 @@ from heterps_paddle.launch.control_server import ControlServer, Peer, Role, prin
 from heterps_paddle.launch.event_log import EventLog, JobLog
 from heterps_paddle.launch.job import HostsJob, JobAborted, RoundPlan, RoundRequest, host_timeout, startup_timeout
 from heterps_paddle.launch.leave import MAX_GRACE_S
-from heterps_paddle.launch.measuring import Measuring
+from heterps_paddle.launch.measuring import Measuring, idle_units
 from heterps_paddle.launch.session import stop_session
 from heterps_paddle.planning.hosts import joined_spec
 from heterps_paddle.runtime.checkpoint_choice import ask_checkpoint, captured, choose, listed
@@ -458,7 +458,10 @@ class Coordinator:
                 waiting = self.machine.back or self.machine.leaving or self.machine.seen.adapting is not None
                 if waiting and self.checkpoint_dir is not None:
                     self._feed(m.CheckpointComplete(newest_checkpoint(self.checkpoint_dir)))
-                rates = self.measuring.tick(self.machine.round.number, self.board, self.job.devices)
+                idle = idle_units(
+                    self.job.held, self.machine.extra, [*self.members, *self.spares], self.machine.round.members
+                )
+                rates = self.measuring.tick(self.machine.round.number, self.board, self.job.devices, idle=idle)
                 if rates is not None:
                     if rates.window_s >= 0.9 * self.measuring.gauge.window_s:
                         # whole windows only: a round's first seconds (processes starting, tables warming) are

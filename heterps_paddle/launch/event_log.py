@@ -67,6 +67,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "target_samples_per_s",
         "cost_per_hour",
         "cost_so_far",
+        "idle_cost_per_hour",
         "cost_per_million_samples",
         "seconds_over_job",
         "samples_per_s_over_job",

@@ -139,7 +139,8 @@ class JobFigures:
             # the running plan's
             "predicted_samples_per_s": rates.get("predicted_samples_per_s"),
             "target_samples_per_s": rates.get("target_samples_per_s"),
-            "cost_per_hour": rates.get("cost_per_hour"),
+            "cost_per_hour": rates.get("cost_per_hour"),  # every unit the job holds
+            "idle_cost_per_hour": rates.get("idle_cost_per_hour"),  # of it: hosts held running nothing of the round
             "measured_at": None if not self.series else self.series[-1]["t"],
             "stages": rates.get("stages") or [],
             "trainers": rates.get("trainers") or [],
@@ -196,8 +197,11 @@ class JobFigures:
             if d["cost_per_hour"] is None:
                 out.append("cost: unknown (the plan's resource types have no prices)")
             else:
+                idle = d["idle_cost_per_hour"]
                 out.append(
-                    f"cost: {d['cost_per_hour']:.4g}/h, {d['cost_so_far'] or 0:.4g} so far, "
+                    f"cost: {d['cost_per_hour']:.4g}/h"
+                    + (f" ({idle:.4g}/h of it for hosts held that run nothing of the round)" if idle else "")
+                    + f", {d['cost_so_far'] or 0:.4g} so far, "
                     f"{_n(d['cost_per_million_samples_last_window'], '.4g')} per million samples over the last window"
                 )
             for s in d["stages"]:

@@ -167,6 +167,7 @@ class Rates:
     stages: tuple[StageRate, ...]
     trainers: tuple[TrainerRate, ...] = ()
     learning: Learning | None = None  # the last finished pass's (None: no pass finished in this round yet)
+    idle_cost_per_hour: float | None = None  # of cost_per_hour: the hosts held that run nothing of the round
     seconds_over_job: float = 0.0  # since the gauge first saw the job
     samples_over_round: int = 0
     seconds_over_round: float = 0.0  # since the round was first seen
@@ -205,6 +206,7 @@ class Rates:
             "target_samples_per_s": self.target_samples_per_s,
             "cost_per_hour": self.cost_per_hour,
             "cost_so_far": None if self.cost_so_far is None else round(self.cost_so_far, 6),
+            "idle_cost_per_hour": self.idle_cost_per_hour,
             "cost_per_million_samples": _round(self.cost_per_million_samples, 6),
             "seconds_over_job": round(self.seconds_over_job, 3),
             "samples_per_s_over_job": _round(self.samples_per_s_over_job),
@@ -239,7 +241,13 @@ class Rates:
             "cost unknown (no prices)"
             if self.cost_per_hour is None
             else (
-                f"{self.cost_per_hour:.4g}/h, {self.cost_so_far or 0.0:.4g} so far, "
+                f"{self.cost_per_hour:.4g}/h"
+                + (
+                    f" ({self.idle_cost_per_hour:.4g}/h of it for hosts held that run nothing of the round)"
+                    if self.idle_cost_per_hour
+                    else ""
+                )
+                + f", {self.cost_so_far or 0.0:.4g} so far, "
                 + (
                     f"{self.cost_per_million_samples:.4g} per million samples measured"
                     if self.cost_per_million_samples is not None
@@ -329,6 +337,7 @@ class Gauge:
     last_made: float = -math.inf
     plan: Mapping[str, Any] | None = None
     prices: Mapping[str, float] = field(default_factory=dict)
+    idle: Mapping[str, int] = field(default_factory=dict)  # units by type held but running nothing of the round
 
     def observe(
         self, now: float, round_number: int, meters: Mapping[str, Mapping[str, Any]], plan: Mapping[str, Any] | None
@@ -370,12 +379,24 @@ class Gauge:
             self.cost_until = now
 
     def cost_per_hour(self) -> float | None:
+        """What the job pays an hour: the running plan's units, and every unit it holds that runs nothing of the
+        round (a host standing by, one back or joined and waiting for the checkpoint); None where a price is not
+        known (never a cost that leaves something out)."""
+        running, idle = self.plan_cost_per_hour(), self.idle_cost_per_hour()
+        return None if running is None or idle is None else running + idle
+
+    def plan_cost_per_hour(self) -> float | None:
         if self.plan is None or not self.prices:
             return None
         stages = self.plan.get("stages") or ()
         if any(str(s.get("resource")) not in self.prices for s in stages):
             return None
         return float(sum(int(s.get("units", 0)) * self.prices[str(s["resource"])] for s in stages))
+
+    def idle_cost_per_hour(self) -> float | None:
+        if any(kind not in self.prices for kind in self.idle):
+            return None
+        return float(sum(units * self.prices[kind] for kind, units in self.idle.items()))
 
     def _rates(self, now: float) -> Rates:
         first, last = self.history[0], self.history[-1]
@@ -397,6 +418,7 @@ class Gauge:
             stages=stages,
             trainers=self._trainers(first, last, span),
             learning=_learning(last),
+            idle_cost_per_hour=self.idle_cost_per_hour() if self.idle else None,
             seconds_over_job=now - (self.job_started if self.job_started is not None else now),
             samples_over_round=last.samples,
             seconds_over_round=now - self.round_started,

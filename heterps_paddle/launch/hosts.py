@@ -94,6 +94,7 @@ def job_of(expansion: Expansion, address: str, restarts: int = 0) -> HostsJob:
         connect_retries=int(cast(int, settings.get("HETERPS_CONNECT_RETRIES"))),
         key_file=control.key_path(hosts.source, hosts.key_file),
         file_hosts=tuple(host.address for host in hosts.hosts),
+        held=tuple((host.address, host.type, host.units) for host in hosts.hosts),
         plan_writer=expansion.trainers[0].address,
         devices=expansion.heter_devices,
     )

@@ -43,6 +43,8 @@ class HostsJob:
     plan_writer: str = ""  # stage 1's trainer 0's host: the one that writes the board's plan record each round
     devices: tuple[str, ...] = ()  # the heterogeneous stages' devices, stage 2 first (Paddle's --heter_devices)
     event_log: str = ""  # this host's event log (launch/event_log.py): the job's records streamed here go to it
+    # every host of the hosts file: (address, type, units), what the job pays for while it holds the host
+    held: tuple[tuple[str, str, int], ...] = ()
 
     def key(self) -> bytes:
         return control.load_key(self.key_file)
@@ -61,7 +63,12 @@ class HostsJob:
             return None
         fields = json.loads(text)
         return HostsJob(
-            **fields | {"file_hosts": tuple(fields.get("file_hosts", ())), "devices": tuple(fields.get("devices", ()))}
+            **fields
+            | {
+                "file_hosts": tuple(fields.get("file_hosts", ())),
+                "devices": tuple(fields.get("devices", ())),
+                "held": tuple((str(a), str(t), int(u)) for a, t, u in fields.get("held", ())),
+            }
         )
 
 

@@ -5,12 +5,33 @@ a ``rates`` record of the event log, the console's lines every ``HETERPS_STATUS_
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping, cast
+from typing import Any, Callable, Iterable, Mapping, cast
 
 from heterps_paddle import settings
 from heterps_paddle.launch.event_log import EventLog, JobLog
 from heterps_paddle.launch.gauge import Gauge, Rates
 from heterps_paddle.rendezvous import METER_PREFIX, PLAN_KEY
+
+
+def idle_units(
+    held: Iterable[tuple[str, str, int]],
+    joined: Mapping[str, Mapping[str, Any]],
+    connected: Iterable[str],
+    members: Iterable[str],
+) -> dict[str, int]:
+    """Units by type of the hosts the job holds that run nothing of the round: connected to the coordinator (standing
+    by, a lost host back, a machine that joined, waiting for the next checkpoint) but not the round's members.
+    ``held``: the hosts file's (address, type, units); ``joined``: machines from outside it (what they said they
+    are)."""
+    types = {address: (kind, units) for address, kind, units in held}
+    for address, spec in joined.items():
+        types[address] = (str(spec.get("type")), int(spec.get("units", 1) or 1))
+    out: dict[str, int] = {}
+    for address in sorted(set(connected) - set(members)):
+        if address in types:
+            kind, units = types[address]
+            out[kind] = out.get(kind, 0) + units
+    return out
 
 
 class Measuring:
@@ -25,10 +46,19 @@ class Measuring:
         self.say = say
         self.said_at = time.monotonic()
 
-    def tick(self, round_number: int, board: Any, devices: tuple[str, ...] = (), force: bool = False) -> Rates | None:
+    def tick(
+        self,
+        round_number: int,
+        board: Any,
+        devices: tuple[str, ...] = (),
+        force: bool = False,
+        idle: Mapping[str, int] | None = None,
+    ) -> Rates | None:
         """The board's meter and plan records now; the rates when a window's are made (None: not yet).
         ``devices``: the round's heterogeneous stages' devices (Paddle's --heter_devices), stage 2 first;
-        ``force``: make them now (a round's end), whatever the interval."""
+        ``force``: make them now (a round's end), whatever the interval; ``idle``: units by type of the hosts the
+        job holds that run nothing of the round (:func:`idle_units`), paid for all the same."""
+        self.gauge.idle = dict(idle or {})
         self.gauge.gpu_stages = frozenset(n for n, device in enumerate(devices, 2) if device == "gpu")
         try:
             meters: Mapping[str, Any] = board.entries(METER_PREFIX)

@@ -100,6 +100,11 @@ class _Figures:
                 "cost per hour over the samples trained per hour at the last window's rate",
                 "cost_per_million_samples_last_window",
             ),
+            (
+                "heterps_idle_cost_per_hour",
+                "of the cost per hour, the hosts held that run nothing of the round",
+                "idle_cost_per_hour",
+            ),
             ("heterps_rates_window_seconds", "the window the rates were measured over", "window_s"),
         ):
             if d[key] is not None:
