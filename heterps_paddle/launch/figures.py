@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from heterps_paddle.files import new_lines
 from heterps_paddle.launch import event_log
+from heterps_paddle.planning.cost_model import cost_per_million_samples
 
 
 @dataclass
@@ -68,6 +69,8 @@ class JobFigures:
                     "predicted_samples_per_s": record.get("predicted_samples_per_s"),
                     "target_samples_per_s": record.get("target_samples_per_s"),
                     "cost_so_far": record.get("cost_so_far"),
+                    "cost_per_million_samples_over_round": record.get("cost_per_million_samples_over_round"),
+                    "predicted_cost_per_million_samples": _predicted_per_million(record),
                 }
             )
         elif kind == "adapt":
@@ -227,6 +230,17 @@ class JobFigures:
                 f"round {r['round']} ({r['kind']}, {time.strftime('%H:%M:%S', time.localtime(r['at']))}): {r['why']}"
             )
         return out
+
+
+def _predicted_per_million(rates: Mapping[str, Any]) -> float | None:
+    """What the running plan predicted a million samples would cost: its units' price over its predicted rate (the
+    one definition, planning/cost_model.py); None where either is not known."""
+    per_hour, idle, predicted = (
+        rates.get(k) for k in ("cost_per_hour", "idle_cost_per_hour", "predicted_samples_per_s")
+    )
+    if per_hour is None or not predicted:
+        return None
+    return cost_per_million_samples(float(per_hour) - float(idle or 0.0), float(predicted))
 
 
 def _n(value: Any, spec: str = ",.0f") -> str:
