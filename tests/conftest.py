@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 import subprocess
@@ -64,6 +65,18 @@ def run_python(code, env=None, timeout=300):
 def heterps_cli():
     exe = shutil.which("heterps", path=os.path.dirname(sys.executable))
     return [exe] if exe else [sys.executable, "-m", "heterps_paddle"]
+
+
+def heterps_eval(model, config, overrides):
+    """`heterps eval --model MODEL -m CONFIG OVERRIDES... --json` as a user runs it: the held-out AUC it prints."""
+    done = subprocess.run(
+        [*heterps_cli(), "eval", "--model", str(model), "-m", config, *overrides, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])["test_auc"]
 
 
 def run_cli(capsys, *argv):

@@ -12,10 +12,9 @@ import json
 import math
 import os
 import re
-import subprocess
 
 import pytest
-from conftest import heterps_cli
+from conftest import heterps_eval
 
 from heterps_paddle.planning.launch import launch_arguments
 from heterps_paddle.planning.model import load_plan
@@ -133,14 +132,7 @@ def test_cpu_trainers_ran_every_epoch_and_print_the_last_stages_train_auc(jobs):
 
 def test_saved_split_model_evaluates_as_the_job_did(jobs):
     # heterps eval: a plain Paddle PS job loads model/1 (fleet.init_server + fleet.load_inference_model)
-    done = subprocess.run(
-        [*heterps_cli(), "eval", "--model", str(jobs["model"] / "1"), "-m", CONFIG, *OVERRIDES, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    evaluated = json.loads(done.stdout.strip().splitlines()[-1])["test_auc"]
+    evaluated = heterps_eval(jobs["model"] / "1", CONFIG, OVERRIDES)
     job = jobs["split"]["results"][0]["test_auc"]  # the servers' model right after the last save
     print(f"\nheld-out AUC of the saved split model {evaluated:.6f}, of the servers' model {job:.6f}")
     assert abs(evaluated - job) <= 1e-4

@@ -145,7 +145,7 @@ def test_a_dense_table_of_another_size_or_an_unreadable_record_is_an_error(tmp_p
     root = write(tmp_path / "save", ONE_STAGE, dense, rows)
     with open(os.path.join(root, "001", "part-000"), "a") as f:
         f.write("1 2 3\n")
-    with pytest.raises(CheckpointError, match=r"dense table 1 holds 14 values, its parameters .* have 13"):
+    with pytest.raises(CheckpointError, match=r"dense table 1 has 14 values, its parameters .* have 13"):
         contents(root, ONE_STAGE)
     with pytest.raises(CheckpointError, match=r"checkpoint c: unreadable contents in its manifest"):
         restore_check.Contents.from_dict({"sample_every": 61, "dense": {"x": {"numel": 1}}, "sparse": {}}, "c")

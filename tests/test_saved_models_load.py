@@ -20,7 +20,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import heterps_cli
+from conftest import heterps_eval
 
 from heterps_paddle.runtime.table_shards import LAYOUT_FILE
 from heterps_paddle.tools.jobs import launch
@@ -85,14 +85,7 @@ def test_each_save_names_its_shard_count_beside_it(saved):
 def test_heterps_eval_scores_a_model_saved_in_24_shards_as_the_job_did(saved):
     _, jobs = saved
     job = jobs["24"]
-    done = subprocess.run(
-        [*heterps_cli(), "eval", "--model", str(job["model"] / "1"), "-m", CONFIG, *OVERRIDES, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    evaluated = json.loads(done.stdout.strip().splitlines()[-1])["test_auc"]
+    evaluated = heterps_eval(job["model"] / "1", CONFIG, OVERRIDES)
     print(f"\nheterps eval of the 24-shard model {evaluated:.6f}, the job's {job['auc']:.6f}")
     assert abs(evaluated - job["auc"]) <= SAME_AUC
 

@@ -85,50 +85,15 @@ def _parts(directory: str) -> list[str]:
 
 # Python's zlib must not run in a process that loaded Paddle 2.6.2 first (libpaddle exports zlib's symbols: the
 # checkpoint code crashed in inflateReset2, docs/paddle-notes.md); the gzip program does the compression, as
-# Paddle's own table save and load do.
-def _gunzip(path: str) -> bytes:
-    done = subprocess.run(["gzip", "-dc", path], capture_output=True, check=False)
-    if done.returncode != 0:
-        raise CheckpointError(f"{path}: not a readable gzip file ({done.stderr.decode(errors='replace').strip()})")
-    return done.stdout
-
-
+# Paddle's own table save and load do (and the reading: table_shards.read_lines).
 def _gzip_to(path: str, data: bytes) -> None:
     with open(path, "wb") as out:
         subprocess.run(["gzip", "-c"], input=data, stdout=out, check=True)
 
 
-def _read_lines(directory: str) -> list[bytes]:
-    lines: list[bytes] = []
-    for path in _parts(directory):
-        if path.endswith(".gz"):
-            data = _gunzip(path)
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
-        lines.extend(line for line in data.splitlines() if line)
-    return lines
-
-
 def regroup(root: str, source: tuple[DenseTable, ...], target: tuple[DenseTable, ...]) -> dict[int, list[bytes]]:
     """Each target table's lines, taken parameter by parameter from the source tables under ``root``."""
-    by_name: dict[str, list[bytes]] = {}
-    for table in source:
-        directory = table_dir(root, table.table_id)
-        if not os.path.isdir(directory):
-            raise CheckpointError(
-                f"checkpoint {root}: dense table {table.table_id} ({', '.join(table.names)}) is missing"
-            )
-        lines = _read_lines(directory)
-        if len(lines) != sum(table.numels):
-            raise CheckpointError(
-                f"checkpoint {root}: dense table {table.table_id} has {len(lines)} values, its parameters "
-                f"{', '.join(table.names)} have {sum(table.numels)}"
-            )
-        start = 0
-        for name, numel in zip(table.names, table.numels):
-            by_name[name] = lines[start : start + numel]
-            start += numel
+    by_name = restore_check.parameter_lines(root, source)
     out: dict[int, list[bytes]] = {}
     for table in target:
         lines = []

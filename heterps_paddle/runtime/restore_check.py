@@ -92,26 +92,41 @@ def table_lines(directory: str) -> list[bytes]:
     return [line.rstrip(b"\n") for path in parts for line in read_lines(path) if line.strip()]
 
 
-def dense_contents(root: str, layout: Sequence[Any]) -> dict[str, DenseParameter]:
-    """Each dense parameter of the tables ``layout`` names (``checkpoint.DenseTable``: table_id, names, numels)
-    under ``root``: its values' and its optimizer state's digests."""
-    out: dict[str, DenseParameter] = {}
+def parameter_lines(root: str, layout: Sequence[Any]) -> dict[str, list[bytes]]:
+    """Each dense parameter's element lines (the value, then its optimizer's columns), read from the tables
+    ``layout`` names (``checkpoint.DenseTable``: table_id, names, numels) under ``root``: a checkpoint's regrouping
+    and its contents read them so.  A table missing, or holding another count of values, is an error naming it."""
+    out: dict[str, list[bytes]] = {}
     for table in layout:
-        lines = table_lines(os.path.join(root, f"{table.table_id:03d}"))
+        directory = os.path.join(root, f"{table.table_id:03d}")
+        if not os.path.isdir(directory):
+            raise CheckpointError(
+                f"checkpoint {root}: dense table {table.table_id} ({', '.join(table.names)}) is missing"
+            )
+        lines = table_lines(directory)
         if len(lines) != sum(table.numels):
             raise CheckpointError(
-                f"{root}: dense table {table.table_id} holds {len(lines)} values, its parameters "
+                f"checkpoint {root}: dense table {table.table_id} has {len(lines)} values, its parameters "
                 f"{', '.join(table.names)} have {sum(table.numels)}"
             )
         start = 0
         for name, numel in zip(table.names, table.numels):
-            split = [line.split(b" ", 1) for line in lines[start : start + numel]]
+            out[name] = lines[start : start + numel]
             start += numel
-            out[name] = DenseParameter(
-                numel,
-                _digest(columns[0] for columns in split),
-                _digest(columns[1] if len(columns) > 1 else b"" for columns in split),
-            )
+    return out
+
+
+def dense_contents(root: str, layout: Sequence[Any]) -> dict[str, DenseParameter]:
+    """Each dense parameter of the tables ``layout`` names under ``root``: its values' and its optimizer state's
+    digests."""
+    out: dict[str, DenseParameter] = {}
+    for name, lines in parameter_lines(root, layout).items():
+        split = [line.split(b" ", 1) for line in lines]
+        out[name] = DenseParameter(
+            len(lines),
+            _digest(columns[0] for columns in split),
+            _digest(columns[1] if len(columns) > 1 else b"" for columns in split),
+        )
     return out
 
 
