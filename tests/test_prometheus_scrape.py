@@ -85,7 +85,7 @@ def test_a_prometheus_server_scrapes_the_jobs_cost_while_it_runs(tmp_path, heter
     finally:
         prometheus.terminate()
         prometheus.wait(30)
-    assert result.test_auc >= 0.70
+    assert len(result.worker_results) == 2  # the job ended 0 and both trainers reported (learning: test_launched_ps)
     (cost,) = costs  # one series: the job's
     assert len(cost) >= 5 and cost[-1] > cost[0] >= 0 and cost == sorted(cost), cost
     (trained,) = samples
