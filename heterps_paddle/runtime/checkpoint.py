@@ -29,7 +29,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from paddle.distributed.ps.utils.public import get_the_one_recv_context
@@ -234,6 +234,29 @@ def verify_restored(runtime: Any, checkpoint: str, scratch: str) -> str | None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return restore_check.compare(expected, actual, checkpoint)
+
+
+def prove_restored(checkpoint: str, say: Callable[[str], None], hear: Callable[[], str], scratch: str) -> None:
+    """A stage 1 CPU trainer on a resume, before any batch trains: trainer 0 compares what the servers hold with
+    what ``checkpoint`` captured (:func:`verify_restored`) and ``say``s its word ("proven", or why not) to the
+    other trainers, which ``hear`` it; a restore not proven ends every trainer, naming why."""
+    if seam.worker_count_and_index(seam.role_maker())[1] != 0:
+        word = hear()
+        if word != "proven":
+            raise CheckpointError(f"{seam.identity()}: {word}")
+        return
+    try:
+        proven = verify_restored(seam.fleet_runtime(), checkpoint, scratch)
+    except CheckpointError as exc:
+        say(f"refused by CPU trainer 0: {exc}")
+        raise
+    say("proven")
+    if proven is None:
+        logger.warning(
+            "checkpoint %s records no contents (an earlier version's): its restore is not proven", checkpoint
+        )
+    else:
+        logger.info("checkpoint %s: restore proven, the servers hold what it captured: %s", checkpoint, proven)
 
 
 def _source_layout(runtime: Any, dirname: str) -> tuple[tuple[DenseTable, ...], int] | None:

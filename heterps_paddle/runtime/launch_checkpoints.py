@@ -268,33 +268,13 @@ class PassCheckpoints:
                 f"{seam.identity()}: this launch resumes from {self.resumed_from}, but the servers say they "
                 f"restored {restored or 'nothing'}: its passes are not skipped over another model"
             )
-        # what they hold proven to be what it captured, before any batch trains: trainer 0 compares
-        # (runtime/restore_check.py), the others wait for its word
-        barrier, index = Barrier(self.root), seam.worker_count_and_index(seam.role_maker())[1]
-        if index == 0:
-            try:
-                proven = checkpoint.verify_restored(
-                    seam.fleet_runtime(), self.resumed_from, os.path.join(barrier.dir, "restore-check")
-                )
-            except CheckpointError as exc:
-                barrier.mark(self.resumed_at, RESTORE, f"refused by CPU trainer 0: {exc}")
-                raise
-            barrier.mark(self.resumed_at, RESTORE, "proven")
-            if proven is None:
-                logger.warning(
-                    "checkpoint %s records no contents (an earlier version's): its restore is not proven",
-                    self.resumed_from,
-                )
-            else:
-                logger.info(
-                    "checkpoint %s: restore proven, the servers hold what it captured: %s",
-                    self.resumed_from,
-                    proven,
-                )
-        else:
-            word = barrier.wait(self.resumed_at, RESTORE, "CPU trainer 0's check of the restore")
-            if word != "proven":
-                raise CheckpointError(f"{seam.identity()}: {word}")
+        barrier = Barrier(self.root)  # what they hold proven what it captured, before any batch trains
+        checkpoint.prove_restored(
+            self.resumed_from,
+            lambda word: barrier.mark(self.resumed_at, RESTORE, word),
+            lambda: barrier.wait(self.resumed_at, RESTORE, "CPU trainer 0's check of the restore"),
+            os.path.join(barrier.dir, "restore-check"),
+        )
         self.restore_checked = True
 
     @contextlib.contextmanager
