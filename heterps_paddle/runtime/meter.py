@@ -138,8 +138,8 @@ class Meter:
             yield
             return
         reader = _auc_reader(call)
-        live = _live_count(reader)
-        before = _read_stats(reader)
+        before = _read_stats(reader)  # read once: the live count and the pass's AUC both start from it
+        live = _live_count(reader, before)
         with self.lock:
             self.cores = max(1, min(os.cpu_count() or 1, _thread_num(call.dataset)))
             self.live = live
@@ -221,9 +221,10 @@ def _read_stats(reader: AucReader | None) -> dict[str, Any] | None:
         return None
 
 
-def _live_count(reader: AucReader | None) -> Callable[[], int | None] | None:
-    """How many samples the pass has trained so far, as it runs (None: no accumulating AUC op to count them)."""
-    if reader is None:
+def _live_count(reader: AucReader | None, before: dict[str, Any] | None) -> Callable[[], int | None] | None:
+    """How many samples the pass has trained so far, as it runs, from ``before`` (the states at its start; None: no
+    accumulating AUC op to count them, or its states could not be read)."""
+    if reader is None or before is None:
         return None
     ops, read, shared = reader
     client = stage_metrics.client() if shared else None
@@ -231,10 +232,7 @@ def _live_count(reader: AucReader | None) -> Callable[[], int | None] | None:
     def total() -> int:
         return _most(ops, read()[0])
 
-    try:
-        start = total()
-    except OSError:
-        return None
+    start = _most(ops, before)
     if client is None:
         return lambda: total() - start
 
