@@ -164,15 +164,19 @@ class Meter:
             self.put()
 
     def _counted(self, dataset: Any) -> int | None:
-        """The samples of a pass over ``dataset``'s files (None: no files to count)."""
-        files = list(getattr(dataset, "filelist", []) or [])
-        if not files:
-            return None
-        try:
-            return sum(count_lines(path, self.lines) for path in files)
-        except OSError as exc:
-            logger.warning("measuring: this pass's samples could not be counted (%s)", exc)
-            return None
+        return dataset_samples(dataset, self.lines)
+
+
+def dataset_samples(dataset: Any, cache: dict[tuple[str, int, float], int]) -> int | None:
+    """The samples of a pass over ``dataset``'s files (None: no files to count)."""
+    files = list(getattr(dataset, "filelist", []) or [])
+    if not files:
+        return None
+    try:
+        return sum(count_lines(path, cache) for path in files)
+    except OSError as exc:
+        logger.warning("measuring: this pass's samples could not be counted (%s)", exc)
+        return None
 
 
 def _trains(program: Any) -> bool:

@@ -23,12 +23,14 @@ from heterps_paddle.log import logger
 from heterps_paddle.planning.model import Plan
 from heterps_paddle.program.partition import tag_program
 from heterps_paddle.program.profiler import LayerGroup
-from heterps_paddle.runtime import heldout, heter, patches, seam, stage_metrics
+from heterps_paddle.runtime import heldout, heter, meter, patches, seam, stage_metrics
 from heterps_paddle.runtime.dense_refresh import DenseRefresher
 from heterps_paddle.runtime.watchdog import Watchdog, peer_endpoints
 
 # Communicator settings under which routing dense grads through Communicator::Send (fix 5, "communicator" mode)
 # ran near the speed of plain async PS; defaults made it ~7x slower. Only defaults: a user's FLAGS_* win.
+# this process's sample count of each data file (meter.count_lines: the next epoch reads the same files)
+_LINES: dict[tuple[str, int, float], int] = {}
 COMMUNICATOR_ENV_DEFAULTS = {
     "FLAGS_communicator_send_queue_size": "16",
     "FLAGS_communicator_max_merge_var_num": "16",
@@ -157,6 +159,7 @@ def _pass_metrics(ctx: seam.ProcessContext, call: seam.DatasetCall, program: Any
         print_period=int(call.options.get("print_period") or 100),
         batch_size=stage_metrics.dataset_batch_size(call.dataset),
         handler=handler,
+        expected=meter.dataset_samples(call.dataset, _LINES),
     )
     try:
         return metrics.start()

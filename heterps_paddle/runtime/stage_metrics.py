@@ -47,6 +47,10 @@ from heterps_paddle.runtime import push_queues, seam
 LOSS_MIRROR = "heterps_last_stage_loss"
 POLL_S = 0.5
 FIND_WAIT_S = 10.0
+# How long a pass's end waits for the last stage to count the pass's last batches: a CPU trainer's pass can end
+# before the last stage's forward of its last micro-batch has run (seen in CI with one batch a pass: that epoch's
+# AUC states did not grow), so its end waits until the counts have grown by the pass's samples.
+SETTLE_WAIT_S = 60.0
 
 
 def client() -> Client | None:
@@ -272,6 +276,7 @@ class PassMetrics:
     print_period: int
     batch_size: int
     handler: Any
+    expected: int | None = None  # the samples of this trainer's pass (its files' lines; None: not known)
     before: dict[str, Any] = field(default_factory=dict)
     local: dict[str, Any] = field(default_factory=dict)  # the scope's states when the pass started
     ops: list[AucOp] = field(default_factory=list)  # the whole model's auc ops (what the fetches name)
@@ -345,7 +350,7 @@ class PassMetrics:
         if self.thread is not None:
             self.thread.join()
         try:
-            after, _ = self.client.snapshot()
+            after = self._settled()
         except OSError as exc:
             logger.warning(
                 "the last stage's metrics could not be read after the pass (%s): this trainer's AUC "
@@ -360,6 +365,38 @@ class PassMetrics:
         held = seam.context().heldout
         if held is not None:
             held.live.update(after)  # the scope's states are the model's now (fleet.evaluation reads them)
+
+    def _settled(self) -> dict[str, Any]:
+        """The last stage's counts once they hold this pass's samples: grown since this trainer's last reading by
+        at least its pass's samples (other trainers' batches only add to them), or as they are after
+        ``SETTLE_WAIT_S`` (then said)."""
+        deadline = time.monotonic() + SETTLE_WAIT_S
+        while True:
+            after, _ = self.client.snapshot()
+            counted = self._counted(after)
+            # the histograms of an AUC op run by several threads can miss a rare sample: a thousandth is allowed
+            if self.expected is None or counted is None or counted >= self.expected - self.expected // 1000:
+                return after
+            if time.monotonic() > deadline:
+                logger.warning(
+                    "the last stage counted %d samples since this trainer's last pass, %.0f s after this pass of "
+                    "%d samples ended: the AUC states of this trainer's scope miss the rest",
+                    counted,
+                    SETTLE_WAIT_S,
+                    self.expected,
+                )
+                return after
+            time.sleep(POLL_S)
+
+    def _counted(self, after: dict[str, Any]) -> int | None:
+        """What the model's accumulating AUC op counted since ``before`` (None: no AUC op read at both ends)."""
+        grown = [
+            int(np.sum(after[op.stat_pos]) + np.sum(after[op.stat_neg]))
+            - int(np.sum(self.before[op.stat_pos]) + np.sum(self.before[op.stat_neg]))
+            for op in self.ops
+            if all(name in after and name in self.before for name in (op.stat_pos, op.stat_neg))
+        ]
+        return max(grown) if grown else None
 
 
 def dataset_batch_size(dataset: Any) -> int:
