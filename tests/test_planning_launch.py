@@ -283,3 +283,30 @@ def test_launch_files_dir_is_per_launch():
     # A coordinated launch (heterps launch --hosts) names itself: a hosts file fixes every port, so two launches of
     # the same file share their endpoints.
     assert launch_files_dir("/c", {**one, LAUNCH_ID_ENV: "a1"}) != launch_files_dir("/c", {**one, LAUNCH_ID_ENV: "b2"})
+
+
+def test_the_launchs_plan_cut_is_run_as_it_is_not_chosen_again():
+    """A round of a launch across hosts runs its plan file's cut (an adaptive move's, as the launch's machine
+    decided it): the fit inside minimize keeps it, whatever the uncorrected model would choose."""
+    prof = profile([1e-5, 8e-3, 8e-3], [5e-5, 1e-5, 1e-5])
+    free = fit_to_launch(prof, cluster(), LaunchShape(1, (HeterGroup(1, "gpu"),)), target=10_000.0)
+    assert [s.layers for s in free.chosen.plan.stages] == [("l0",), ("l1", "l2")]
+    told = LaunchShape(1, (HeterGroup(1, "gpu"),), layers=(("l0", "l1"), ("l2",)))
+    fit = fit_to_launch(prof, cluster(), told, target=10_000.0)
+    assert [s.layers for s in fit.chosen.plan.stages] == [("l0", "l1"), ("l2",)]
+    assert any("the cut of the plan the launch was started for" in n for n in fit.notes)
+    # a plan of one stage on a launch that has heterogeneous trainers: one stage (they leave unused)
+    told_one = LaunchShape(1, (HeterGroup(1, "gpu"),), layers=(("l0", "l1", "l2"),))
+    one = fit_to_launch(prof, cluster(), told_one, target=10_000.0)
+    assert one.chosen.plan.num_stages == 1 and one.leaves_heter_unused
+    # a cut of another program's layers is said, and the cut is chosen here
+    other = fit_to_launch(prof, cluster(), LaunchShape(1, (HeterGroup(1, "gpu"),), layers=(("x",), ("y",))), 1e4)
+    assert [s.layers for s in other.chosen.plan.stages] == [("l0",), ("l1", "l2")]
+    assert any("not this program's" in n for n in other.notes)
+
+
+def test_the_launch_description_carries_the_cut_and_refuses_a_bad_one():
+    shape = LaunchShape(1, (HeterGroup(1, "gpu", "g"),), 1, "c", (("l0",), ("l1", "l2")))
+    assert LaunchShape.from_dict(json.loads(json.dumps(shape.to_dict()))) == shape
+    with pytest.raises(PlanningInputError, match="stage_layers"):
+        LaunchShape.from_dict({**shape.to_dict(), "stage_layers": [["l0"], []]})

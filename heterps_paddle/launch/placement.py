@@ -137,6 +137,8 @@ class Expansion:
             "heter_devices": list(self.heter_devices),
             "worker_type": self._one_type(self.trainers),
             "heter_types": [self._one_type(stage) for stage in self.heter],
+            # the plan's cut: trainer 0 runs it as it is (planning/launch_fit.py), not a cut of its own choosing
+            "stage_layers": [list(stage.layers) for stage in self.plan.stages],
         }
 
     def _one_type(self, processes: Sequence[Process]) -> str | None:

@@ -76,6 +76,9 @@ class LaunchShape:
     heter: tuple[HeterGroup, ...] = ()
     servers: int | None = None
     cpu_type: str | None = None  # the CPU trainers' hosts' one type (HeterGroup.type says why)
+    # the layers of each stage of the plan the launch was started for (heterps launch's plan file: the plan a
+    # round of a launch across hosts runs, an adaptive move's as decided); () where no plan says them
+    layers: tuple[tuple[str, ...], ...] = ()
 
     @property
     def num_stages(self) -> int:
@@ -122,6 +125,8 @@ class LaunchShape:
         if self.cpu_type is not None or any(g.type is not None for g in self.heter):
             out["worker_type"] = self.cpu_type
             out["heter_types"] = [g.type for g in self.heter]
+        if self.layers:
+            out["stage_layers"] = [list(stage) for stage in self.layers]
         return out
 
     @classmethod
@@ -135,11 +140,18 @@ class LaunchShape:
             types = list(data.get("heter_types") or [None] * len(units))
             if len(types) != len(units):
                 raise ValueError("heter_types and heter_worker_num differ in length")
+            layers = data.get("stage_layers") or ()
+            if not isinstance(layers, (list, tuple)) or not all(
+                isinstance(stage, (list, tuple)) and stage and all(isinstance(n, str) for n in stage)
+                for stage in layers
+            ):
+                raise ValueError("stage_layers must be a list of each stage's layer names")
             return cls(
                 int(data["worker_num"]),
                 tuple(HeterGroup(u, _device(d), _type(t)) for u, d, t in zip(units, devices, types)),
                 None if servers is None else int(servers),
                 _type(data.get("worker_type")),
+                tuple(tuple(stage) for stage in layers),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanningInputError(f"launch description {dict(data)!r}: {exc}") from None
@@ -191,6 +203,7 @@ def launch_from_env(env: Mapping[str, str] | None = None) -> LaunchShape | None:
     devices: list[str | None] = [None] * len(heter_counts)
     types: list[str | None] = [None] * len(heter_counts)
     cpu_type = None
+    layers: tuple[tuple[str, ...], ...] = ()
     told = env.get(LAUNCH_ENV)
     if told:
         try:
@@ -202,8 +215,9 @@ def launch_from_env(env: Mapping[str, str] | None = None) -> LaunchShape | None:
             devices = [g.device for g in declared.heter]
             types = [g.type for g in declared.heter]
             cpu_type = declared.cpu_type
+            layers = declared.layers
     groups = tuple(HeterGroup(u, d, t) for u, d, t in zip(heter_counts, devices, types))
-    return LaunchShape(trainers, groups, servers, cpu_type)
+    return LaunchShape(trainers, groups, servers, cpu_type, layers)
 
 
 def heter_device_for(stage: Stage, gpu_available: bool) -> str:

@@ -212,6 +212,7 @@ def fit_to_launch(
         raise PlanningInputError(
             f"no plan fits this launch: the cluster's types cannot hold the program's parameters ({launch.describe()})"
         )
+    options, one_stage_count = _the_launchs_cut(options, one_stage_count, launch, profile, notes)
     one_stage, split_options = options[:one_stage_count], options[one_stage_count:]
     if budget is not None:
         if not any(within_budget(o.cost_per_hour, budget) for o in options):
@@ -236,6 +237,31 @@ def fit_to_launch(
             f"{host_cores} / (sum of its stages' seconds per sample) samples/s"
         )
     return LaunchFit(chosen, one, split, launch, target, host_cores, tuple(notes), budget)
+
+
+def _the_launchs_cut(
+    options: list[FitOption], one_stage_count: int, launch: LaunchShape, profile: ModelProfile, notes: list[str]
+) -> tuple[list[FitOption], int]:
+    """The options that run the cut of the plan the launch was started for (``launch.layers``: a round of a launch
+    across hosts runs its plan file's cut, an adaptive move's as the launch's machine decided it, never one chosen
+    again here on the uncorrected model), and how many of them are one-stage.  All of them when the launch names
+    no cut, or one this program has not (a plan made for another program: said in ``notes``)."""
+    if not launch.layers:
+        return options, one_stage_count
+    names = tuple(layer.name for layer in profile.layers)
+    flat = tuple(name for stage in launch.layers for name in stage)
+    if flat != names or len(launch.layers) not in (1, launch.num_stages):
+        notes.append(
+            f"the launch's plan cuts layers {' | '.join(', '.join(s) for s in launch.layers)}, not this program's "
+            f"({', '.join(names)}): the cut is chosen here"
+        )
+        return options, one_stage_count
+    kept = [(i, o) for i, o in enumerate(options) if tuple(tuple(s.layers) for s in o.plan.stages) == launch.layers]
+    if not kept:
+        notes.append("no type of the cluster file runs the launch's plan's cut on this launch: the cut is chosen here")
+        return options, one_stage_count
+    notes.append(f"the cut of the plan the launch was started for: {' | '.join(', '.join(s) for s in launch.layers)}")
+    return [o for _, o in kept], sum(1 for i, _ in kept if i < one_stage_count)
 
 
 def _group_note(
