@@ -407,31 +407,26 @@ def test_the_control_benchmark_runs_and_decides_a_restart(capsys):
     assert result["knocked"]["unproven_knocks"] > 0 and result["knocked"]["refused_connections"] > 0
 
 
-def test_an_adaptive_move_is_planned_on_the_correction_it_was_decided_on():
-    """A reconsideration whose thread outlasted the decision (under load) left a later correction as the newest;
-    the move is planned on the decided proposal's, as it was judged (the busy run of 20b6432 moved to another plan
-    than the one decided)."""
-    from dataclasses import replace
-
-    from heterps_paddle.launch.state import Change, Kind
+def test_an_adaptive_move_runs_the_plan_decided_on_the_correction_it_was_decided_on():
+    """The machine's Replan carries the decided proposal and its correction; the coordinator hands both to the
+    re-planning as they are (it keeps no correction of its own: a reconsideration whose thread outlasted the
+    decision once left a later one, and the move ran another plan than the one decided, busy run of 20b6432)."""
+    from heterps_paddle.launch import machine as m
 
     requests = []
 
     def next_round(request):
         requests.append(request)
-        return RoundPlan({"stages": []}, coord.job, {"summary": "moved", "how": "re-planned"})
+        return RoundPlan({"stages": []}, coord.job, {"summary": "moved", "how": "decided"})
 
-    decided, later = object(), object()
+    decided_refit, later = object(), object()
     coord = coordinator([], next_round)
     try:
-        proposal = type("Decided", (), {"correction": decided})()
-        change = Change(Kind.ADAPT, frozenset(), (), "the plan follows the job", proposal=proposal)
-        coord.machine = replace(coord.machine, seen=replace(coord.machine.seen, pending=change))
-        coord.refit = later
-        coord._replan(frozenset(), {}, adapt=True)
-        assert requests[-1].refit is decided and coord.refit is decided
-        coord.refit = later
-        coord._replan(frozenset(), {}, adapt=False)  # a restart plans on the newest
-        assert requests[-1].refit is later
+        decided = m.Proposal({"stages": ["decided"]}, "a -> b", 2.0, 1.0, True, 1.0, 2.0, correction=decided_refit)
+        coord._replan(m.Replan(frozenset(), m.Kind.ADAPT, decided=decided, refit=decided_refit))
+        assert requests[-1].decided is decided and requests[-1].refit is decided_refit and requests[-1].adapt
+        coord._replan(m.Replan(frozenset(), m.Kind.RESTART, refit=later))  # a restart plans on the job's newest
+        assert requests[-1].refit is later and requests[-1].decided is None and not requests[-1].adapt
+        assert not hasattr(coord, "refit") and not hasattr(coord, "windows")  # job state is the machine's
     finally:
         coord.close(wait_s=0.1, late_joiners_s=0.0)

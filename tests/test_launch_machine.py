@@ -735,7 +735,9 @@ def test_a_sustained_miss_moves_at_the_next_checkpoint_and_lets_the_unneeded_hos
     j, actions = m.step(j, m.CheckpointComplete(3), NOW + 101)  # not newer than the decision: it waits
     assert actions == []
     j, actions = m.step(j, m.CheckpointComplete(4), NOW + 110)
-    assert actions == [m.Replan(frozenset(), m.Kind.ADAPT)] and j.state is S.REPLANNING
+    # the plan decided is the plan the next round runs: the re-planning is told it, never asked to plan again
+    decided = replace(proposal(), why=actions[0].decided.why)
+    assert actions == [m.Replan(frozenset(), m.Kind.ADAPT, decided=decided)] and j.state is S.REPLANNING
     done = replace(planned(members={A: True, B: True}), released={C: 2.0})
     j, actions = m.step(j, done, NOW + 111)
     (new_round,) = actions
@@ -934,3 +936,47 @@ def test_advise_says_once_a_round_which_host_it_would_replace_and_asks_for_nothi
     (advice,) = [a for a in said if isinstance(a, m.ReplaceAdvice)]
     assert advice.decision == "would replace" and j.seen.replacing is None
     assert "adapt (advise: doing nothing): would replace host 10.0.0.2" in render.line(advice, j)
+
+
+def test_a_proposal_after_the_decision_changes_neither_the_plan_nor_the_correction_the_move_runs_on():
+    decided_refit, later = object(), object()
+    j, _ = feed(adaptive(newest_checkpoint=3), [600.0] * 10)
+    j, actions = m.step(j, m.Proposed(proposal(correction=decided_refit)), NOW + 100)
+    assert actions[0].decision == "move" and j.refit is decided_refit
+    # a reconsideration's thread that outlasted the decision answers late, with another plan and correction
+    j, actions = m.step(j, m.Proposed(proposal(plan={"stages": ["other"]}, correction=later)), NOW + 101)
+    assert actions == [] and j.refit is decided_refit
+    j, (replan,) = m.step(j, m.CheckpointComplete(4), NOW + 110)
+    assert replan.decided.plan == {"stages": ["cheaper"]} and replan.refit is decided_refit
+
+
+def test_whole_windows_are_kept_for_the_refit_and_travel_with_a_reconsideration():
+    j = adaptive(newest_checkpoint=3)
+    j, _ = m.step(j, m.Measured(rates(600.0), whole=False), NOW)  # a round's first, shorter window
+    assert j.seen.windows == ()
+    j, said = feed(j, [600.0] * 9, start=NOW + 10)
+    asks = [a for a in said if isinstance(a, m.Reconsider)]
+    assert asks and len(asks[-1].windows) == m.WINDOWS_KEPT
+    assert all(w.samples_per_s == 600.0 for w in asks[-1].windows)
+
+
+def test_without_a_target_or_budget_a_plan_cheaper_per_sample_at_no_lower_rate_moves():
+    """(e) the job's objective is its cost per sample: the proposal at no lower rate for at least ``saving`` less a
+    sample, its saving over the horizon beating the move's cost, moves; slower, or too little cheaper, does not."""
+    free = dict(target=None, meets_target=True, current_samples_per_s=1000.0, current_cost_per_hour=4.0)
+    j, (ask,) = m.step(adaptive(newest_checkpoint=5), m.Measured(rates(1000.0, target=None)), NOW)
+    assert "trains a sample for less at no lower rate" in ask.why and not ask.missed
+    # one stage on the CPU hosts: half the cost an hour, as fast: half the cost a sample
+    moved, actions = m.step(j, m.Proposed(proposal(samples_per_s=1000.0, cost_per_hour=2.0, **free)), NOW + 1)
+    assert kinds(actions) == ["AdaptAdvice", "AskCheckpoint"]
+    assert "trains a sample for 50% less at no lower rate" in actions[0].why and moved.seen.adapting is not None
+    # cheaper a sample but slower: the job would train less
+    _, actions = m.step(j, m.Proposed(proposal(samples_per_s=900.0, cost_per_hour=1.0, **free)), NOW + 1)
+    assert actions == []
+    # faster, 10% less a sample: under the saving margin
+    _, actions = m.step(j, m.Proposed(proposal(samples_per_s=2000.0, cost_per_hour=7.2, **free)), NOW + 1)
+    assert actions == []
+    # a job 20 s old (a horizon of 20 s by default): the move's 60 s are never paid back
+    young = replace(j, rules=replace(j.rules, started_at=NOW - 20))
+    _, actions = m.step(young, m.Proposed(proposal(samples_per_s=1000.0, cost_per_hour=2.0, **free)), NOW + 1)
+    assert actions == []

@@ -40,7 +40,6 @@ from heterps_paddle.launch.session import stop_session
 from heterps_paddle.planning.hosts import joined_spec
 from heterps_paddle.runtime.checkpoint_choice import ask_checkpoint, captured, choose, listed
 
-WINDOWS_KEPT = 6  # rates records the refit takes its median over (a window every 10 s: the last minute)
 ON_SCALE_TIMEOUT_S = 120.0  # the --on-scale command's, at most
 SETTLE_S = 5.0  # after a failure, what else is lost: a host's death fails its peers' processes within seconds
 WATCH_S = 1.0
@@ -92,8 +91,6 @@ class Coordinator:
         )
         self.propose = propose
         self.on_scale = on_scale
-        self.windows: list[Mapping[str, Any]] = []  # the round's rates records, the newest last (the refit's)
-        self.refit: Any = None  # the correction the newest proposal used (later rounds plan on it too)
         self.machine = m.first_job(rules, first_round(job), time.monotonic())
         self.planned: RoundPlan | None = None  # the plan a NextRound action starts
         self.launch_id = uuid.uuid4().hex[:16]
@@ -306,7 +303,7 @@ class Coordinator:
                     f"heterps launch: asked the trainers for a checkpoint at the end of the pass or slice ({path})"
                 )
         elif isinstance(action, m.Replan):
-            return self._replan(action.lost, action.joined, adapt=action.kind is m.Kind.ADAPT)
+            return self._replan(action)
         elif isinstance(action, m.Reconsider):
             self._reconsider(action)
         elif isinstance(action, m.OnScale):
@@ -339,7 +336,12 @@ class Coordinator:
         self.spares = {}
 
     def _request(
-        self, lost: frozenset[str], joined: Mapping[str, Mapping[str, Any]], adapt: bool = False
+        self,
+        lost: frozenset[str],
+        joined: Mapping[str, Mapping[str, Any]],
+        refit: Any,
+        adapt: bool = False,
+        decided: m.Proposal | None = None,
     ) -> RoundRequest:
         job = self.machine
         return RoundRequest(
@@ -350,19 +352,17 @@ class Coordinator:
             job.round.number + 1,
             joined={h: dict(spec) for h, spec in joined.items() if h not in lost},
             joined_before=job.round.joined,
-            refit=self.refit,
+            refit=refit,
             adapt=adapt,
+            decided=decided,
         )
 
     def _reconsider(self, action: m.Reconsider) -> None:
         """Plan again on the measured rates, in a thread of its own (planning takes a while; the machine goes on),
         and feed the machine its proposal."""
         assert self.propose is not None
-        request, windows, number = (
-            self._request(self.machine.lost, self.machine.extra),
-            list(self.windows),
-            self.machine.round.number,
-        )
+        request, number = self._request(self.machine.lost, self.machine.extra, action.refit), self.machine.round.number
+        windows = [rates.to_record() for rates in action.windows]
         if not request.published.get("inputs"):
             return  # the job published nothing to plan again with (a saved plan): it runs its plan as it is
 
@@ -375,9 +375,7 @@ class Coordinator:
             with self.lock:
                 if self.machine.round.number != number:
                     return  # a new round started meanwhile: its own rates decide
-                if event.proposal is not None:
-                    self.refit = event.proposal.correction
-                else:
+                if event.proposal is None:
                     self.say(f"heterps launch: adapt: no proposal ({event.detail})")
                 self._feed(event)
 
@@ -394,17 +392,12 @@ class Coordinator:
             target=run_on_scale, args=(self.on_scale, message, self.records, self.say), daemon=True
         ).start()
 
-    def _replan(self, lost: frozenset[str], joined: Mapping[str, Mapping[str, Any]], adapt: bool = False) -> m.Event:
-        """The next round's plan for the hosts the job has, those of the file and ``joined``, less ``lost``
-        (launch/rounds.py)."""
+    def _replan(self, action: m.Replan) -> m.Event:
+        """The next round's plan for the hosts the job has, those of the file and ``action.joined``, less
+        ``action.lost`` (launch/rounds.py); an adaptive move's is the plan the machine decided."""
         assert self.next_round is not None
-        pending = self.machine.seen.pending
-        decided = pending.proposal if adapt and pending is not None else None
-        if decided is not None and decided.correction is not None:
-            # the move is planned on the correction it was decided on: a reconsideration whose thread outlasted the
-            # decision (under load) set a later one, and the move then ran another plan than the one decided
-            self.refit = decided.correction
-        request = self._request(lost, joined, adapt)
+        adapt = action.kind is m.Kind.ADAPT
+        request = self._request(action.lost, action.joined, action.refit, adapt, action.decided)
         try:
             planned = self.next_round(request)
         except HeterPSError as exc:
@@ -438,7 +431,6 @@ class Coordinator:
         self.job = self.planned.job
         self.planned = None
         self.members = {}
-        self.windows = []  # the new round's plan is measured anew
         self.launch_id = uuid.uuid4().hex[:16]
         self.board = Board(self.job.plan_writer, self.launch_id)
 
@@ -463,11 +455,9 @@ class Coordinator:
                 )
                 rates = self.measuring.tick(self.machine.round.number, self.board, self.job.devices, idle=idle)
                 if rates is not None:
-                    if rates.window_s >= 0.9 * self.measuring.gauge.window_s:
-                        # whole windows only: a round's first seconds (processes starting, tables warming) are
-                        # not what its plan trains
-                        self.windows = [*self.windows, rates.to_record()][-WINDOWS_KEPT:]
-                    self._feed(m.Measured(rates))
+                    # whole windows correct the model: a round's first seconds (processes starting, tables
+                    # warming) are not what its plan trains
+                    self._feed(m.Measured(rates, whole=rates.window_s >= 0.9 * self.measuring.gauge.window_s))
                 self._feed(m.Tick())
 
 

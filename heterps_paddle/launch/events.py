@@ -8,6 +8,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
+from heterps_paddle.launch.gauge import Rates
 from heterps_paddle.launch.state import Change, Kind, Replacement, Round
 
 # ------------------------------------------------------------------------------------------------ the events
@@ -166,7 +167,8 @@ class Measured:
     """The job's measured rates over the last window (launch/gauge.py: Rates), made by the shell from the trainers'
     measurements."""
 
-    rates: Any
+    rates: Rates
+    whole: bool = True  # a whole window (a round's first windows are shorter): the refit corrects by whole ones
 
 
 Event = Union[
@@ -276,6 +278,9 @@ class Replan:
     lost: frozenset[str]
     kind: Kind
     joined: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # Job.extra
+    # an adaptive move the machine decided: its plan is the next round's, as decided (never planned again)
+    decided: Proposal | None = None
+    refit: Any = field(default=None, compare=False)  # Job.refit: the correction later plans are made on
 
 
 @dataclass(frozen=True)
@@ -298,6 +303,8 @@ class Reconsider:
 
     why: str
     missed: bool
+    windows: tuple[Rates, ...] = field(default=(), compare=False)  # Seen.windows: what corrects the model
+    refit: Any = field(default=None, compare=False)  # Job.refit: the earlier rounds' correction, merged under it
 
 
 @dataclass(frozen=True)

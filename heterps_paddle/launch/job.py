@@ -89,6 +89,8 @@ class RoundRequest:
     # and whether the plan follows the job (an adaptive move: the running plan judged on the corrected model)
     refit: Any = None
     adapt: bool = False
+    # an adaptive move the machine decided (launch/events.py: Proposal): its plan is the next round's, as decided
+    decided: Any = None
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,8 @@ __all__ = [
 
 # ------------------------------------------------------------------------------------------------ the rules
 
+WINDOWS_KEPT = 6  # whole windows a reconsideration corrects the model by (by default a window every 10 s: a minute)
+
 
 def step(job: Job, event: Event, now: float) -> tuple[Job, list[Action]]:
     """The job after ``event`` at time ``now``, and what to do about it."""
@@ -304,7 +306,7 @@ def _leave_now(job: Job, how: str) -> tuple[Job, list[Action]]:
     lost = job.lost | frozenset(hosts)
     change = Change(Kind.LEAVE, lost, (), f"host(s) {', '.join(hosts)} left on notice ({how})", left=hosts)
     job = _seen(replace(job, leaving={}, back={}, state=JobState.REPLANNING), pending=change)
-    return job, [Replan(lost, Kind.LEAVE, job.extra)]
+    return job, [Replan(lost, Kind.LEAVE, job.extra, refit=job.refit)]
 
 
 def _without(mapping: Any, key: str) -> dict[Any, Any]:
@@ -374,7 +376,7 @@ def _checkpoint_complete(job: Job, event: CheckpointComplete, now: float) -> tup
         # the move the measurements decided, from a checkpoint written after the decision
         change = Change(Kind.ADAPT, job.lost, (), adapting.why, proposal=adapting)
         job = _seen(replace(job, back={}, state=JobState.REPLANNING), pending=change, adapting=None)
-        return job, [Replan(job.lost, Kind.ADAPT, job.extra)]
+        return job, [Replan(job.lost, Kind.ADAPT, job.extra, decided=adapting, refit=job.refit)]
     if not job.back or event.passes <= max(job.back.values()):
         return job, []  # the move waits for a checkpoint written after the host came back
     hosts = tuple(sorted(job.back))
@@ -387,10 +389,10 @@ def _checkpoint_complete(job: Job, event: CheckpointComplete, now: float) -> tup
         why = f"{what}, standing in for host {slow.host}, slow ({slow.share:.0%} of its peers' samples/s)"
         change = Change(Kind.ADAPT, lost, (), why, back=hosts, replaced={slow.host: slow.price_per_hour})
         job = _seen(replace(job, back={}, state=JobState.REPLANNING), pending=change)
-        return job, [Replan(lost, Kind.ADAPT, job.extra)]
+        return job, [Replan(lost, Kind.ADAPT, job.extra, refit=job.refit)]
     change = Change(Kind.MOVE, job.lost, (), what, back=hosts)
     job = _seen(replace(job, back={}, state=JobState.REPLANNING), pending=change)
-    return job, [Replan(job.lost, Kind.MOVE, job.extra)]
+    return job, [Replan(job.lost, Kind.MOVE, job.extra, refit=job.refit)]
 
 
 def _tick(job: Job, event: Tick, now: float) -> tuple[Job, list[Action]]:
@@ -526,7 +528,7 @@ def _settled(job: Job, now: float) -> tuple[Job, list[Action]]:
     job = _seen(replace(job, state=JobState.REPLANNING, back=back, leaving={}), pending=change)
     # a retry runs the round's plan again: the machines that joined since wait for a plan that is made with them
     joined = {h: job.extra[h] for h in job.round.joined} if kind is Kind.RETRY else job.extra
-    return job, [Replan(lost, kind, joined)]
+    return job, [Replan(lost, kind, joined, refit=job.refit)]
 
 
 def _abort(job: Job, reason: str) -> tuple[Job, list[Action]]:
@@ -545,11 +547,14 @@ def _measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action]]
         return job, []
     adapt = job.rules.adapt
     kept = tuple(r for r in job.seen.rates if now - r[0] <= 2 * adapt.sustain_s) + ((now, event.rates),)
+    windows = (*job.seen.windows, event.rates)[-WINDOWS_KEPT:] if event.whole else job.seen.windows
     slow = _slow_windows(job.seen.slow_windows, event.rates)
     trained_at = job.seen.trained_at
     if trained_at is None and event.rates.samples_per_s > 0:
         trained_at = now
-    job = _seen(replace(job, measured=event.rates), rates=kept, slow_windows=slow, trained_at=trained_at)
+    job = _seen(
+        replace(job, measured=event.rates), rates=kept, windows=windows, slow_windows=slow, trained_at=trained_at
+    )
     if not adapt.active or job.leaving or job.back or job.seen.adapting is not None:
         return job, []
     if job.seen.replacing is not None:
@@ -566,8 +571,16 @@ def _measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action]]
     missed = _missed(job, now)
     if missed is None and not _cooled(job):
         return job, []
-    why = missed or "looking for a plan that meets the target for less, on the measured rates"
-    return _seen(job, asked_at=now), [Reconsider(why, missed is not None)]
+    why = missed or _looking_for(job)
+    return _seen(job, asked_at=now), [Reconsider(why, missed is not None, job.seen.windows, job.refit)]
+
+
+def _looking_for(job: Job) -> str:
+    """What a reconsideration past the cooldown looks for, by the job's objective (the newest window's)."""
+    rates = job.measured
+    if rates is not None and rates.target_samples_per_s:
+        return "looking for a plan that meets the target for less, on the measured rates"
+    return "looking for a plan that trains a sample for less at no lower rate, on the measured rates"
 
 
 def _missed(job: Job, now: float) -> str | None:
@@ -708,6 +721,8 @@ def _proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action]]
         return job, []  # a move decided already (a plan, or a slow host's replacement): the round's decision
     if p is None:
         return job, []
+    if p.correction is not None:
+        job = replace(job, refit=p.correction)  # the newest correction: later plans are made on it
     if p.same:
         p = replace(p, meets_target=False, samples_per_s=0.0)  # no move to the plan that runs: only a wish
     adapt = job.rules.adapt
@@ -737,6 +752,8 @@ def _proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action]]
         if pays is not None:
             faster = p.samples_per_s / measured - 1
             why = f"{p.summary} is {faster:.0%} faster within the budget of {p.budget:.4g}/h: {pays}"
+    elif _cooled(job) and p.target is None and p.budget is None:
+        why = _cheaper_per_sample(job, now, p)
     if why is None:
         if missed and p.wanted and not job.seen.wished:
             job = _seen(job, wished=True)
@@ -752,6 +769,31 @@ def _proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action]]
         return _seen(job, advised=job.seen.advised | {p.summary}), [AdaptAdvice("would move", why, p)]
     job = _seen(job, adapting=replace(p, why=why), adapt_from=job.newest_checkpoint)
     return job, [AdaptAdvice("move", why, p), AskCheckpoint(f"the plan follows the job: {why}")]
+
+
+def _cheaper_per_sample(job: Job, now: float, p: Proposal) -> str | None:
+    """(e) Without a target or a budget the job's objective is what it pays a sample: why ``p`` is worth a move
+    (None: it is not).  It must train at no lower rate than the running plan, both on the corrected model, for at
+    least ``saving`` less a sample, and what it saves over the rest of the job must beat the move's own cost (the
+    running plan's cost an hour over ``move_s``, training nothing)."""
+    adapt = job.rules.adapt
+    if p.samples_per_s <= 0 or p.current_samples_per_s <= 0 or p.samples_per_s < p.current_samples_per_s:
+        return None
+    now_per_sample = p.current_cost_per_hour / p.current_samples_per_s
+    new_per_sample = p.cost_per_hour / p.samples_per_s
+    less = 1.0 - new_per_sample / now_per_sample if now_per_sample > 0 else 0.0
+    if less < adapt.saving:
+        return None
+    horizon = _horizon(job, now)
+    trained = p.samples_per_s * max(0.0, horizon - adapt.move_s)  # samples over the rest of the job, moved
+    saved = (now_per_sample - new_per_sample) * trained / 3600.0
+    costs = p.current_cost_per_hour * adapt.move_s / 3600.0
+    if saved <= costs:
+        return None
+    return (
+        f"{p.summary} trains a sample for {less:.0%} less at no lower rate (no target or budget: the job's cost per "
+        f"sample is its objective): saves {saved:.4g} over the next {horizon:.0f} s, the move costs {costs:.4g}"
+    )
 
 
 def _horizon(job: Job, now: float) -> float:

@@ -40,12 +40,17 @@ def plan_maker(part: HostRound, log_dir: str) -> Callable[[RoundRequest], RoundP
         hosts = with_joined(first.hosts, joined_hosts(request.joined))
         released: dict[str, float] = {}
         lost_changed = request.lost != request.lost_before
-        if request.adapt and inputs is not None:  # the plan follows the job: judged on the corrected model
+        if request.decided is not None:  # the move the machine decided (launch/machine.py): its plan, as decided
+            new = plan_from_dict(request.decided.plan, "the plan the measured rates decided")
+            how, better_plan = "the plan the measured rates decided", True
+            released = dict(request.decided.released)
+        elif request.adapt and inputs is not None:
+            # a slow host's replacement: the best plan on the corrected model for the hosts it has now
+            # (the machine decided the replacement: the plan is not judged again)
             planning = corrected(PlanningInputs.from_dict(inputs), request.refit)
-            new = best_on_measurements(planning, hosts, request.lost, request.refit)
-            how = "the best plan on the measured rates"
-            measured_old = replace(old, throughput=running_rate(old, planning, request.refit))
-            better_plan = better(new, measured_old, planning.target_throughput)
+            running = running_rate(old, planning, request.refit)
+            new = best_on_measurements(planning, hosts, request.lost, request.refit, running)
+            how, better_plan = "the best plan on the measured rates", True
             released = released_hosts(new, hosts, request.lost, planning.cluster, part.address, given.server_num)
         elif lost_changed and inputs is None:
             raise HeterPSError(
@@ -92,11 +97,15 @@ def running_rate(plan: Plan, planning: Any, refit: Refit | None) -> float:
     return predicted(replace(plan, throughput=rate_of(plan, planning.profile, planning.cluster)), refit)
 
 
-def best_on_measurements(planning: Any, hosts: HostsFile, lost: frozenset[str], refit: Refit | None) -> Plan:
+def best_on_measurements(
+    planning: Any, hosts: HostsFile, lost: frozenset[str], refit: Refit | None, running: float | None = None
+) -> Plan:
     """The plan the measured rates say is best for the hosts the job has: the scheduler's on the corrected model,
     and one stage on each type the hosts have (a pipeline pays the factor no stage explained: planning/refit.py,
-    which the scheduler does not know), each at its predicted samples/s; the cheapest that meets the target, else
-    the fastest."""
+    which the scheduler does not know), each at its predicted samples/s.  Under a budget the fastest within it; at
+    a target the cheapest that meets it, else the fastest; with neither (the job's objective is then its cost per
+    sample) the cheapest per sample of those that train at least ``running`` samples/s (the running plan's, on
+    the same model), else the cheapest per sample."""
     from heterps_paddle.planning.replan import remaining_cluster, replan
 
     candidates = [replan(planning, hosts, lost).plan]
@@ -111,10 +120,18 @@ def best_on_measurements(planning: Any, hosts: HostsFile, lost: frozenset[str], 
     if planning.budget is not None:
         within = [p for p in plans if p.cost_per_hour <= planning.budget * (1 + 1e-9)] or plans
         return max(within, key=lambda p: (p.throughput, -p.cost_per_hour))
-    meeting = [p for p in plans if target is not None and p.throughput >= target * (1 - REACH_TOLERANCE)]
+    if target is None:
+        fast = [p for p in plans if running is None or p.throughput >= running * (1 - REACH_TOLERANCE)] or plans
+        return min(fast, key=lambda p: (per_sample(p), -p.throughput))
+    meeting = [p for p in plans if p.throughput >= target * (1 - REACH_TOLERANCE)]
     if meeting:
         return min(meeting, key=lambda p: (p.cost_per_hour, -p.throughput))
     return max(plans, key=lambda p: (p.throughput, -p.cost_per_hour))
+
+
+def per_sample(plan: Plan) -> float:
+    """What ``plan`` costs a sample, at its predicted samples/s (infinite when it trains nothing)."""
+    return plan.cost_per_hour / plan.throughput if plan.throughput > 0 else float("inf")
 
 
 def corrected(inputs: Any, refit: Refit | None) -> Any:
@@ -163,8 +180,8 @@ def proposer(part: HostRound) -> Callable[[RoundRequest, Sequence[Mapping[str, A
         planning = corrected(planning, refit)
         hosts = with_joined(first.hosts, joined_hosts(request.joined))
         target = planning.target_throughput
-        new = best_on_measurements(planning, hosts, request.lost, refit)
         current_rate = running_rate(old, planning, refit)
+        new = best_on_measurements(planning, hosts, request.lost, refit, current_rate)
         meets = target is None or new.throughput >= target * (1 - REACH_TOLERANCE)
         wanted: dict[str, int] = {}
         if not meets and target is not None:

@@ -170,6 +170,9 @@ class Seen:
     connect_timeout: bool = False  # the failure being settled began with Paddle's connect-timeout abort
     pending: Change | None = None  # the new round asked for (state REPLANNING)
     rates: tuple[Any, ...] = ()  # the round's measured rates, the newest last (launch/gauge.py: Rates)
+    # the round's last WINDOWS_KEPT whole windows (a round's first, shorter ones are not what its plan trains):
+    # what a reconsideration corrects the cost model by (planning/refit.py: the median of their corrections)
+    windows: tuple[Any, ...] = ()
     # when the round's first window that trained was measured: the windows of its processes starting (seconds on a
     # busy machine) trained nothing, and are no miss
     trained_at: float | None = None
@@ -205,6 +208,9 @@ class Job:
     newest_checkpoint: float = 0.0  # passes done in the newest complete checkpoint the machine was told of (a
     # fraction inside a pass)
     history: tuple[RoundChange, ...] = ()  # every change of round
+    # the cost model's correction by the measured rates (planning/refit.py: Refit): the newest proposal's, which
+    # merges the earlier rounds'; every later plan (a move, a restart, a host back) is made on it
+    refit: Any = None
 
     @property
     def restarts_left(self) -> int:
