@@ -36,6 +36,7 @@ from heterps_paddle.files import write_atomic
 RENDEZVOUS_ENV = "HETERPS_RENDEZVOUS"  # host:port of the launch's coordinator
 PLAN_KEY = "plan"  # the plan the launch runs (fleet/plan_agreement.py)
 METER_PREFIX = "meter."  # each trainer's measurements (runtime/meter.py), read by the launch's gauge
+MEASURED_PREFIX = "measured."  # each host type timed on one of its hosts (fleet/host_measure.py)
 LAUNCH_ID_ENV = "HETERPS_LAUNCH_ID"
 # The endpoints Paddle's launcher gives every process of a launch (with ports drawn at random per launch).
 LAUNCH_ENDPOINT_ENV = (

@@ -134,6 +134,13 @@ _ALL = (
         _flag,
     ),
     Setting(
+        "HETERPS_MEASURE_WAIT_S",
+        "300",
+        "how long stage 1's trainer 0 of a launch across hosts waits for each host type's timing before it plans "
+        "(a type not timed by then is planned on the cluster file's figures, said in the plan report)",
+        _positive_float,
+    ),
+    Setting(
         "HETERPS_PLAN_WAIT_S",
         "900",
         "how long a parameter server waits for the plan a trainer of its launch makes",

@@ -150,6 +150,10 @@ def test_server_num_round_robin_and_multi_unit_hosts_across_stages():
     described = expansion.launch_description()
     assert described["worker_type"] == "cpu_r6i_8xl"
     assert described["heter_types"] == ["gpu_a100", "cpu_r6i_8xl", "gpu_a100"]
+    # ... the plan's cut, run as it is; and which process times each host type (trainer 0 its own, then the first
+    # trainer of the first host of each other type): fleet/host_measure.py
+    assert described["stage_layers"] == [["a"], ["b"], ["c"], ["d"]]
+    assert described["measure"] == {"cpu_r6i_8xl": "10.0.0.1:20002", "gpu_a100": "10.0.0.3:20000"}
     # too few units of a type: named with its hosts, counting what earlier stages took
     h2 = hosts(
         {"address": "10.0.0.1", "type": "cpu_r6i_8xl", "units": 3},

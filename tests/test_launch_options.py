@@ -129,3 +129,21 @@ def test_leave_without_a_running_launch_is_an_error_naming_the_directory(tmp_pat
     log.write("launch_started", host="127.0.0.2", pid=os.getpid(), across_hosts=True, version="x")
     log.write("host_ended", how="finished", code=0, reason="")
     assert leave_command(["--leave", f"--log_dir={tmp_path}"]) == 2  # it ended
+
+
+def test_an_adapt_that_cannot_act_is_said_at_launch_with_what_would_let_it(tmp_path):
+    """--adapt on / --on-scale on one host, or across hosts without --checkpoint-dir, did nothing silently."""
+    from dataclasses import replace
+
+    from heterps_paddle.launch.driver import why_adapt_cannot_act
+    from heterps_paddle.launch.options import HostsOptions, parse
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    one = parse(["--log_dir", str(tmp_path / "log"), "--adapt", "on", str(script)])
+    assert "--adapt on does nothing on one host" in why_adapt_cannot_act(one)
+    assert "--on-scale does nothing on one host" in why_adapt_cannot_act(replace(one, adapt="advise", on_scale="x"))
+    assert why_adapt_cannot_act(replace(one, adapt="advise")) is None  # the default says nothing on one host
+    across = replace(one, hosts=HostsOptions("hosts.yaml", "plan.json"))
+    assert "without --checkpoint-dir: the job cannot move" in why_adapt_cannot_act(across)
+    assert why_adapt_cannot_act(replace(across, checkpoint_dir=str(tmp_path / "c"))) is None

@@ -34,7 +34,7 @@ import paddle
 from heterps_paddle import graph_seam, rendezvous, settings
 from heterps_paddle.errors import EXIT_INFEASIBLE, HeterPSError
 from heterps_paddle.files import locked, write_atomic
-from heterps_paddle.fleet import plan_agreement
+from heterps_paddle.fleet import host_measure, plan_agreement
 from heterps_paddle.fleet.plan_files import (
     CLUSTER_FILE,
     LAUNCH_FILE,
@@ -52,6 +52,7 @@ from heterps_paddle.planning.launch import LaunchShape, env_outside_the_launch, 
 from heterps_paddle.planning.launch_fit import fit_to_launch
 from heterps_paddle.planning.model import (
     Cluster,
+    ModelProfile,
     Plan,
     PlanningInputError,
     cluster_from_dict,
@@ -230,6 +231,9 @@ def _plan_across_hosts(
                 raise PlanningFailed(f"planning inside minimize failed: {exc}") from None
         print(f"heterps: plan {job.how}: {job.plan_path}\n{job.report}", flush=True)
         return job
+    if host_measure.my_type() is not None:
+        # while trainer 0 plans: this host's type timed here, so that no plan is made on the file's word for it
+        measure_for_the_launch(loss, startup_program, optimizer, configs, _cluster(configs, out_dir)[0])
     try:
         plan, report = plan_agreement.published_plan(f"{os.environ.get('TRAINING_ROLE', 'process')} on the launch")
     except plan_agreement.PlanDisagreement as exc:
@@ -244,6 +248,19 @@ def _plan_across_hosts(
     return JobPlan(plan, plan_path, report, "shared")
 
 
+def _profile_depends_on(loss: Any, optimizer: Any, configs: dict[str, Any], time_keys: list[str]) -> dict[str, Any]:
+    """What a measured profile depends on (measure/cache.py keeps it by this, per machine)."""
+    return {
+        "program": program_digest(loss.block.program),
+        "optimizer": type(optimizer).__name__,
+        "learning_rate": repr(graph_seam.optimizer_setting(optimizer, "learning_rate")),
+        "batch_size": configs["profile_batch_size"],
+        "seed": configs["seed"],
+        "time_keys": time_keys,
+        "method": PROFILE_METHOD,
+    }
+
+
 def _plan_locked(
     loss: Any, startup_program: Any, optimizer: Any, configs: dict[str, Any], out_dir: str, launch: LaunchShape
 ) -> JobPlan:
@@ -255,16 +272,13 @@ def _plan_locked(
     else:
         target = configs["throughput"] if configs["throughput"] is not None else cluster.throughput
     time_keys = [name for name in cluster.type_names() if name in LOCAL_TYPES]
+    own = host_measure.my_type()  # a launch across hosts names this process to time its host's type too
+    if own is not None and own in cluster.type_names() and own not in time_keys:
+        time_keys.append(own)
     cuda = _cuda()
-    depends_on = {
-        "program": program_digest(loss.block.program),
-        "optimizer": type(optimizer).__name__,
-        "learning_rate": repr(graph_seam.optimizer_setting(optimizer, "learning_rate")),
-        "batch_size": configs["profile_batch_size"],
-        "seed": configs["seed"],
-        "time_keys": time_keys,
-        "method": PROFILE_METHOD,
-    }
+    depends_on = _profile_depends_on(loss, optimizer, configs, time_keys)
+    if own is not None:
+        depends_on["row_cost"] = _row_cost_types(cluster, time_keys)
     inputs_digest = digest(
         {
             "profile": depends_on,
@@ -299,7 +313,13 @@ def _plan_locked(
         "profile",
         depends_on,
         lambda: measure_job(
-            loss, startup_program, optimizer, configs["profile_batch_size"], configs["seed"], time_keys
+            loss,
+            startup_program,
+            optimizer,
+            configs["profile_batch_size"],
+            configs["seed"],
+            time_keys,
+            _row_cost_types(cluster, time_keys),
         ).to_dict(),
         refresh=configs["replan"],
         keep=lambda value: value["ps_probe_error"] is None,
@@ -312,7 +332,7 @@ def _plan_locked(
         else "measured in this process",
         measurement.path,
     )
-    profile = measured.profile
+    profile, by_hosts = host_measure.gather(measured.profile)
     stand_in = not cuda
     fit = fit_to_launch(
         profile,
@@ -334,7 +354,7 @@ def _plan_locked(
     advice, advice_error = _advice(
         profile_path, cluster_path, ("--budget", budget) if budget is not None else ("--throughput", at), configs, cuda
     )
-    inputs = _input_lines(measured, measurement, time_keys)
+    inputs = _input_lines(measured, measurement, time_keys) + [f"measure before betting: {m.line()}" for m in by_hosts]
     report = job_report(
         JobReportInputs(
             fit=fit,
@@ -360,6 +380,41 @@ def _plan_locked(
         profile, cluster, target, budget, configs["scheduler"], configs["seed"], _trainer_kinds(cuda)
     ).to_dict()
     return JobPlan(plan, plan_path, report, "planned", inputs_record)
+
+
+def _row_cost_types(cluster: Cluster, time_keys: list[str]) -> tuple[str, ...]:
+    """The timed types whose sparse layers pay the servers' work per row (program/job_profile.py): the local CPU
+    type, and a host's cpu type timed on it."""
+    kinds = {t.name: t.kind for t in cluster.resource_types}
+    return tuple(k for k in time_keys if k == LOCAL_CPU or (k not in LOCAL_TYPES and kinds.get(k) == "cpu"))
+
+
+def measure_for_the_launch(
+    loss: Any, startup_program: Any, optimizer: Any, configs: dict[str, Any], cluster: Cluster
+) -> None:
+    """A process a launch across hosts named to time its host's type (fleet/host_measure.py): the job's profile
+    with that type's times, measured here and cached on this machine, published for trainer 0 to plan on."""
+
+    def measure(rtype: str) -> ModelProfile:
+        keys = [rtype]
+        depends_on = {**_profile_depends_on(loss, optimizer, configs, keys), "row_cost": _row_cost_types(cluster, keys)}
+        value = cached(
+            "profile",
+            depends_on,
+            lambda: measure_job(
+                loss,
+                startup_program,
+                optimizer,
+                configs["profile_batch_size"],
+                configs["seed"],
+                keys,
+                _row_cost_types(cluster, keys),
+            ).to_dict(),
+            keep=lambda value: value["ps_probe_error"] is None,
+        ).value
+        return JobProfile.from_dict(value).profile
+
+    host_measure.measure_this_host(cluster, measure)
 
 
 def _trainer_kinds(cuda: bool) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ import subprocess
 import threading
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, BinaryIO, Callable, Mapping, Sequence
 
 from heterps_paddle import control
@@ -38,11 +39,16 @@ from heterps_paddle.launch.leave import MAX_GRACE_S
 from heterps_paddle.launch.measuring import Measuring, idle_units
 from heterps_paddle.launch.session import stop_session
 from heterps_paddle.planning.hosts import joined_spec
+from heterps_paddle.rendezvous import MEASURED_PREFIX
 from heterps_paddle.runtime.checkpoint_choice import ask_checkpoint, captured, choose, listed
 
 ON_SCALE_TIMEOUT_S = 120.0  # the --on-scale command's, at most
 SETTLE_S = 5.0  # after a failure, what else is lost: a host's death fails its peers' processes within seconds
 WATCH_S = 1.0
+
+
+def advise_only(adapt: m.Adapt) -> m.Adapt:
+    return replace(adapt, mode="advise") if adapt.mode == "on" else adapt
 
 
 def first_round(job: HostsJob) -> m.Round:
@@ -87,10 +93,13 @@ class Coordinator:
             checkpoints=checkpoint_dir is not None,
             file_hosts=frozenset(job.file_hosts),
             files_digest=job.digest,
-            adapt=adapt if propose is not None and checkpoint_dir is not None else m.Adapt(),
+            # without checkpoints a move cannot resume: the job only says what it would do (said at launch)
+            adapt=m.Adapt() if propose is None else adapt if checkpoint_dir is not None else advise_only(adapt),
         )
         self.propose = propose
         self.on_scale = on_scale
+        self.said_no_inputs = False
+        self.measured_logged: set[tuple[int, str]] = set()  # (round, board key) of the measured records written
         self.machine = m.first_job(rules, first_round(job), time.monotonic())
         self.planned: RoundPlan | None = None  # the plan a NextRound action starts
         self.launch_id = uuid.uuid4().hex[:16]
@@ -364,7 +373,15 @@ class Coordinator:
         request, number = self._request(self.machine.lost, self.machine.extra, action.refit), self.machine.round.number
         windows = [rates.to_record() for rates in action.windows]
         if not request.published.get("inputs"):
-            return  # the job published nothing to plan again with (a saved plan): it runs its plan as it is
+            # the job published nothing to plan again with (a saved plan): it runs its plan as it is; said once
+            if not self.said_no_inputs:
+                self.said_no_inputs = True
+                self.say(
+                    "heterps launch: adapt: the job published no planning inputs (a saved plan as "
+                    "heterps_configs['plan'], or no heterps_configs['cluster']): it cannot plan again and runs its "
+                    "plan as it is; plan inside minimize (heterps_configs['cluster']) for the plan to follow the job"
+                )
+            return
 
         def work() -> None:
             try:
@@ -434,6 +451,27 @@ class Coordinator:
         self.launch_id = uuid.uuid4().hex[:16]
         self.board = Board(self.job.plan_writer, self.launch_id)
 
+    def _log_measured(self) -> None:
+        """A ``measured`` record of each host type timed for the round's plan (fleet/host_measure.py), once."""
+        if self.records is None:
+            return
+        try:
+            found = self.board.entries(MEASURED_PREFIX)
+        except Exception:  # a board being replaced: the next tick reads it
+            return
+        for key, value in sorted(found.items()):
+            logged = (self.machine.round.number, key)
+            if logged in self.measured_logged or not isinstance(value, Mapping):
+                continue
+            self.measured_logged.add(logged)
+            self.records.write(
+                "measured",
+                round=self.machine.round.number,
+                resource=value.get("type"),
+                **{k: value.get(k) for k in ("host", "seconds", "seconds_per_sample", "file_seconds_per_sample")},
+                why_not=value.get("why_not") or None,
+            )
+
     def _newest_captured(self) -> float:
         return newest_captured(self.checkpoint_dir, self.launch_id)
 
@@ -453,6 +491,7 @@ class Coordinator:
                 idle = idle_units(
                     self.job.held, self.machine.extra, [*self.members, *self.spares], self.machine.round.members
                 )
+                self._log_measured()
                 rates = self.measuring.tick(self.machine.round.number, self.board, self.job.devices, idle=idle)
                 if rates is not None:
                     # whole windows correct the model: a round's first seconds (processes starting, tables

@@ -152,6 +152,9 @@ def run(options: LaunchOptions) -> int:
         "launch_started", host=address, pid=os.getpid(), across_hosts=options.hosts is not None, version=__version__
     )
     started = time.time()
+    inert = why_adapt_cannot_act(options)
+    if inert is not None:
+        console.line(inert)
     end = HostEnd(FAILED_EXIT, "failed", options.log_dir, "heterps launch was stopped")
     try:
         shell: Shell = OneHost(options, console, log) if options.hosts is None else HostOfJob(options, console, log)
@@ -173,6 +176,28 @@ def run(options: LaunchOptions) -> int:
             f"heterps launch: job FAILED (exit status {end.code}) after {seconds:.1f} s (logs in {end.log_dir})"
         )
     return end.code
+
+
+def why_adapt_cannot_act(options: LaunchOptions) -> str | None:
+    """One console line when ``--adapt`` or ``--on-scale`` can do nothing on this launch, and what would let it
+    (None: they can, or were not asked for).  ``--adapt advise`` is the default: a one-host launch says nothing of
+    it unless ``--on-scale`` was given too.  The missing planning inputs are said by the coordinator (it learns
+    them when trainer 0 publishes the plan)."""
+    if options.hosts is None:
+        if options.adapt == "on" or options.on_scale:
+            asked = "--adapt on" if options.adapt == "on" else "--on-scale"
+            return (
+                f"heterps launch: {asked} does nothing on one host: a one-host job's plan is fitted to the processes "
+                "its launch started (docs/automatic-path.md); launch across hosts (--hosts) with --checkpoint-dir for "
+                "the plan to follow the job"
+            )
+        return None
+    if options.checkpoint_dir is None and (options.adapt == "on" or options.on_scale):
+        return (
+            f"heterps launch: --adapt {options.adapt} without --checkpoint-dir: the job cannot move (a move resumes "
+            "from a checkpoint), so it only says what it would do; give --checkpoint-dir for it to act"
+        )
+    return None
 
 
 def adapt_rules(mode: str) -> m.Adapt:

@@ -80,6 +80,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "learning",
         "stages",
     ),
+    "measured": ("round", "resource", "host", "seconds", "seconds_per_sample", "file_seconds_per_sample", "why_not"),
     "reconsidering": ("why", "missed"),
     "adapt": ("decision", "why", "proposal"),
     "on_scale": ("wanted", "released", "why"),

@@ -139,7 +139,24 @@ class Expansion:
             "heter_types": [self._one_type(stage) for stage in self.heter],
             # the plan's cut: trainer 0 runs it as it is (planning/launch_fit.py), not a cut of its own choosing
             "stage_layers": [list(stage.layers) for stage in self.plan.stages],
+            "measure": self.measurers(),
         }
+
+    def measurers(self) -> dict[str, str]:
+        """type -> the endpoint of the one process that times it on its host (fleet/host_measure.py): stage 1's
+        trainer 0 for its own host's type, then the first trainer (CPU or heterogeneous) of the first host of each
+        other type the round runs a trainer on."""
+        out: dict[str, str] = {}
+        first = self.trainers[0] if self.trainers else None
+        for part in sorted(
+            self.parts, key=lambda p: (first is None or p.host.address != first.address, p.host.address)
+        ):
+            trainers = [p for p in part.processes if p.role != "server"]
+            if part.host.type in out or not trainers:
+                continue
+            pick = first if first is not None and first in trainers else trainers[0]
+            out[part.host.type] = pick.endpoint
+        return out
 
     def _one_type(self, processes: Sequence[Process]) -> str | None:
         """The one type of the hosts ``processes`` run on (None when they are of several)."""

@@ -103,7 +103,13 @@ def random_feed_for(program: Any, batch_size: int, seed: int = 0) -> dict[str, A
 
 
 def measure_job(
-    loss: Any, startup_program: Any, optimizer: Any, batch_size: int, seed: int, time_keys: list[str]
+    loss: Any,
+    startup_program: Any,
+    optimizer: Any,
+    batch_size: int,
+    seed: int,
+    time_keys: list[str],
+    row_cost_types: tuple[str, ...] = (LOCAL_CPU,),
 ) -> JobProfile:
     """Profile the program being minimised, on this machine's CPU, as training will run it.
 
@@ -118,7 +124,7 @@ def measure_job(
     rng_state = paddle.get_rng_state()
     try:
         with paddle.utils.unique_name.guard():
-            return _measure_copy(loss, startup_program, optimizer, batch_size, seed, time_keys)
+            return _measure_copy(loss, startup_program, optimizer, batch_size, seed, time_keys, row_cost_types)
     finally:
         paddle.set_rng_state(rng_state)
 
@@ -157,7 +163,13 @@ def _drop_table_updates(program: Any, tables: list[str]) -> int:
 
 
 def _measure_copy(
-    loss: Any, startup_program: Any, optimizer: Any, batch_size: int, seed: int, time_keys: list[str]
+    loss: Any,
+    startup_program: Any,
+    optimizer: Any,
+    batch_size: int,
+    seed: int,
+    time_keys: list[str],
+    row_cost_types: tuple[str, ...],
 ) -> JobProfile:
     main = loss.block.program.clone()
     startup = startup_program.clone()
@@ -197,9 +209,10 @@ def _measure_copy(
             ),
         )
     ps_row_seconds = probe_error = None
-    if LOCAL_CPU in time_keys:
+    priced_rows = tuple(key for key in time_keys if key in row_cost_types)
+    if priced_rows:
         try:
-            profile, ps_row_seconds = add_ps_service_time(profile, sparse_rows_per_sample(report.layers))
+            profile, ps_row_seconds = add_ps_service_time(profile, sparse_rows_per_sample(report.layers), priced_rows)
         except ProbeFailed as exc:
             # Training can go on: the plan is made without the servers' share and the report says so.
             probe_error = str(exc)
@@ -220,8 +233,11 @@ def sparse_rows_per_sample(layers: list[LayerGroup]) -> dict[str, float]:
     return {layer.name: layer.rows_per_sample for layer in layers if layer.kind == "sparse"}
 
 
-def add_ps_service_time(profile: ModelProfile, rows: dict[str, float]) -> tuple[ModelProfile, float]:
-    """The local CPU type's sparse-layer times with the parameter servers' work added.
+def add_ps_service_time(
+    profile: ModelProfile, rows: dict[str, float], keys: tuple[str, ...] = (LOCAL_CPU,)
+) -> tuple[ModelProfile, float]:
+    """The CPU types' (``keys``: the local one, or a host's type measured on it) sparse-layer times with the
+    parameter servers' work added.
 
     The profile ran with local tables.  On a CPU stage the rows are pulled from and pushed to the servers, which
     on this machine share the trainers' cores: each looked-up row costs the CPU time the ps_service probe measured
@@ -231,9 +247,8 @@ def add_ps_service_time(profile: ModelProfile, rows: dict[str, float]) -> tuple[
     row_seconds = ps_row_cost().row_seconds
     layers = []
     for layer in profile.layers:
-        if layer.name in rows and LOCAL_CPU in layer.time:
-            layer = replace(
-                layer, time={**layer.time, LOCAL_CPU: layer.time[LOCAL_CPU] + rows[layer.name] * row_seconds}
-            )
+        if layer.name in rows:
+            extra = rows[layer.name] * row_seconds
+            layer = replace(layer, time={**layer.time, **{k: layer.time[k] + extra for k in keys if k in layer.time}})
         layers.append(layer)
     return replace(profile, layers=tuple(layers)), row_seconds
