@@ -225,3 +225,8 @@ def first_job(rules: Rules, round_: Round, now: float) -> Job:
     if not rules.started_at:
         rules = replace(rules, started_at=now)
     return Job(rules, round_, Seen(startup_deadline=now + rules.startup_s))
+
+
+def with_seen(job: Job, **changes: Any) -> Job:
+    """``job`` with what its round has seen changed."""
+    return replace(job, seen=replace(job.seen, **changes))
