@@ -68,7 +68,9 @@ def setup(tmp_path_factory, heterps_cache, data_100k):
     return {"tmp": tmp, "data": data, "plan": str(plan), "cluster": str(cluster)}
 
 
-def run_job(setup, name, env=None, listed=HOSTS, plan=None, first=(), cluster=None, cpu_type="cpu_small", options=()):
+def run_job(
+    setup, name, env=None, listed=HOSTS, plan=None, first=(), cluster=None, cpu_type="cpu_small", options=(), epochs=3
+):
     """The job on the ``listed`` hosts of its hosts file (each started, after ``first``: (address, options) of
     machines the file does not name), from ``plan`` (default: the split).  As the README says to run it: each host
     in a directory of its own with its copy of the files (hosts.yaml, its key, plan.json, cluster.yaml), the command
@@ -84,7 +86,7 @@ def run_job(setup, name, env=None, listed=HOSTS, plan=None, first=(), cluster=No
         C: f"  - {{address: {C}, type: gpu_fast, port: {free_port_block(C, 8)}}}\n",
     }
     hosts.write_text("format: 1\nhosts:\n" + "".join(lines[address] for address in listed))
-    argv = [SCRIPT, "--data", setup["data"], "--out", "out", "--cluster", "cluster.yaml", "--epochs", "3"]
+    argv = [SCRIPT, "--data", setup["data"], "--out", "out", "--cluster", "cluster.yaml", "--epochs", str(epochs)]
     run = HostsRun(
         str(hosts),
         plan or setup["plan"],
@@ -306,9 +308,9 @@ def test_a_machine_never_in_the_hosts_file_joins_then_leaves_on_sigterm_without_
 
 
 # The scenario heterps bench adapt measures (one home): a cluster file whose heterogeneous type is a datasheet's, far
-# faster than what runs it here (a CPU process), whose CPU type is this machine's (local_cpu, measured by the
-# profiler inside minimize), and a target out of any plan's reach; the split it predicts fastest.
-OVERSTATED, LOCAL_SPLIT = bench_adapt.CLUSTER, bench_adapt.SPLIT
+# faster than what runs it here (a CPU process), and whose CPU type is understated (a tenth of a core's FLOPs); on the
+# file's word the split is by far the best plan.  Here without a target: the job's objective is its cost per sample.
+OVERSTATED, LOCAL_SPLIT = bench_adapt.cluster_text(None), bench_adapt.SPLIT
 # the windows short enough that a pass holds a decision (docs/adaptive.md: the same rules, other margins' times);
 # the job stands for one that runs on for an hour (its passes shortened): a move for speed alone must win back its
 # own time over the rest of the job, which a job of a minute never does
@@ -321,22 +323,24 @@ ADAPT_ENV = {
 }
 
 
-def test_a_split_the_measurements_show_does_not_pay_moves_and_releases_its_host(setup, undisturbed):
-    """The plan follows the job (issue 41, test i): the split onto an overstated type is chosen; its measured rates
-    correct the model; the job moves at the next checkpoint to the plan they say is best (one stage on the CPU
-    hosts), releases the heterogeneous host (its launch ends 0, released), and trains on; its measured cost per
-    million samples falls."""
+def test_at_default_settings_a_split_measured_before_betting_moves_on_cost_per_sample_and_releases(setup, undisturbed):
+    """The plan follows the job at the product's default settings (issue 54; windows of 30 s, a reconsideration
+    every 30 s, the horizon as long again as the job has run, a move costing 60 s): the launch's plan is the split the
+    file favours; each host type is timed on its host before the plan is made (a ``measured`` record each); with no
+    target the job's cost per sample is its objective (rule e); the measured rates say one stage on the CPU hosts
+    trains a sample for far less at no lower rate, so the job moves at a checkpoint to that plan (the one the machine
+    decided runs), releases the heterogeneous host (its launch ends 0, released), and its measured cost per million
+    samples falls.  8 passes: at defaults a decision needs minutes of windows, and the move must pay back 60 s."""
     (setup["tmp"] / "overstated").mkdir()
     (setup["tmp"] / "overstated" / "cluster.yaml").write_text(OVERSTATED)  # each host's cluster.yaml
     (setup["tmp"] / "local_split.json").write_text(json.dumps({"format": 1, "feasible": True, "stages": LOCAL_SPLIT}))
     run, work = run_job(
         setup,
         "adaptive",
-        ADAPT_ENV,
         plan=str(setup["tmp"] / "local_split.json"),
         cluster=str(setup["tmp"] / "overstated" / "cluster.yaml"),
-        cpu_type="local_cpu",
         options=("--adapt", "on"),
+        epochs=8,
     )
     try:
         codes = run.wait()
@@ -346,16 +350,23 @@ def test_a_split_the_measurements_show_does_not_pay_moves_and_releases_its_host(
         run.stop()
     assert run.leftovers() == []
     coordinator = run.hosts[A]
+    measured = {r["resource"]: r for r in coordinator.events("measured")}
+    assert measured["gpu_fast"]["host"] == C and measured["gpu_fast"]["seconds_per_sample"] > 0, measured
+    # the file said gpu_fast runs the program hundreds of times faster than it does here: measured, not believed
+    assert measured["gpu_fast"]["seconds_per_sample"] > 10 * measured["gpu_fast"]["file_seconds_per_sample"]
     (decided,) = coordinator.events("adapt", decision="move")
+    assert "trains a sample for" in decided["why"] and "no target or budget" in decided["why"], decided["why"]
     (moved,) = coordinator.events("round_planned", kind="adapt")
-    assert (
-        moved["round"] == 1 and moved["released"] == [C] and moved["new_plan"]["stages"] == ["2 x local_cpu (4 layers)"]
-    )
-    assert decided["proposal"]["refit"]["windows"] >= 1
+    assert moved["round"] == 1 and C in moved["released"], moved
+    new_stages = moved["new_plan"]["stages"]
+    assert len(new_stages) == 1 and "cpu_small (4 layers)" in new_stages[0], new_stages
+    # the plan decided is the plan that runs: the new round's trainer 0 published that plan's stages
+    assert decided["proposal"]["plan"]["stages"][0]["layers"] == ["embedding_0", "fc_0", "fc_1", "fc_2"]
+    worker = worker_log(run, A, 1)
+    assert "the cut of the plan the launch was started for: embedding_0, fc_0, fc_1, fc_2" in worker
     assert [r["how"] for r in run.hosts[C].events("host_ended")] == ["released"]
     assert "released: the plan no longer needs it" in consoles[C]
-    # the measured cost per million samples of each round, its first costed window to its last (a round's last
-    # window alone, a few seconds as its trainers end, came out either way under load): lower after the move
+    # the measured cost per million samples of each round, its first costed window to its last: lower after the move
     last = {}
     for number in (0, 1):
         costed = [r for r in coordinator.events("rates", round=number) if r["cost_so_far"] is not None]
@@ -367,8 +378,8 @@ def test_a_split_the_measurements_show_does_not_pay_moves_and_releases_its_host(
     assert last[1] < last[0], last
     grown, calm = heldout(run), undisturbed
     print(f"\ncost per million samples: split {last[0]:.4g}, moved {last[1]:.4g}; AUC {grown:.4f} vs {calm:.4f}")
-    # the issue's 0.02; above, the one-stage passes' gain (the killed-twice test says why)
-    assert calm - 0.02 <= grown <= calm + 0.04, (grown, calm)
+    # 8 passes against the undisturbed job's 3: at least as good below (the issue's 0.02); above, more passes
+    assert grown >= calm - 0.02, (grown, calm)
 
 
 # A steady job (issue 41, test iii): one stage on the two CPU hosts.  Its target is 0.75 of what the same job

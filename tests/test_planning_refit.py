@@ -90,3 +90,24 @@ def test_windows_combine_to_their_median_and_say_their_spread():
     assert combined.times[("fc_0", "gpu_fast")] == pytest.approx(middle)
     assert combined.spread["gpu_fast"] > 0.2
     assert from_rates(plan, window(0.0, [0.5, 0.5]), PROFILE, CLUSTER) is None  # nothing trained: nothing said
+
+
+def test_without_a_target_the_proposal_is_the_cheapest_per_sample_at_no_lower_rate():
+    """The cost per sample objective (launch/rounds.py: best_on_measurements with neither target nor budget): of the
+    plans the corrected model gives for the hosts, the one that trains a sample for least among those at least as
+    fast as the running plan; the exact optimum of the same model at that rate is one of them."""
+    from heterps_paddle.launch.rounds import best_on_measurements, per_sample
+    from heterps_paddle.planning.hosts import Host, HostsFile
+    from heterps_paddle.planning.replan import PlanningInputs
+
+    cluster = replace(CLUSTER, throughput=None)
+    hosts = HostsFile(tuple(Host(f"10.0.0.{i}", "cpu_small") for i in (1, 2, 3, 4)) + (Host("10.0.0.5", "gpu_fast"),))
+    inputs = PlanningInputs(PROFILE, cluster, None, None, "exact", 0)
+    running = 3500.0
+    best = best_on_measurements(inputs, hosts, frozenset(), None, running)
+    assert best.throughput >= running * (1 - 1e-3)
+    optimum = ExactScheduler().plan(CostModel(PROFILE, cluster, running))
+    assert per_sample(best) <= per_sample(optimum) * (1 + 1e-9)
+    # nothing faster than the running plan is cheaper a sample on the same model (the fastest the hosts reach either)
+    fastest = best_on_measurements(replace(inputs, target=1e12), hosts, frozenset(), None, running)
+    assert per_sample(best) <= per_sample(fastest) * (1 + 1e-9)

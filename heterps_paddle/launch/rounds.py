@@ -109,6 +109,9 @@ def best_on_measurements(
     from heterps_paddle.planning.replan import remaining_cluster, replan
 
     candidates = [replan(planning, hosts, lost).plan]
+    if planning.target_throughput is None and planning.budget is None and running:
+        # the cost per sample objective: the cheapest plan that trains at least as fast as the running one
+        candidates.append(replan(replace(planning, target=running), hosts, lost).plan)
     for rtype in remaining_cluster(planning.cluster, hosts, lost).resource_types:
         alone = replace(planning.cluster, resource_types=(rtype,))
         try:
