@@ -2,7 +2,6 @@
 with the state it leads to and the actions it asks for.  Pure: no sockets, no processes, time given."""
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 
@@ -56,7 +55,14 @@ def kinds(actions):
     return [type(a).__name__ for a in actions]
 
 
-RATES = SimpleNamespace(round=0, samples_per_s=100.0, target_samples_per_s=None)  # a Rates of round 0 (gauge.py)
+def window(per_s, target=None, round_number=0, stages=(), trainers=()):
+    """A Rates (launch/gauge.py) the machine reads: what the shell measured over a window."""
+    from heterps_paddle.launch.gauge import Rates
+
+    return Rates(round_number, 0.0, 30.0, 0, per_s, None, target, None, None, tuple(stages), tuple(trainers))
+
+
+RATES = window(100.0)  # a Rates of round 0
 # the running plan again: nothing to gain
 PROPOSAL = m.Proposal({"stages": []}, "a -> a", 100.0, 4.0, True, 100.0, 4.0, target=100.0)
 
@@ -659,7 +665,7 @@ def test_every_action_has_its_words_and_every_job_fact_its_record():
 def test_the_newest_rates_of_the_running_round_are_kept_and_an_earlier_rounds_are_not():
     j, _ = m.step(job(S.RUNNING), m.Measured(RATES), NOW)
     assert j.measured is RATES
-    late = SimpleNamespace(round=-1, samples_per_s=1.0)  # measured before a new round started
+    late = window(1.0, round_number=-1)  # measured before a new round started
     assert m.step(j, m.Measured(late), NOW)[0].measured is RATES
 
 
@@ -674,7 +680,7 @@ def adaptive(mode="on", **fields):
 
 
 def rates(per_s, target=1000.0):
-    return SimpleNamespace(round=0, samples_per_s=per_s, target_samples_per_s=target)
+    return window(per_s, target)
 
 
 def feed(j, values, start=NOW, every=10.0):
@@ -813,7 +819,14 @@ def test_a_move_for_speed_alone_must_win_back_its_own_time():
 
 # ---- a slow host replaced (issue 41, test ii): its trainers slow against their peers while the job misses its target
 
-STAGE = SimpleNamespace(resource="cpu_small", price_per_hour=1.5)
+
+def _stage():
+    from heterps_paddle.launch.gauge import StageRate
+
+    return StageRate(1, "cpu_small", "cpu", 2, None, 0.0, None, "nothing", 1.5)
+
+
+STAGE = _stage()
 
 
 def host_rates(per_s, shares, target=1000.0):
@@ -826,9 +839,7 @@ def host_rates(per_s, shares, target=1000.0):
         peers = None if share is None else 500.0
         mine = 500.0 if share is None else 500.0 * share
         trainers.append(TrainerRate(host, index, mine, peers, share is not None and share < 0.6))
-    return SimpleNamespace(
-        round=0, samples_per_s=per_s, target_samples_per_s=target, stages=(STAGE,), trainers=tuple(trainers)
-    )
+    return window(per_s, target, stages=(STAGE,), trainers=trainers)
 
 
 # B stopped most of the time: compared at each pass's start (slow), then alone in its pass's tail (not compared);
@@ -893,13 +904,9 @@ def test_no_replacement_for_a_host_compared_fast_once_in_between_the_coordinator
     assert "ReplaceAdvice" not in kinds(said) and j.seen.slow_windows[B] == 2
     # a window in which neither trained (a checkpoint): their peers' median 0, no comparison, the count kept
     idle = host_rates(0.0, {A: 1.0, B: 1.0})
-    idle = SimpleNamespace(
-        **{
-            **vars(idle),
-            "trainers": tuple(
-                replace(t, samples_per_s=0.0, peers_samples_per_s=0.0, slow=False) for t in idle.trainers
-            ),
-        }
+    idle = replace(
+        idle,
+        trainers=tuple(replace(t, samples_per_s=0.0, peers_samples_per_s=0.0, slow=False) for t in idle.trainers),
     )
     j, said = feed_rates(adaptive(newest_checkpoint=2), [SLOWED[0], idle, *SLOWED[1:]])
     assert kinds(said).count("ReplaceAdvice") == 1
@@ -913,7 +920,7 @@ def test_no_replacement_for_a_host_compared_fast_once_in_between_the_coordinator
     assert "ReplaceAdvice" not in kinds(said) and j.seen.slow_windows[B] == 3  # 40 s of windows that trained
     j, said = feed_rates(j, [host_rates(300.0, {A: None, B: None})] * 3, start=NOW + 90)
     assert "ReplaceAdvice" in kinds(said)  # with its tail's windows, under the floor of 900 on average
-    on_target = [SimpleNamespace(**{**vars(w), "target_samples_per_s": 500.0}) for w in SLOWED]
+    on_target = [replace(w, target_samples_per_s=500.0) for w in SLOWED]
     j, said = feed_rates(adaptive(), on_target)
     assert "ReplaceAdvice" not in kinds(said), said  # slow, but the job meets its target: nothing to gain
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from heterps_paddle.launch.events import (
     Action,
@@ -24,6 +24,7 @@ from heterps_paddle.launch.events import (
     Reconsider,
     ReplaceAdvice,
 )
+from heterps_paddle.launch.gauge import Rates
 from heterps_paddle.launch.state import Job, JobState, Replacement, with_seen
 
 WINDOWS_KEPT = 6  # whole windows a reconsideration corrects the model by (by default a window every 10 s: a minute)
@@ -43,7 +44,7 @@ def on_measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action
     """The running round's rates, kept: what the plan delivers.  With --adapt, a reconsideration asked for, at most
     every ``every_s``: when the target has been missed over ``sustain_s``, or (past the cooldown after a move) to
     look for a cheaper or faster plan."""
-    if job.state is not JobState.RUNNING or getattr(event.rates, "round", None) != job.round.number:
+    if job.state is not JobState.RUNNING or event.rates.round != job.round.number:
         return job, []
     adapt = job.rules.adapt
     kept = tuple(r for r in job.seen.rates if now - r[0] <= 2 * adapt.sustain_s) + ((now, event.rates),)
@@ -102,14 +103,14 @@ def _missed(job: Job, now: float) -> str | None:
     )
 
 
-def _slow_windows(counts: Any, rates: Any) -> dict[str, int]:
+def _slow_windows(counts: Mapping[str, int], rates: Rates) -> dict[str, int]:
     """Each host's slow comparisons in a row after ``rates``' window: a host whose trainers had peers in the same
     pass (launch/gauge.py: TrainerRate) counts one more when every one of them was slow, and starts again from 0 when
     one was not; a host no window compared (its trainers alone in their pass, or waiting) keeps its count.  Rows in
     a row, not windows in a span of time: a slow trainer has peers only at the start of each pass, until they end
     their share and wait for it."""
     compared: dict[str, bool] = {}
-    for t in getattr(rates, "trainers", ()) or ():
+    for t in rates.trainers:
         if t.share is not None:  # peers that trained in the window (none trains across a checkpoint: no comparison)
             compared[t.host] = compared.get(t.host, True) and bool(t.slow)
     out = dict(counts)
@@ -137,10 +138,10 @@ def _straggler(job: Job, now: float) -> tuple[Replacement, str] | None:
     target, mean, floor, span = short
     shares = {h: _newest_share(rates, h) for h in hosts}
     host = min(hosts, key=lambda h: (shares[h], h))
-    stages = getattr(rates[-1][1], "stages", ()) or ()
+    stages = rates[-1][1].stages
     first = stages[0] if stages else None
-    resource = str(getattr(first, "resource", "?"))
-    price = float(getattr(first, "price_per_hour", None) or 0.0)
+    resource = first.resource if first is not None else "?"
+    price = float(first.price_per_hour or 0.0) if first is not None else 0.0
     found = Replacement(host, resource, price, shares[host], counts[host])
     why = (
         f"host {host} is slow: its trainers trained {found.share:.0%} of their peers' samples/s in the same pass, "
@@ -154,7 +155,7 @@ def _judged(job: Job, now: float) -> tuple[float, float] | None:
     """(target, since) when the round can be judged against its target: it has one, and it has trained for at least
     ``sustain_s`` since ``since`` (Seen.trained_at: the windows of its processes starting are no miss)."""
     rates = job.seen.rates
-    target = getattr(rates[-1][1], "target_samples_per_s", None) if rates else None
+    target = rates[-1][1].target_samples_per_s if rates else None
     started = job.seen.trained_at
     if not target or started is None or now - started < job.rules.adapt.sustain_s:
         return None
@@ -175,10 +176,10 @@ def _short_of_target(job: Job, now: float) -> tuple[float, float, float, float] 
     return (target, mean, floor, now - kept[0][0]) if mean < floor else None
 
 
-def _newest_share(rates: Any, host: str) -> float:
+def _newest_share(rates: Sequence[tuple[float, Rates]], host: str) -> float:
     """``host``'s trainers' lowest share of their peers' samples/s in the newest window that compared them."""
     for _, r in reversed(rates):
-        shares = [t.share for t in getattr(r, "trainers", ()) or () if t.host == host and t.share is not None]
+        shares = [t.share for t in r.trainers if t.host == host and t.share is not None]
         if shares:
             return float(min(shares))
     return 0.0

@@ -8,6 +8,8 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from heterps_paddle.launch.gauge import Rates
+
 # ------------------------------------------------------------------------------------------------ the records
 
 
@@ -169,10 +171,10 @@ class Seen:
     settle_at: float | None = None
     connect_timeout: bool = False  # the failure being settled began with Paddle's connect-timeout abort
     pending: Change | None = None  # the new round asked for (state REPLANNING)
-    rates: tuple[Any, ...] = ()  # the round's measured rates, the newest last (launch/gauge.py: Rates)
+    rates: tuple[tuple[float, Rates], ...] = ()  # the round's measured rates (when, Rates), the newest last
     # the round's last WINDOWS_KEPT whole windows (a round's first, shorter ones are not what its plan trains):
     # what a reconsideration corrects the cost model by (planning/refit.py: the median of their corrections)
-    windows: tuple[Any, ...] = ()
+    windows: tuple[Rates, ...] = ()
     # when the round's first window that trained was measured: the windows of its processes starting (seconds on a
     # busy machine) trained nothing, and are no miss
     trained_at: float | None = None
@@ -203,7 +205,7 @@ class Job:
     # asked: complete or captured)
     leaving: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     reason: str | None = None  # why the launch aborted
-    measured: Any = None  # the running round's measured rates, the newest (launch/gauge.py: Rates)
+    measured: Rates | None = None  # the running round's measured rates, the newest
     moved_at: float | None = None  # the checkpoint (passes done) the last adaptive move resumed from
     newest_checkpoint: float = 0.0  # passes done in the newest complete checkpoint the machine was told of (a
     # fraction inside a pass)
