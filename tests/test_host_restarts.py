@@ -449,6 +449,9 @@ def test_a_steady_job_whose_rates_jitter_never_moves(setup, steady):
     assert sum(n == 2 for n in stops) >= len(stops) // 2, stops  # the noise reached the trainers
     assert looked, "the job never looked for another plan: nothing was tested"
     assert coordinator.events("adapt", decision="move") == [] and coordinator.events("round_planned") == []
+    # nor a machine asked for on noise (a paid VM): no host replaced, no units wished for, --on-scale never run
+    assert [d["decision"] for d in coordinator.events("adapt") if d["decision"] in ("replace", "wish")] == []
+    assert coordinator.events("on_scale") == [] and coordinator.events("on_scale_ran") == []
     assert [r["round"] for r in coordinator.events("round_started")] == [0]
     grown, calm_auc = heldout(run), steady["auc"]
     assert abs(grown - calm_auc) <= 0.02, (grown, calm_auc)

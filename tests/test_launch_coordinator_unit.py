@@ -430,3 +430,34 @@ def test_an_adaptive_move_runs_the_plan_decided_on_the_correction_it_was_decided
         assert not hasattr(coord, "refit") and not hasattr(coord, "windows")  # job state is the machine's
     finally:
         coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
+def test_an_on_scale_command_that_fails_or_hangs_is_bounded_logged_and_never_the_jobs(tmp_path, monkeypatch):
+    from heterps_paddle.launch import coordinator as coordinator_module
+    from heterps_paddle.launch.event_log import EventLog, JobLog, read
+
+    records, said = JobLog(EventLog(str(tmp_path)), "job"), []
+    message = {"wanted": {"cpu_small": 1}, "released": {}, "why": "a slow host"}
+    coordinator_module.run_on_scale("cat > /dev/null; echo no quota >&2; exit 3", message, records, said.append)
+    monkeypatch.setattr(coordinator_module, "ON_SCALE_TIMEOUT_S", 1.0)
+    pid_file = tmp_path / "child.pid"
+    # it hangs, and what it started hangs with it: both stopped once its time is up
+    coordinator_module.run_on_scale(f"sleep 300 & echo $! > {pid_file}; wait", message, records, said.append)
+    ran = [r for r in read(str(tmp_path)) if r["type"] == "on_scale_ran"]
+    assert ran[0]["code"] == 3 and "no quota" in ran[0]["output"]
+    assert ran[1]["code"] is None and "still running after 1 s: stopped" in ran[1]["output"]
+    assert said[0] == "heterps launch: adapt: --on-scale FAILED (exit status 3); the job goes on"
+    assert "FAILED (still running after 1 s: stopped)" in said[1]
+    child = int(pid_file.read_text())
+
+    def running():  # a zombie (exited, not yet reaped by whatever adopted it) is not running
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not running(), f"the hung command's child {child} is still running"
