@@ -99,8 +99,8 @@ def script(tmp_path):
 
 
 def test_a_launch_by_counts_gets_explicit_endpoints_from_its_claimed_block(tmp_path):
-    from heterps_paddle.launch.driver import with_claimed_ports
     from heterps_paddle.launch.options import parse
+    from heterps_paddle.launch.paddle_round import with_claimed_ports
 
     train = script(tmp_path)
     argv = ["--server_num=1", "--worker_num=2", "--heter_worker_num=1;2", "--heter_devices=cpu;cpu", "--log_dir", "L"]
@@ -122,8 +122,8 @@ def test_a_launch_by_counts_gets_explicit_endpoints_from_its_claimed_block(tmp_p
 
 
 def test_a_launch_that_names_its_endpoints_is_left_as_it_is(tmp_path):
-    from heterps_paddle.launch.driver import with_claimed_ports
     from heterps_paddle.launch.options import parse
+    from heterps_paddle.launch.paddle_round import with_claimed_ports
 
     options = parse(["--servers", "127.0.0.1:6170", "--workers", "127.0.0.1:6171", script(tmp_path)])
     assert with_claimed_ports(options.paddle_arguments(), options) == (None, options)

@@ -273,8 +273,8 @@ def test_after_the_launcher_a_host_without_trainers_fails_on_a_bad_end_while_the
 
 
 def test_launch_options_split_from_paddles(tmp_path):
-    from heterps_paddle.launch.driver import launch_description
     from heterps_paddle.launch.options import parse
+    from heterps_paddle.launch.paddle_round import launch_description
 
     train = tmp_path / "t.py"
     train.write_text("")

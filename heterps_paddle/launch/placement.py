@@ -127,7 +127,7 @@ class Expansion:
         return [p for part in self.parts for p in part.processes]
 
     def launch_description(self) -> dict[str, Any]:
-        """What ``heterps launch`` tells every process in ``HETERPS_LAUNCH`` (launch/driver.py:
+        """What ``heterps launch`` tells every process in ``HETERPS_LAUNCH`` (launch/paddle_round.py:
         launch_description, the same keys first), and the type the hosts file names for each group's hosts: a plan
         made inside ``minimize`` prices and times each group as the machines it runs on (planning/launch_fit.py)."""
         return {
