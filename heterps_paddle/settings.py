@@ -89,7 +89,7 @@ def _shards(text: str) -> int | None:
 
 
 def _staging(text: str) -> str:
-    """``memory`` (the default), ``disk``, or an absolute directory (runtime/launch_checkpoints.staging_for)."""
+    """``memory`` (the default), ``disk``, or an absolute directory (runtime/checkpoint_persist.staging_for)."""
     if text in ("memory", "disk") or os.path.isabs(text):
         return text
     raise ValueError("must be memory, disk or an absolute directory")

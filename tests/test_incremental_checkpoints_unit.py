@@ -9,7 +9,7 @@ import pytest
 
 from heterps_paddle import settings
 from heterps_paddle.runtime import checkpoint_choice as cc
-from heterps_paddle.runtime import checkpoint_deltas, launch_checkpoints
+from heterps_paddle.runtime import checkpoint_deltas, checkpoint_persist, launch_checkpoints
 from heterps_paddle.runtime.checkpoint_files import MANIFEST, CheckpointError, file_digest, write_manifest
 from heterps_paddle.runtime.launch_checkpoints import Barrier, Decision, PassCheckpoints
 
@@ -123,14 +123,14 @@ def test_retention_keeps_the_newest_two_and_their_chains(chain, tmp_path, monkey
     passes, _ = checkpoints(tmp_path, monkeypatch, 3)
     make(chain, 6, chain=[4, 5])
     (chain / ".pass-000007.incomplete").mkdir()
-    passes.prune(cc.Progress(6))
+    checkpoint_persist.prune(passes.root, cc.Progress(6))
     assert sorted(n for n in os.listdir(chain) if n.startswith("pass-")) == [
         "pass-000004",
         "pass-000005",
         "pass-000006",
     ]
     make(chain, 7)  # a new base: pass 6's chain still needed (the second newest), nothing older
-    passes.prune(cc.Progress(7))
+    checkpoint_persist.prune(passes.root, cc.Progress(7))
     assert sorted(n for n in os.listdir(chain) if n.startswith("pass-")) == [
         "pass-000004",
         "pass-000005",
@@ -138,7 +138,7 @@ def test_retention_keeps_the_newest_two_and_their_chains(chain, tmp_path, monkey
         "pass-000007",
     ]
     make(chain, 8, chain=[7])
-    passes.prune(cc.Progress(8))
+    checkpoint_persist.prune(passes.root, cc.Progress(8))
     assert sorted(n for n in os.listdir(chain) if n.startswith("pass-")) == ["pass-000007", "pass-000008"]
 
 
@@ -249,7 +249,7 @@ def test_base_interval_setting(tmp_path, monkeypatch):
 def test_staging_directories_are_known_to_saves():
     assert cc.STAGING.fullmatch(".pass-000012.incomplete") and not cc.STAGING.fullmatch("pass-000012")
     assert cc.STAGING.fullmatch(".pass-000012.3of8.incomplete")
-    assert launch_checkpoints.complete.__name__ == "complete"
+    assert checkpoint_persist.complete.__name__ == "complete"
 
 
 def test_the_sparse_tables_get_the_delta_threshold_and_bad_settings_are_refused():

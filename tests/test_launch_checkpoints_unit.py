@@ -91,7 +91,7 @@ def test_launch_options_and_environment(tmp_path):
 def test_staging_is_memory_when_it_has_room_and_every_server_is_here(tmp_path, monkeypatch):
     import shutil
 
-    from heterps_paddle.runtime import launch_checkpoints as lc
+    from heterps_paddle.runtime import checkpoint_persist as lc
     from heterps_paddle.runtime.checkpoint_files import memory_staging_dir
 
     root = str(tmp_path / "ckpt")
@@ -148,7 +148,7 @@ def test_a_staging_directory_of_a_dead_process_is_swept_and_a_live_ones_kept(tmp
 
 
 def test_a_background_persist_failure_reaches_the_trainer_that_waits_for_it():
-    from heterps_paddle.runtime import launch_checkpoints as lc
+    from heterps_paddle.runtime import checkpoint_persist as lc
 
     def boom():
         raise CheckpointError("checkpoint after pass 3 FAILED writing /x: [Errno 28] No space left on device")

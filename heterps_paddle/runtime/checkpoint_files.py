@@ -119,7 +119,7 @@ def add_to_manifest(dirname: str, files: list[str], fields: dict[str, Any]) -> N
     write_manifest(dirname, manifest)
 
 
-# Checkpoints staged in memory (runtime/launch_checkpoints.staging_for): a directory of shared memory per trainer 0
+# Checkpoints staged in memory (runtime/checkpoint_persist.staging_for): a directory of shared memory per trainer 0
 # process, named by its pid and start time, so that one left by a process killed before it removed it (kill -9)
 # is known for a dead one's and removed by the next launch on the machine (:func:`sweep_memory_staging`).
 MEMORY_ROOT = "/dev/shm"
