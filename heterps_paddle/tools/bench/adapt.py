@@ -3,7 +3,7 @@ against the same job with the plan fixed, in one run (issue 41, item 5).
 
 Scenario (i), a cluster file that overstates the heterogeneous type and understates the CPU type: three loopback
 hosts (127.0.0.2: the server and a CPU trainer, .3: a CPU trainer, both ``cpu_small``; .4: ``gpu_fast``, run on the
-CPU with ``--devices cpu``), the same script (``elastic.train``), data and launch options (``--checkpoint-every
+CPU with ``--devices cpu``), the same script (tools/bench/bench_job.py), data and launch options (``--checkpoint-every
 1``) in four jobs, one after the other, at the product's default settings (``--settings shortened``: the tests'
 windows of seconds, for a quick look):
 
@@ -237,7 +237,7 @@ def run_job(
     ``cluster``: its cluster file (default: the work directory's).  ``slowed``: B slowed from the first measured
     window on (scenario ii); with ``--adapt on`` the job's ``--on-scale`` command records what it asks for, and the
     benchmark, as a cloud would, starts a machine on C with the ``--join`` command."""
-    from heterps_paddle.tools.bench import elastic
+    from heterps_paddle.tools.bench import bench_job
     from heterps_paddle.tools.jobs import OUTER_GRACE_S, HostsRun, Slowing, free_port_block
 
     here = os.path.join(work, name)
@@ -251,7 +251,7 @@ def run_job(
     with open(os.path.join(here, "plan.json"), "w") as f:
         json.dump({"format": 1, "feasible": True, "stages": stages}, f)
     passes = args.slowed_passes if slowed else args.passes
-    argv = [elastic.__file__, *f"--passes {passes} --batch {args.batch}".split()]
+    argv = [bench_job.__file__, *f"--passes {passes} --batch {args.batch}".split()]
     argv += ["--data", os.path.join(work, "data"), "--cluster", cluster or os.path.join(work, "cluster.yaml")]
     argv += ["--out", os.path.join(here, "out")]
     checkpoints = os.path.join(here, "checkpoints")
