@@ -5,7 +5,7 @@ records it cannot read.  Pure: times are given."""
 import pytest
 
 from heterps_paddle.launch.gauge import Gauge
-from heterps_paddle.planning.cost_model import cost_per_million_samples
+from heterps_paddle.planning.unit_cost import cost_per_million_samples
 
 PLAN = {
     "plan": {

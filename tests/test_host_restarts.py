@@ -30,7 +30,7 @@ import time
 import pytest
 from conftest import split_cluster
 
-from heterps_paddle.planning.cost_model import cost_per_million_of
+from heterps_paddle.planning.unit_cost import cost_per_million_of
 from heterps_paddle.runtime.checkpoint_files import read_manifest, verify
 from heterps_paddle.tools.bench import adapt as bench_adapt
 from heterps_paddle.tools.jobs import HostsRun, Slowing, free_port_block

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from heterps_paddle.files import new_lines
 from heterps_paddle.launch import event_log
-from heterps_paddle.planning.cost_model import cost_per_million_samples
+from heterps_paddle.planning.unit_cost import cost_per_million_samples
 
 
 @dataclass

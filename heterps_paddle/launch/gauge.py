@@ -25,10 +25,10 @@ one line per stage and one for the job.
   slow one bounds every pass it is in; the console says so, where the job's rate alone would not say which host.
 - **Cost.** Cost per hour is the plan's (each stage's units times its type's price); cost so far adds it up over
   the time each round ran; cost per million samples is cost per hour over the samples trained per hour
-  (planning/cost_model.py: cost_per_million_samples, the one definition), at the measured rate.
+  (planning/unit_cost.py: cost_per_million_samples, the one definition), at the measured rate.
 - **Spans.** The last window's rate says how the job goes now; what the job costs its user is over the job: the
   samples trained so far, the time since the gauge first saw the job, the cost so far and their quotients (cost
-  over samples: cost_model.cost_per_million_of), and the same over the running round.  None of them is reset by a
+  over samples: unit_cost.cost_per_million_of), and the same over the running round.  None of them is reset by a
   move, a restart or a leave (the gauge lives as long as the launch that runs the job's machine).
 
 Pure: no I/O, no clock of its own (times come with the calls), no Paddle.
@@ -41,7 +41,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from heterps_paddle.planning.cost_model import cost_per_million_of, cost_per_million_samples
+from heterps_paddle.planning.unit_cost import cost_per_million_of, cost_per_million_samples
 
 UNKNOWN = "?"  # a stage's resource before the round's plan record is on the board
 

@@ -23,6 +23,7 @@ from heterps_paddle.planning.hosts import HostsFile, joined_hosts, joined_spec, 
 from heterps_paddle.planning.model import Cluster, Plan, plan_from_dict, save_plan
 from heterps_paddle.planning.refit import Refit, combine, corrected_profile, from_rates, predicted, rate_of
 from heterps_paddle.planning.schedulers.exact import REACH_TOLERANCE
+from heterps_paddle.planning.unit_cost import cost_per_million_samples
 
 
 def plan_maker(part: HostRound, log_dir: str) -> Callable[[RoundRequest], RoundPlan]:
@@ -133,8 +134,8 @@ def best_on_measurements(
 
 
 def per_sample(plan: Plan) -> float:
-    """What ``plan`` costs a sample, at its predicted samples/s (infinite when it trains nothing)."""
-    return plan.cost_per_hour / plan.throughput if plan.throughput > 0 else float("inf")
+    """What a million samples cost on ``plan``, at its predicted samples/s (infinite when it trains nothing)."""
+    return cost_per_million_samples(plan.cost_per_hour, plan.throughput)
 
 
 def corrected(inputs: Any, refit: Refit | None) -> Any:

@@ -16,7 +16,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from heterps_paddle.planning.model import FORMAT_VERSION, PlanningInputError, _load_document, _Reader
+from heterps_paddle.planning.model import FORMAT_VERSION
+from heterps_paddle.planning.strict_reader import PlanningInputError, Reader, load_document
 
 DEFAULT_BASE_PORT = 36000
 MAX_PORT = 65535
@@ -56,7 +57,7 @@ _HOST_KEYS = {"address", "type", "units", "servers", "port", "node"}
 
 
 def hosts_from_dict(document: Any, source: str = "<hosts>") -> HostsFile:
-    r = _Reader(source)
+    r = Reader(source)
     doc = r.mapping(document, "", _FILE_KEYS, {"format", "hosts"})
     r.format_version(doc)
     hosts = []
@@ -102,7 +103,7 @@ def hosts_from_dict(document: Any, source: str = "<hosts>") -> HostsFile:
     )
 
 
-def _port(r: _Reader, value: Any, key: str) -> int:
+def _port(r: Reader, value: Any, key: str) -> int:
     port = r.integer(value, key, 1)
     if port > MAX_PORT:
         raise r.fail(key, f"must be a port number (1..{MAX_PORT}), got {value!r}")
@@ -110,7 +111,7 @@ def _port(r: _Reader, value: Any, key: str) -> int:
 
 
 def load_hosts(path: str) -> HostsFile:
-    return hosts_from_dict(_load_document(path), path)
+    return hosts_from_dict(load_document(path), path)
 
 
 def hosts_to_dict(hosts: HostsFile) -> dict[str, Any]:

@@ -36,12 +36,12 @@ from heterps_paddle.planning.budget import within_budget
 from heterps_paddle.planning.cost_model import (
     CostModel,
     StageOption,
-    cost_per_million_samples,
     plan_cost_per_hour,
     plan_throughput,
 )
 from heterps_paddle.planning.launch import SPLIT_FIRST_STAGE_KINDS, LaunchShape
 from heterps_paddle.planning.model import Cluster, ModelProfile, Plan, PlanningInputError, ResourceType
+from heterps_paddle.planning.unit_cost import cost_per_million_samples
 
 THROUGHPUT_TIE = 0.02
 SCHEDULER_NAME = "launch-fit"

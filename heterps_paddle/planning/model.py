@@ -16,11 +16,13 @@ from typing import Any, Mapping
 
 import yaml
 
-from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import write_atomic
-from heterps_paddle.text_numbers import ascii_float
 
-FORMAT_VERSION = 1
+# re-exported: the planning records' readers and writers import them from here
+from heterps_paddle.planning.strict_reader import FORMAT_VERSION as FORMAT_VERSION
+from heterps_paddle.planning.strict_reader import PlanningInputError as PlanningInputError
+from heterps_paddle.planning.strict_reader import Reader, load_document
+
 LAYER_KINDS = ("sparse", "dense")
 RESOURCE_KINDS = ("cpu", "gpu")
 # A gpu type's tier_slowdown when its cluster file gives none (docs/plan-formats.md, "The cost model"): how many
@@ -30,13 +32,6 @@ RESOURCE_KINDS = ("cpu", "gpu")
 # resident, 115 with a quarter, 6.66 times slower = r + (1 - r) * 8.55 at r = 0.25.  (Zipf 0.8, less skewed, gives
 # 27.4; before the host tier's batch calls and the eviction on the device it was 65.5.)
 DEFAULT_TIER_SLOWDOWN = 8.55
-
-
-class PlanningInputError(HeterPSError, ValueError):
-    """A model profile, cluster or plan file (or value) that cannot be used."""
-
-
-# ---------------------------------------------------------------------------------------------- records
 
 
 @dataclass(frozen=True)
@@ -234,128 +229,12 @@ class Plan:
 # ------------------------------------------------------------------------------------- strict parsing
 
 
-class _Reader:
-    """Checks one mapping against a schema, reporting ``file: key: reason``."""
-
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, key: str, reason: str) -> PlanningInputError:
-        where = f"{self.source}: {key}" if key else self.source
-        return PlanningInputError(f"{where}: {reason}")
-
-    def mapping(self, value: Any, key: str, allowed: set[str], required: set[str]) -> Mapping[str, Any]:
-        if not isinstance(value, Mapping):
-            raise self.fail(key, f"must be a mapping, got {type(value).__name__}")
-        for name in value:
-            if name not in allowed:
-                raise self.fail(_join(key, str(name)), f"unknown key (allowed: {', '.join(sorted(allowed))})")
-        for name in sorted(required):
-            if name not in value:
-                raise self.fail(_join(key, name), "missing required key")
-        return value
-
-    def number(self, value: Any, key: str, positive: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            # YAML reads 2.1e9 as a float but "2.1e9" quoted, or 1e9 without a dot, as a string.  ascii_float, not
-            # float(): float() also reads "١٢" and "1_000" (heterps_paddle/text_numbers.py).
-            if isinstance(value, str):
-                try:
-                    value = ascii_float(value)
-                except ValueError:
-                    raise self.fail(key, f"must be a number, got {value!r}") from None
-            else:
-                raise self.fail(key, f"must be a number, got {type(value).__name__} {value!r}")
-        number = float(value)
-        if not math.isfinite(number):
-            raise self.fail(key, f"must be finite, got {number!r}")
-        if number < 0:
-            raise self.fail(key, f"must not be negative, got {number!r}")
-        if positive and number == 0:
-            raise self.fail(key, "must be positive, got 0")
-        return number
-
-    def integer(self, value: Any, key: str, minimum: int) -> int:
-        number = self.number(value, key)
-        if number != int(number):
-            raise self.fail(key, f"must be an integer, got {value!r}")
-        if number < minimum:
-            raise self.fail(key, f"must be >= {minimum}, got {value!r}")
-        return int(number)
-
-    def string(self, value: Any, key: str, choices: tuple[str, ...] | None = None) -> str:
-        if not isinstance(value, str) or not value:
-            raise self.fail(key, f"must be a non-empty string, got {value!r}")
-        if choices is not None and value not in choices:
-            raise self.fail(key, f"must be one of {', '.join(choices)}, got {value!r}")
-        return value
-
-    def boolean(self, value: Any, key: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(key, f"must be true or false, got {value!r}")
-        return value
-
-    def sequence(self, value: Any, key: str, non_empty: bool = True) -> list[Any]:
-        if not isinstance(value, list):
-            raise self.fail(key, f"must be a list, got {type(value).__name__}")
-        if non_empty and not value:
-            raise self.fail(key, "must not be empty")
-        return value
-
-    def format_version(self, document: Mapping[str, Any]) -> None:
-        if document["format"] != FORMAT_VERSION or isinstance(document["format"], bool):
-            raise self.fail(
-                "format", f"unsupported format {document['format']!r} (this version reads {FORMAT_VERSION})"
-            )
-
-    def unique(self, names: list[str], key: str) -> None:
-        seen: set[str] = set()
-        for index, name in enumerate(names):
-            if name in seen:
-                raise self.fail(f"{key}[{index}].name", f"duplicate name {name!r}")
-            seen.add(name)
-
-
-def _join(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
-
-
-def _load_document(path: str) -> Any:
-    """The one reader of profile, cluster and plan files: ``heterps plan``, ``heterps launch-args`` and
-    ``strategy.heterps_configs`` all report a bad file with these messages."""
-    if os.path.isdir(path):
-        raise PlanningInputError(f"{path}: is a directory, not a file")
-    if not os.path.isfile(path):
-        raise PlanningInputError(f"{path}: file does not exist")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:  # unreadable (permissions, a dangling mount): the user's file, not a crash
-        raise PlanningInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise PlanningInputError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
-    try:
-        if path.endswith(".json"):
-            return json.loads(text)
-        return yaml.safe_load(text)  # JSON is YAML too, so any suffix but .json goes through the YAML reader
-    except yaml.MarkedYAMLError as exc:
-        # One line with the place, rather than PyYAML's multi-line text that points at "<unicode string>".
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        why = "; ".join(part for part in (exc.problem, exc.context) if part)
-        raise PlanningInputError(f"{path}: cannot parse as YAML: {where}{why}") from None
-    except (ValueError, yaml.YAMLError) as exc:
-        raise PlanningInputError(f"{path}: cannot parse: {exc}") from None
-
-
-# -------------------------------------------------------------------------------------- model profile
-
 _LAYER_KEYS = {"name", "kind", "flops", "param_bytes", "io_bytes", "out_bytes", "time"}
 _LAYER_REQUIRED = {"name", "kind", "flops", "param_bytes", "out_bytes"}
 
 
 def model_profile_from_dict(document: Any, source: str = "<model>") -> ModelProfile:
-    r = _Reader(source)
+    r = Reader(source)
     doc = r.mapping(
         document, "", {"format", "name", "batch_size", "layers"}, {"format", "name", "batch_size", "layers"}
     )
@@ -406,7 +285,7 @@ def model_profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
 
 
 def load_model_profile(path: str) -> ModelProfile:
-    return model_profile_from_dict(_load_document(path), path)
+    return model_profile_from_dict(load_document(path), path)
 
 
 # -------------------------------------------------------------------------------------------- cluster
@@ -427,7 +306,7 @@ _TYPE_REQUIRED = _TYPE_KEYS - {"ssd_bw", "tier_slowdown"}
 
 
 def cluster_from_dict(document: Any, source: str = "<cluster>") -> Cluster:
-    r = _Reader(source)
+    r = Reader(source)
     doc = r.mapping(document, "", {"format", "throughput", "resource_types", "links"}, {"format", "resource_types"})
     r.format_version(doc)
     types = []
@@ -468,7 +347,7 @@ def cluster_from_dict(document: Any, source: str = "<cluster>") -> Cluster:
     return Cluster(resource_types=tuple(types), throughput=throughput, links=links)
 
 
-def _links(r: _Reader, value: Any, type_names: set[str]) -> Links:
+def _links(r: Reader, value: Any, type_names: set[str]) -> Links:
     item = r.mapping(value, "links", {"default", "types"}, set())
     default = None if item.get("default") is None else r.number(item["default"], "links.default", positive=True)
     by_type: dict[str, float] = {}
@@ -514,7 +393,7 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
 
 
 def load_cluster(path: str) -> Cluster:
-    return cluster_from_dict(_load_document(path), path)
+    return cluster_from_dict(load_document(path), path)
 
 
 def unknown_time_keys(profile: ModelProfile, cluster: Cluster) -> list[str]:
@@ -555,7 +434,7 @@ def plan_from_dict(document: Any, source: str = "<plan>", kinds: Mapping[str, st
     """A plan from its JSON document.  ``kinds`` (resource type name -> cpu|gpu, e.g. from the cluster the plan
     was made for) gives the kind of stages that do not carry one; a stage whose kind is known from neither is an
     error.  A hand-written plan needs only ``format``, ``feasible`` and its stages' resource, layers and units."""
-    r = _Reader(source)
+    r = Reader(source)
     doc = r.mapping(document, "", _PLAN_KEYS, _PLAN_REQUIRED)
     r.format_version(doc)
     feasible = r.boolean(doc["feasible"], "feasible")
@@ -632,7 +511,7 @@ def load_plan(path: str, cluster: Cluster | str | None = None, kinds: Mapping[st
         cluster = load_cluster(cluster)
     if cluster is not None:
         kinds = {t.name: t.kind for t in cluster.resource_types}
-    return plan_from_dict(_load_document(path), path, kinds)
+    return plan_from_dict(load_document(path), path, kinds)
 
 
 def save_plan(plan: Plan, path: str) -> None:

@@ -47,7 +47,7 @@ from typing import Any, Mapping, Sequence
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.launch import event_log
-from heterps_paddle.planning.cost_model import cost_per_million_of, cost_per_million_samples
+from heterps_paddle.planning.unit_cost import cost_per_million_of, cost_per_million_samples
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 # The heterogeneous type as a datasheet has it, far faster than the CPU process that runs it here, and the CPU type
