@@ -324,13 +324,11 @@ ADAPT_ENV = {
 
 
 def test_at_default_settings_a_split_measured_before_betting_moves_on_cost_per_sample_and_releases(setup, undisturbed):
-    """The plan follows the job at the product's default settings (issue 54; windows of 30 s, a reconsideration
-    every 30 s, the horizon as long again as the job has run, a move costing 60 s): the launch's plan is the split the
-    file favours; each host type is timed on its host before the plan is made (a ``measured`` record each); with no
-    target the job's cost per sample is its objective (rule e); the measured rates say one stage on the CPU hosts
-    trains a sample for far less at no lower rate, so the job moves at a checkpoint to that plan (the one the machine
-    decided runs), releases the heterogeneous host (its launch ends 0, released), and its measured cost per million
-    samples falls.  8 passes: at defaults a decision needs minutes of windows, and the move must pay back 60 s."""
+    """The plan follows the job at default settings (issue 54): the launch runs the split the file favours; each
+    host type is timed on its host first (``measured`` records); with no target the cost per sample is the objective
+    (rule e): the job moves at a checkpoint to one stage on the CPU hosts (the plan decided is the one that runs),
+    releases the heterogeneous host, and its cost per million samples falls.  8 passes: at defaults a decision needs
+    minutes of windows, and the move must pay back its 60 s."""
     (setup["tmp"] / "overstated").mkdir()
     (setup["tmp"] / "overstated" / "cluster.yaml").write_text(OVERSTATED)  # each host's cluster.yaml
     (setup["tmp"] / "local_split.json").write_text(json.dumps({"format": 1, "feasible": True, "stages": LOCAL_SPLIT}))
