@@ -81,6 +81,10 @@ def test_only_the_named_process_times_its_hosts_type_and_publishes_it(board):
 def test_a_gpu_the_profiler_cannot_time_and_a_failed_measurement_leave_the_files_figures_said(board):
     gpu = hm.measure_this_host(CLUSTER, timed, env("127.0.0.4", 300, device="gpu"))
     assert gpu.times is None and "GPU" in gpu.why_not
+    # a CPU trainer (no heterogeneous device) where Paddle has CUDA: a one-stage plan's trainers run on the GPU
+    trainer = {k: v for k, v in env("127.0.0.4", 300).items() if k != "HETER_DEVICE_TYPE"}
+    assert hm.measure_this_host(CLUSTER, timed, trainer, cuda=True).times is None
+    assert hm.measure_this_host(CLUSTER, timed, trainer, cuda=False).times is not None  # no CUDA: the CPU runs it
 
     def broken(rtype):
         raise RuntimeError("the profiler's op failed")

@@ -414,7 +414,7 @@ def measure_for_the_launch(
         ).value
         return JobProfile.from_dict(value).profile
 
-    host_measure.measure_this_host(cluster, measure)
+    host_measure.measure_this_host(cluster, measure, cuda=_cuda())
 
 
 def _trainer_kinds(cuda: bool) -> tuple[str, ...]:

@@ -117,10 +117,11 @@ def file_seconds_per_sample(profile: ModelProfile, cluster: Cluster, rtype: str)
 
 
 def measure_this_host(
-    cluster: Cluster, measure: Callable[[str], ModelProfile], env: Mapping[str, str] | None = None
+    cluster: Cluster, measure: Callable[[str], ModelProfile], env: Mapping[str, str] | None = None, cuda: bool = False
 ) -> TypeMeasurement | None:
     """When this process is the one named to measure its host's type: time the program on it (``measure(type)``,
-    the job's profile with that type's times) and publish the result; None when it is not named."""
+    the job's profile with that type's times) and publish the result; None when it is not named.  ``cuda``: Paddle
+    can use a GPU in this process."""
     env = os.environ if env is None else env
     rtype = my_type(env)
     board = rendezvous.board()
@@ -131,7 +132,9 @@ def measure_this_host(
     kinds = {t.name: t.kind for t in cluster.resource_types}
     if rtype not in kinds:
         result = TypeMeasurement(rtype, host, 0.0, None, 0.0, "not a type of the cluster file")
-    elif kinds[rtype] == "gpu" and env.get("HETER_DEVICE_TYPE", "cpu") == "gpu":
+    elif kinds[rtype] == "gpu" and env.get("HETER_DEVICE_TYPE", "gpu" if cuda else "cpu") == "gpu":
+        # a heterogeneous trainer on its GPU, or a CPU trainer where Paddle has CUDA (a one-stage plan's trainers run
+        # on the GPU there): the profiler would time the wrong device
         result = TypeMeasurement(
             rtype, host, 0.0, None, 0.0, "its trainers run on a GPU, which the profiler does not time"
         )
