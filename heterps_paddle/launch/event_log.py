@@ -238,6 +238,14 @@ def record_of(action: Any, job: Job) -> tuple[str, dict[str, Any]] | None:
 def proposal_record(p: e.Proposal) -> dict[str, Any]:
     return {
         "summary": p.summary,
+        # the plan itself, stage by stage: the plan a move runs, as decided
+        "plan": {
+            "stages": [
+                {k: stage.get(k) for k in ("resource", "kind", "layers", "units")}
+                for stage in (p.plan.get("stages") or ())
+                if isinstance(stage, dict)
+            ]
+        },
         "samples_per_s": round(p.samples_per_s, 3),
         "cost_per_hour": p.cost_per_hour,
         "meets_target": p.meets_target,
