@@ -309,20 +309,8 @@ def _plan_locked(
         launch.describe(),
         " (measured once, then cached)" if time_keys else "",
     )
-    measurement = cached(
-        "profile",
-        depends_on,
-        lambda: measure_job(
-            loss,
-            startup_program,
-            optimizer,
-            configs["profile_batch_size"],
-            configs["seed"],
-            time_keys,
-            _row_cost_types(cluster, time_keys),
-        ).to_dict(),
-        refresh=configs["replan"],
-        keep=lambda value: value["ps_probe_error"] is None,
+    measurement = _profile_measurement(
+        loss, startup_program, optimizer, configs, cluster, time_keys, depends_on, configs["replan"]
     )
     measured = JobProfile.from_dict(measurement.value)
     logger.info(
@@ -398,23 +386,39 @@ def measure_for_the_launch(
     def measure(rtype: str) -> ModelProfile:
         keys = [rtype]
         depends_on = {**_profile_depends_on(loss, optimizer, configs, keys), "row_cost": _row_cost_types(cluster, keys)}
-        value = cached(
-            "profile",
-            depends_on,
-            lambda: measure_job(
-                loss,
-                startup_program,
-                optimizer,
-                configs["profile_batch_size"],
-                configs["seed"],
-                keys,
-                _row_cost_types(cluster, keys),
-            ).to_dict(),
-            keep=lambda value: value["ps_probe_error"] is None,
-        ).value
-        return JobProfile.from_dict(value).profile
+        measured = _profile_measurement(loss, startup_program, optimizer, configs, cluster, keys, depends_on)
+        return JobProfile.from_dict(measured.value).profile
 
     host_measure.measure_this_host(cluster, measure, cuda=_cuda())
+
+
+def _profile_measurement(
+    loss: Any,
+    startup_program: Any,
+    optimizer: Any,
+    configs: dict[str, Any],
+    cluster: Cluster,
+    time_keys: list[str],
+    depends_on: dict[str, Any],
+    refresh: bool = False,
+) -> Any:
+    """The job's profile with ``time_keys``' times measured on this machine, once (measure/cache.py keeps it by
+    ``depends_on``; one whose servers' probe failed is used once and measured again next time)."""
+    return cached(
+        "profile",
+        depends_on,
+        lambda: measure_job(
+            loss,
+            startup_program,
+            optimizer,
+            configs["profile_batch_size"],
+            configs["seed"],
+            time_keys,
+            _row_cost_types(cluster, time_keys),
+        ).to_dict(),
+        refresh=refresh,
+        keep=lambda value: value["ps_probe_error"] is None,
+    )
 
 
 def _trainer_kinds(cuda: bool) -> tuple[str, ...]:
