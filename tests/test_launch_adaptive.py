@@ -298,8 +298,8 @@ def test_a_proposal_after_the_decision_changes_neither_the_plan_nor_the_correcti
 
 def test_whole_windows_are_kept_for_the_refit_and_travel_with_a_reconsideration():
     j = adaptive(newest_checkpoint=3)
-    j, _ = m.step(j, m.Measured(rates(600.0), whole=False), NOW)  # a round's first, shorter window
-    assert j.seen.windows == ()
+    j, actions = m.step(j, m.Measured(rates(600.0), whole=False), NOW)  # a round's first, shorter window
+    assert j.seen.windows == () and actions == []  # nothing to correct the model by: no reconsideration yet
     j, said = feed(j, [600.0] * 9, start=NOW + 10)
     asks = [a for a in said if isinstance(a, m.Reconsider)]
     assert asks and len(asks[-1].windows) == m.WINDOWS_KEPT

@@ -69,6 +69,10 @@ def on_measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action
         return job, []
     if job.seen.asked_at is not None and now - job.seen.asked_at < adapt.every_s:
         return job, []
+    if not job.seen.windows:
+        # no whole window yet to correct the model by: a reconsideration could only say "no proposal" (a fresh
+        # clone's default-settings run said it once a round, at its first measured window)
+        return job, []
     missed = _missed(job, now)
     if missed is None and not _cooled(job):
         return job, []
