@@ -121,6 +121,20 @@ def test_a_miss_only_more_units_reach_wishes_for_them_once():
     assert kinds(m.step(advised, m.Proposed(short), NOW + 100)[1]) == ["AdaptAdvice"]  # logged, no command run
 
 
+def test_a_run_of_noisy_windows_under_the_floor_wishes_for_no_machine():
+    """Jitter around a met target: a run of windows under the floor is a miss over sustain_s, but the windows' mean
+    since the round trained is above the floor; a machine is paid for, so no wish (launched: the jittering job)."""
+    calm, dips = [1300.0] * 12, [500.0] * 7  # 120 s above the target of 1,000, then 70 s under the floor of 900
+    j, said = feed(adaptive(newest_checkpoint=3), calm + dips)
+    assert [a for a in said if isinstance(a, m.Reconsider) and a.missed]  # a miss over sustain_s all the same
+    short = proposal(meets_target=False, wanted={"gpu_fast": 1}, released={})
+    j, actions = m.step(j, m.Proposed(short), NOW + 190)
+    assert actions == [] and not j.seen.wished  # the mean, (12 x 1,300 + 7 x 500) / 19 = 1,005, meets it
+    # the same dips after a round that was under the target all along: a wish
+    j, _ = feed(adaptive(newest_checkpoint=3), [850.0] * 12 + dips)
+    assert kinds(m.step(j, m.Proposed(short), NOW + 190)[1]) == ["AdaptAdvice", "OnScale"]
+
+
 def test_a_target_out_of_every_plans_reach_moves_to_the_plan_that_comes_closest():
     j, _ = feed(adaptive(newest_checkpoint=3), [600.0] * 10)
     closer = proposal(meets_target=False, samples_per_s=800.0, current_samples_per_s=600.0, wanted={})

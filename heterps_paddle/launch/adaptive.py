@@ -53,8 +53,15 @@ def on_measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action
     trained_at = job.seen.trained_at
     if trained_at is None and event.rates.samples_per_s > 0:
         trained_at = now
+    counted = trained_at is not None
     job = with_seen(
-        replace(job, measured=event.rates), rates=kept, windows=windows, slow_windows=slow, trained_at=trained_at
+        replace(job, measured=event.rates),
+        rates=kept,
+        windows=windows,
+        slow_windows=slow,
+        trained_at=trained_at,
+        trained_sum=job.seen.trained_sum + (event.rates.samples_per_s if counted else 0.0),
+        trained_windows=job.seen.trained_windows + counted,
     )
     if not adapt.active or job.leaving or job.back or job.seen.adapting is not None:
         return job, []
@@ -180,6 +187,15 @@ def _short_of_target(job: Job, now: float) -> tuple[float, float, float, float] 
     return (target, mean, floor, now - kept[0][0]) if mean < floor else None
 
 
+def _round_misses(job: Job) -> bool:
+    """Whether the round's windows since it first trained missed its target by more than ``miss`` on average."""
+    rates, seen = job.measured, job.seen
+    if rates is None or not rates.target_samples_per_s or not seen.trained_windows:
+        return False
+    floor = rates.target_samples_per_s * (1.0 - job.rules.adapt.miss)
+    return seen.trained_sum / seen.trained_windows < floor
+
+
 def _newest_share(rates: Sequence[tuple[float, Rates]], host: str) -> float:
     """``host``'s trainers' lowest share of their peers' samples/s in the newest window that compared them."""
     for _, r in reversed(rates):
@@ -260,7 +276,9 @@ def on_proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action
     elif _cooled(job) and p.target is None and p.budget is None:
         why = _cheaper_per_sample(job, now, p)
     if why is None:
-        if missed and p.wanted and not job.seen.wished:
+        # a wish costs the user a machine: only when the round's mean since it first trained misses too, not when a
+        # run of noisy windows (a checkpoint's pause among them) dipped under the floor: the jittering job wished so
+        if missed and p.wanted and not job.seen.wished and _round_misses(job):
             job = with_seen(job, wished=True)
             wish = f"{missed}: the job needs {_units(p.wanted)} more"
             actions: list[Action] = [AdaptAdvice("wish", wish, p)]

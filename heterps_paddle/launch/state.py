@@ -178,6 +178,9 @@ class Seen:
     # when the round's first window that trained was measured: the windows of its processes starting (seconds on a
     # busy machine) trained nothing, and are no miss
     trained_at: float | None = None
+    # every window's samples/s since then, summed, and how many: the round's mean (a wish for a machine is judged on it)
+    trained_sum: float = 0.0
+    trained_windows: int = 0
     asked_at: float | None = None  # when the machine last asked to reconsider the plan
     adapting: Any = None  # an adaptive move decided: the Proposal, waiting for the next complete checkpoint
     adapt_from: float = 0.0  # ... the newest checkpoint's passes done when it was decided
