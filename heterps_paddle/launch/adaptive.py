@@ -104,7 +104,7 @@ def _missed(job: Job, now: float) -> str | None:
         return None
     target, started = judged
     window = [r for t, r in rates if now - t <= adapt.sustain_s and t >= started]
-    floor = target * (1.0 - adapt.miss)
+    floor = _floor(job, target)
     if not window or any(r.samples_per_s >= floor for r in window):
         return None
     worst = max(r.samples_per_s for r in window)
@@ -183,8 +183,13 @@ def _short_of_target(job: Job, now: float) -> tuple[float, float, float, float] 
     target, started = judged
     kept = [(t, r) for t, r in job.seen.rates if t >= started]
     mean = statistics.fmean(r.samples_per_s for _, r in kept)
-    floor = target * (1.0 - job.rules.adapt.miss)
+    floor = _floor(job, target)
     return (target, mean, floor, now - kept[0][0]) if mean < floor else None
+
+
+def _floor(job: Job, target: float) -> float:
+    """What a window must train not to count as missing ``target``: the one home of the miss margin."""
+    return target * (1.0 - job.rules.adapt.miss)
 
 
 def _round_misses(job: Job) -> bool:
@@ -192,7 +197,7 @@ def _round_misses(job: Job) -> bool:
     rates, seen = job.measured, job.seen
     if rates is None or not rates.target_samples_per_s or not seen.trained_windows:
         return False
-    floor = rates.target_samples_per_s * (1.0 - job.rules.adapt.miss)
+    floor = _floor(job, rates.target_samples_per_s)
     return seen.trained_sum / seen.trained_windows < floor
 
 

@@ -88,7 +88,6 @@ class Meter:
     passes: int = 0
     live: Callable[[], int | None] | None = None  # the running pass's samples so far (None: not known live)
     learned: dict[str, Any] = field(default_factory=dict)  # the last finished pass's AUC, loss, finiteness
-    lines: dict[tuple[str, int, float], int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
     failed: bool = False
@@ -164,16 +163,21 @@ class Meter:
             self.put()
 
     def _counted(self, dataset: Any) -> int | None:
-        return dataset_samples(dataset, self.lines)
+        return dataset_samples(dataset)
 
 
-def dataset_samples(dataset: Any, cache: dict[tuple[str, int, float], int]) -> int | None:
-    """The samples of a pass over ``dataset``'s files (None: no files to count)."""
+# this process's line count of each data file it read (the next epoch reads the same files; a split pass's end and
+# the meter both ask for the same pass's count)
+_LINES: dict[tuple[str, int, float], int] = {}
+
+
+def dataset_samples(dataset: Any) -> int | None:
+    """The samples of a pass over ``dataset``'s files (None: no files to count), counted once per file."""
     files = list(getattr(dataset, "filelist", []) or [])
     if not files:
         return None
     try:
-        return sum(count_lines(path, cache) for path in files)
+        return sum(count_lines(path, _LINES) for path in files)
     except OSError as exc:
         logger.warning("measuring: this pass's samples could not be counted (%s)", exc)
         return None

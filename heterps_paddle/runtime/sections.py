@@ -29,8 +29,6 @@ from heterps_paddle.runtime.watchdog import Watchdog, peer_endpoints
 
 # Communicator settings under which routing dense grads through Communicator::Send (fix 5, "communicator" mode)
 # ran near the speed of plain async PS; defaults made it ~7x slower. Only defaults: a user's FLAGS_* win.
-# this process's sample count of each data file (meter.count_lines: the next epoch reads the same files)
-_LINES: dict[tuple[str, int, float], int] = {}
 COMMUNICATOR_ENV_DEFAULTS = {
     "FLAGS_communicator_send_queue_size": "16",
     "FLAGS_communicator_max_merge_var_num": "16",
@@ -159,7 +157,7 @@ def _pass_metrics(ctx: seam.ProcessContext, call: seam.DatasetCall, program: Any
         print_period=int(call.options.get("print_period") or 100),
         batch_size=stage_metrics.dataset_batch_size(call.dataset),
         handler=handler,
-        expected=meter.dataset_samples(call.dataset, _LINES),
+        expected=meter.dataset_samples(call.dataset),
     )
     try:
         return metrics.start()
