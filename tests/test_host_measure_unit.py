@@ -105,3 +105,9 @@ def test_a_type_not_timed_within_the_wait_is_planned_on_the_files_figures(board,
     monkeypatch.setenv("HETERPS_MEASURE_WAIT_S", "0.2")
     profile, measured = hm.gather(PROFILE, env("127.0.0.2", 100))
     assert profile == PROFILE and measured[0].times is None and "HETERPS_MEASURE_WAIT_S" in measured[0].why_not
+
+
+def test_a_record_that_is_not_a_measurement_is_planned_on_the_files_figures_and_said(board):
+    board.put("measured.gpu_fast", {"type": "gpu_fast", "times": "garbage"})
+    profile, measured = hm.gather(PROFILE, env("127.0.0.2", 100))
+    assert profile == PROFILE and measured[0].times is None and "could not be read" in measured[0].why_not

@@ -171,7 +171,11 @@ def gather(profile: ModelProfile, env: Mapping[str, str] | None = None) -> tuple
     out = []
     for rtype in sorted(wanted):
         if rtype in found:
-            out.append(TypeMeasurement.from_dict(found[rtype]))
+            try:
+                out.append(TypeMeasurement.from_dict(found[rtype]))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:  # not a record this version writes
+                why = f"its record on the board could not be read ({type(exc).__name__}: {exc})"
+                out.append(TypeMeasurement(rtype, wanted[rtype].rsplit(":", 1)[0], 0.0, None, 0.0, why))
         else:
             why = f"no measurement within {wait:.0f} s (HETERPS_MEASURE_WAIT_S)"
             out.append(TypeMeasurement(rtype, wanted[rtype].rsplit(":", 1)[0], wait, None, 0.0, why))
