@@ -244,6 +244,18 @@ def test_a_host_slow_against_its_peers_while_the_job_misses_is_replaced_by_a_uni
     assert j.seen.replacing is None and j.seen.slow_windows == {}  # a fresh round measures anew
 
 
+def test_the_round_after_a_move_replaces_no_host_and_wishes_for_no_machine_before_the_cooldown():
+    """Under load the machine that stood in for a slow host was named slow on its first seconds, and a second one
+    asked of --on-scale (CI, the slowed-host test): a move's round is judged only past the cooldown."""
+    moved = adaptive(newest_checkpoint=3, moved_at=3.0)
+    j, said = feed_rates(moved, SLOWED)
+    assert "ReplaceAdvice" not in kinds(said) and "OnScale" not in kinds(said), said
+    short = proposal(meets_target=False, wanted={"cpu_small": 1}, released={})
+    assert "OnScale" not in kinds(m.step(j, m.Proposed(short), NOW + 100)[1])
+    cooled, said = feed_rates(replace(j, newest_checkpoint=5), SLOWED, start=NOW + 100)
+    assert kinds(said).count("ReplaceAdvice") == 1 and "OnScale" in kinds(said), said
+
+
 def test_a_machine_standing_by_stands_in_for_a_slow_host_at_once():
     j, said = feed_rates(adaptive(newest_checkpoint=2, spares=frozenset({D})), SLOWED)
     assert kinds(said)[-2:] == ["ReplaceAdvice", "AskCheckpoint"] and "OnScale" not in kinds(said)

@@ -67,7 +67,10 @@ def on_measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action
         return job, []
     if job.seen.replacing is not None:
         return job, []  # the round's decision is made: a machine to stand in for the slow host
-    straggler = _straggler(job, now)
+    # a host is replaced only past the cooldown after a move: the round after one starts its processes anew (a fresh
+    # machine's first pass reads cold files), and under load the machine that stood in for a slow host was judged
+    # on its first seconds, named slow in turn and a second machine asked of --on-scale
+    straggler = _straggler(job, now) if _cooled(job) else None
     if straggler is not None:
         return _replace(job, *straggler)
     if _short_of_target(job, now) and any(n and h != job.round.coordinator for h, n in job.seen.slow_windows.items()):
@@ -283,7 +286,8 @@ def on_proposed(job: Job, event: Proposed, now: float) -> tuple[Job, list[Action
     if why is None:
         # a wish costs the user a machine: only when the round's mean since it first trained misses too, not when a
         # run of noisy windows (a checkpoint's pause among them) dipped under the floor: the jittering job wished so
-        if missed and p.wanted and not job.seen.wished and _round_misses(job):
+        # nor right after a move (before the cooldown): the new round has not yet shown what it trains
+        if missed and p.wanted and not job.seen.wished and _round_misses(job) and _cooled(job):
             job = with_seen(job, wished=True)
             wish = f"{missed}: the job needs {_units(p.wanted)} more"
             actions: list[Action] = [AdaptAdvice("wish", wish, p)]
