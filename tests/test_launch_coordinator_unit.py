@@ -461,3 +461,39 @@ def test_an_on_scale_command_that_fails_or_hangs_is_bounded_logged_and_never_the
     while running() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not running(), f"the hung command's child {child} is still running"
+
+
+def test_one_reconsideration_plans_at_a_time_and_none_before_the_plan_is_published():
+    """A reconsideration before trainer 0 published its plan plans nothing and says nothing false (a budgeted job's
+    first one said "the job published no planning inputs" while trainer 0 waited for a host's type to be measured);
+    while one plans, the next is dropped (under a budget each took minutes of rl, and their threads piled up beside
+    the job's training)."""
+    import threading
+
+    from heterps_paddle.launch import machine as m
+
+    calls, release = [], threading.Event()
+
+    def propose(request, windows, why):
+        calls.append(why)
+        release.wait(10)
+        return None
+
+    lines = []
+    coord = coordinator(lines)
+    coord.propose = propose
+    try:
+        coord._reconsider(m.Reconsider("before the plan", False, (), None))
+        assert calls == [] and not [line for line in lines if "no planning inputs" in line], lines
+        record = {"op": "put", "key": "plan", "host": A, "value": {"plan": {"stages": []}, "inputs": {"any": 1}}}
+        assert "error" not in coord.board.answer(record)
+        coord._reconsider(m.Reconsider("first", False, (), None))
+        coord._reconsider(m.Reconsider("second, while the first plans", False, (), None))
+        wait_for(lambda: calls == ["first"], "the first reconsideration planning")
+        release.set()
+        coord.reconsidering.join(10)
+        coord._reconsider(m.Reconsider("third, once it is done", False, (), None))
+        wait_for(lambda: calls == ["first", "third, once it is done"], "the third reconsideration planning")
+    finally:
+        release.set()
+        coord.close(wait_s=0.1, late_joiners_s=0.0)

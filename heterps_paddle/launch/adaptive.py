@@ -95,7 +95,8 @@ def _looking_for(job: Job) -> str:
     rates = job.measured
     if rates is not None and rates.target_samples_per_s:
         return "looking for a plan that meets the target for less, on the measured rates"
-    return "looking for a plan that trains a sample for less at no lower rate, on the measured rates"
+    # no target: under a budget the fastest plan within it, else the cheapest a sample (the proposal says which)
+    return "looking for a faster plan within the budget, or one cheaper a sample, on the measured rates"
 
 
 def _missed(job: Job, now: float) -> str | None:

@@ -99,6 +99,7 @@ class Coordinator:
         self.propose = propose
         self.on_scale = on_scale
         self.said_no_inputs = False
+        self.reconsidering: threading.Thread | None = None  # the reconsideration planning now, if any
         self.measured_logged: set[tuple[int, str]] = set()  # (round, board key) of the measured records written
         self.machine = m.first_job(rules, first_round(job), time.monotonic())
         self.planned: RoundPlan | None = None  # the plan a NextRound action starts
@@ -370,8 +371,14 @@ class Coordinator:
         """Plan again on the measured rates, in a thread of its own (planning takes a while; the machine goes on),
         and feed the machine its proposal."""
         assert self.propose is not None
+        if self.reconsidering is not None and self.reconsidering.is_alive():
+            # one at a time: a plan takes seconds of the coordinator's host, beside the job's training (threads
+            # started every reconsideration piled up under a budget, each minutes long, and slowed the job)
+            return
         request, number = self._request(self.machine.lost, self.machine.extra, action.refit), self.machine.round.number
         windows = [rates.to_record() for rates in action.windows]
+        if not request.published.get("plan"):
+            return  # trainer 0 has not published its plan yet (it may wait for a host's type to be measured)
         if not request.published.get("inputs"):
             # the job published nothing to plan again with (a saved plan): it runs its plan as it is; said once
             if not self.said_no_inputs:
@@ -396,7 +403,8 @@ class Coordinator:
                     self.say(f"heterps launch: adapt: no proposal ({event.detail})")
                 self._feed(event)
 
-        threading.Thread(target=work, name="heterps-reconsider", daemon=True).start()
+        self.reconsidering = threading.Thread(target=work, name="heterps-reconsider", daemon=True)
+        self.reconsidering.start()
 
     def _on_scale(self, action: m.OnScale) -> None:
         """The user's --on-scale command, with what is wanted and what was let go (JSON on stdin), bounded; its
