@@ -44,7 +44,7 @@ from heterps_paddle import settings
 from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
 from heterps_paddle.rendezvous import launch_id
-from heterps_paddle.runtime import checkpoint_persist, push_queues, seam, table_shards
+from heterps_paddle.runtime import checkpoint_persist, hooks, push_queues, seam, table_shards
 from heterps_paddle.runtime.checkpoint_choice import (
     ASKED,
     CAPTURED,
@@ -273,10 +273,11 @@ class PassCheckpoints:
         trainers meeting after each but the last (a checkpoint there when one is asked for or due by minutes).  A
         pass a checkpoint was taken inside trains the files it did not hold, in the slices that were left.  An
         in-memory dataset (loaded before the call) is one slice."""
+        number = self.passes + 1
+        run = hooks.around_train_run(number, run)
         files = getattr(call.dataset, "filelist", None)
         if not is_training_pass(call.main_program()) or files is None:
             return run(call)
-        number = self.passes + 1
         resumed = self.resumed_at.slice > 0 and number == self.resumed_at.passes + 1
         at = self.resumed_at if resumed else Progress(number - 1, 0, self.slices)
         if hasattr(call.dataset, "load_into_memory"):
@@ -453,7 +454,8 @@ class PassCheckpoints:
         self.previous = final
 
     def persist(self, runtime: Any, captured: Captured) -> str:
-        """Trainer 0, in the background (runtime/checkpoint_persist.py; a test's fault holds it here)."""
+        """Trainer 0, in the background (runtime/checkpoint_persist.py; a test's fault holds it at the hook)."""
+        hooks.call("before_persist", captured)
         label = f"{self.every:g}m" if self.unit == "minutes" else f"{int(self.every)}"
         return checkpoint_persist.persist(self.root, label, runtime, captured)
 

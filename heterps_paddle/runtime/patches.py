@@ -254,7 +254,7 @@ def _install_resume(paddle: Any, runtime_cls: Any) -> None:
     dense values over tables the servers already hold (runtime/checkpoint.py)."""
     from paddle.distributed.communicator import Communicator
 
-    from heterps_paddle.runtime import checkpoint, launch_checkpoints  # lazy, as heter_builder in install()
+    from heterps_paddle.runtime import checkpoint, hooks, launch_checkpoints  # lazy, as heter_builder in install()
 
     original_init_server = runtime_cls._init_server
     if parameter_names(original_init_server)[:3] != ["self", "dirname", "var_names"]:
@@ -270,6 +270,7 @@ def _install_resume(paddle: Any, runtime_cls: Any) -> None:
         # whole in this job's count (runtime/table_shards.py), then the dense ones (runtime/checkpoint.py)
         result = original_init_server(self, None, None, **kwargs)
         checkpoint.restore_tables(self, dirname)
+        hooks.call("after_restore", self)
         return result
 
     runtime_cls._init_server = _init_server

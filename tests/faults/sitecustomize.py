@@ -1,5 +1,6 @@
 """Faults for the launched tests, injected into every Python process of a launched job by putting this
-directory first on PYTHONPATH (Python imports ``sitecustomize`` at start-up): CPU trainer 0 holds one checkpoint
+directory first on PYTHONPATH (Python imports ``sitecustomize`` at start-up), at the runtime's named hook points
+(heterps_paddle/runtime/hooks.py), never by patching its methods: CPU trainer 0 holds one checkpoint
 between the servers' save and its manifest (at the start of its background phase, ``persist``: training goes on), so
 that a host or the persisting process can be killed while that checkpoint is being written.
 
@@ -38,20 +39,17 @@ import time
 _PASS = os.environ.get("HETERPS_TEST_HOLD_CHECKPOINT_PASS")
 
 if _PASS:
-    from heterps_paddle.runtime import launch_checkpoints
+    from heterps_paddle.runtime import hooks as _hooks
 
-    _persist = launch_checkpoints.PassCheckpoints.persist
-
-    def _held_persist(self, runtime, captured):
+    def _hold(captured):
         marker = os.environ["HETERPS_TEST_HOLD_MARKER"]
         if captured.at.passes == int(_PASS) and not captured.at.slice and not os.path.exists(marker):
             with open(marker + ".tmp", "w") as f:
                 f.write(f"{os.getpid()} {captured.staging}")
             os.replace(marker + ".tmp", marker)
             time.sleep(float(os.environ.get("HETERPS_TEST_HOLD_S", "300")))
-        return _persist(self, runtime, captured)
 
-    launch_checkpoints.PassCheckpoints.persist = _held_persist
+    _hooks.add("before_persist", _hold)
 
 
 _ABORT_ROLE = os.environ.get("HETERPS_TEST_CONNECT_ABORT")
@@ -94,31 +92,27 @@ _TRAINED = os.environ.get("HETERPS_TEST_TRAINED_DIR")
 if _TRAINED:
     import json
 
-    from heterps_paddle.runtime import launch_checkpoints as _checkpoints
+    from heterps_paddle.runtime import hooks as _hooks
 
-    _run_pass = _checkpoints.PassCheckpoints.run_pass
+    _runs_of_pass = {}  # pass number -> the train_from_dataset runs of it this process ran
 
-    def _recorded_run_pass(self, call, run):
-        number, runs = self.passes + 1, []
+    def _recorded(number, call, run):
+        runs = _runs_of_pass.setdefault(number, [])
+        wait_for = os.environ.get("HETERPS_TEST_WAIT_FOR")
+        if len(runs) == 1 and str(number) == os.environ.get("HETERPS_TEST_WAIT_PASS") and wait_for:
+            open(os.path.join(_TRAINED, f"waiting-{os.getpid()}"), "w").close()  # past the first slice's meeting
+            deadline = time.monotonic() + 300
+            while not os.path.exists(wait_for) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        files = list(call.dataset.filelist)
+        result = run(call)
+        runs.append(files)
+        with open(os.path.join(_TRAINED, f"trained-{os.getpid()}.jsonl"), "a") as f:
+            record = {"pass": number, "files": files, "host": os.environ.get("POD_IP")}
+            f.write(json.dumps({**record, "launch": os.environ.get("HETERPS_LAUNCH_ID")}) + "\n")
+        return result
 
-        def recorded(c):
-            wait_for = os.environ.get("HETERPS_TEST_WAIT_FOR")
-            if len(runs) == 1 and str(number) == os.environ.get("HETERPS_TEST_WAIT_PASS") and wait_for:
-                open(os.path.join(_TRAINED, f"waiting-{os.getpid()}"), "w").close()  # past the first slice's meeting
-                deadline = time.monotonic() + 300
-                while not os.path.exists(wait_for) and time.monotonic() < deadline:
-                    time.sleep(0.1)
-            files = list(c.dataset.filelist)
-            result = run(c)
-            runs.append(files)
-            with open(os.path.join(_TRAINED, f"trained-{os.getpid()}.jsonl"), "a") as f:
-                record = {"pass": number, "files": files, "host": os.environ.get("POD_IP")}
-                f.write(json.dumps({**record, "launch": os.environ.get("HETERPS_LAUNCH_ID")}) + "\n")
-            return result
-
-        return _run_pass(self, call, recorded)
-
-    _checkpoints.PassCheckpoints.run_pass = _recorded_run_pass
+    _hooks.add("around_train_run", _recorded)
 
 
 _CHANGE = os.environ.get("HETERPS_TEST_CHANGE_RESTORED")
@@ -150,19 +144,6 @@ def _change_restored(runtime, parameter):
 
 
 if _CHANGE:
-    from heterps_paddle.runtime import patches as _patches
+    from heterps_paddle.runtime import hooks as _hooks
 
-    _install_resume = _patches._install_resume
-
-    def _install_resume_then_change(paddle, runtime_cls):
-        _install_resume(paddle, runtime_cls)
-        init_server = runtime_cls._init_server
-
-        def _init_server(self, dirname=None, var_names=None, **kwargs):
-            result = init_server(self, dirname, var_names, **kwargs)
-            _change_restored(self, _CHANGE)
-            return result
-
-        runtime_cls._init_server = _init_server
-
-    _patches._install_resume = _install_resume_then_change
+    _hooks.add("after_restore", lambda runtime: _change_restored(runtime, _CHANGE))
