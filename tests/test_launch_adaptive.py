@@ -326,6 +326,8 @@ def test_whole_windows_are_kept_for_the_refit_and_travel_with_a_reconsideration(
     j = adaptive(newest_checkpoint=3)
     j, actions = m.step(j, m.Measured(rates(600.0), whole=False), NOW)  # a round's first, shorter window
     assert j.seen.windows == () and actions == []  # nothing to correct the model by: no reconsideration yet
+    j, actions = m.step(j, m.Measured(rates(0.0)), NOW + 5)  # whole, but its processes starting trained nothing
+    assert j.seen.windows == () and not [a for a in actions if isinstance(a, m.Reconsider)]
     j, said = feed(j, [600.0] * 9, start=NOW + 10)
     asks = [a for a in said if isinstance(a, m.Reconsider)]
     assert asks and len(asks[-1].windows) == m.WINDOWS_KEPT

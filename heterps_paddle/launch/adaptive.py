@@ -48,7 +48,9 @@ def on_measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action
         return job, []
     adapt = job.rules.adapt
     kept = tuple(r for r in job.seen.rates if now - r[0] <= 2 * adapt.sustain_s) + ((now, event.rates),)
-    windows = (*job.seen.windows, event.rates)[-WINDOWS_KEPT:] if event.whole else job.seen.windows
+    # the windows a refit can correct the model by: whole, and trained (a round's start says nothing of the plan)
+    trained = event.whole and event.rates.samples_per_s > 0
+    windows = (*job.seen.windows, event.rates)[-WINDOWS_KEPT:] if trained else job.seen.windows
     slow = _slow_windows(job.seen.slow_windows, event.rates)
     trained_at = job.seen.trained_at
     if trained_at is None and event.rates.samples_per_s > 0:
