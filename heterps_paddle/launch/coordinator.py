@@ -33,7 +33,7 @@ from heterps_paddle.launch import machine as m
 from heterps_paddle.launch import render
 from heterps_paddle.launch.board import Board
 from heterps_paddle.launch.control_server import ControlServer, Peer, Role, printable
-from heterps_paddle.launch.event_log import EventLog, JobLog
+from heterps_paddle.launch.event_log import EventLog, JobLog, proposal_record
 from heterps_paddle.launch.job import HostsJob, JobAborted, RoundPlan, RoundRequest, host_timeout, startup_timeout
 from heterps_paddle.launch.leave import MAX_GRACE_S
 from heterps_paddle.launch.measuring import Measuring, idle_units
@@ -401,6 +401,9 @@ class Coordinator:
                     return  # a new round started meanwhile: its own rates decide
                 if event.proposal is None:
                     self.say(f"heterps launch: adapt: no proposal ({event.detail})")
+                if self.records is not None:  # what was proposed, decided on or not (an adapt record says so)
+                    found = None if event.proposal is None else proposal_record(event.proposal)
+                    self.records.write("proposed", proposal=found, detail=event.detail)
                 self._feed(event)
 
         self.reconsidering = threading.Thread(target=work, name="heterps-reconsider", daemon=True)

@@ -82,6 +82,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     ),
     "measured": ("round", "resource", "host", "seconds", "seconds_per_sample", "file_seconds_per_sample", "why_not"),
     "reconsidering": ("why", "missed"),
+    "proposed": ("proposal", "detail"),
     "adapt": ("decision", "why", "proposal"),
     "on_scale": ("wanted", "released", "why"),
     "on_scale_ran": ("command", "code", "output"),
