@@ -64,6 +64,8 @@ class Main:
                     configs["output_dir"] = self.args.output_dir
                 if self.args.throughput is not None:
                     configs["throughput"] = self.args.throughput  # an int, as a user writes it
+                if self.args.budget is not None:
+                    configs["budget"] = self.args.budget
                 strategy.heterps_configs = configs
         optimizer = fleet.distributed_optimizer(paddle.optimizer.Adam(self.args.lr), strategy)
         optimizer.minimize(self.model.loss)
@@ -198,6 +200,7 @@ def parse_args():
     parser.add_argument("--cluster")
     parser.add_argument("--replan", action="store_true", help="heterps_configs replan: measure and plan again")
     parser.add_argument("--throughput", type=int, help="heterps_configs throughput: a target in samples/s")
+    parser.add_argument("--budget", type=float, help="heterps_configs budget: a price per hour to stay within")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.003)

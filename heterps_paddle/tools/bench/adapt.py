@@ -82,7 +82,14 @@ ADAPT_ENV = {
 # passes of hours).
 SLOWED_SHARE = 0.9
 SLOWED_TARGET = 0.75
-SLOWED_SETTINGS = {"HETERPS_RATES_WINDOW_S": "1", "HETERPS_ADAPT_STRAGGLER_WINDOWS": "2"}
+# The saving margin is raised, as the jittering job's test does: on this 2-core machine one unit at half the price
+# meets the target (one trainer alone runs about as fast as two), and since the launch re-plans with the exact
+# scheduler (seconds) the job moved to it by rule (b) before the slow host was judged: right, but not the scenario.
+SLOWED_SETTINGS = {
+    "HETERPS_RATES_WINDOW_S": "1",
+    "HETERPS_ADAPT_STRAGGLER_WINDOWS": "2",
+    "HETERPS_ADAPT_SAVING": "0.6",
+}
 SLOWED_ENV = {**ADAPT_ENV, **SLOWED_SETTINGS}
 DECISION_GOAL_S = 60.0  # from a sustained change to the decision (DLRover re-sizes every 300 s)
 BEST_GOAL = 1.10  # after the move: cost per million samples within 10% of the best candidate's, each run fixed
