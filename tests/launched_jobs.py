@@ -9,6 +9,7 @@ import time
 from conftest import split_cluster
 
 from heterps_paddle.planning.unit_cost import cost_per_million_of
+from heterps_paddle.tools.bench import adapt as bench_adapt
 from heterps_paddle.tools.jobs import HostsRun, free_port_block
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -16,10 +17,7 @@ SCRIPT = os.path.join(TESTS, "scripts", "paddlerec_style_trainer.py")
 FAULTS = os.path.join(TESTS, "faults")  # sitecustomize.py: the held checkpoint
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 HOSTS = (A, B, C)
-STAGES = [
-    {"resource": "cpu_small", "kind": "cpu", "layers": ["embedding_0"], "units": 2},
-    {"resource": "gpu_fast", "kind": "gpu", "layers": ["fc_0", "fc_1", "fc_2"], "units": 1},
-]
+STAGES = bench_adapt.SPLIT  # the split: the embedding on the two CPU hosts, the fc layers on the third
 # The cluster the job plans on (conftest.split_cluster, as tests/test_auto_plan.py's): the split (embedding on the
 # two CPU hosts, the fc layers on the third) is the best plan whatever the load.  This machine's types measured
 # (`heterps local-cluster`) made it depend on how long the last fc layer, with the loss and AUC ops, took under
@@ -27,16 +25,11 @@ STAGES = [
 # stage, and there was nothing to move back to.
 CLUSTER = split_cluster(cpu_units=2, gpu_units=1)
 WAIT_S = 300
-ONE_STAGE = [{"resource": "cpu_small", "kind": "cpu", "layers": ["embedding_0", "fc_0", "fc_1", "fc_2"], "units": 2}]
-# The other adaptive tests' windows, short enough that a pass holds a decision (the same rules, other times); each
-# job stands for one that runs on for an hour: a move for speed alone must win back its own time over the horizon
-ADAPT_ENV = {
-    "HETERPS_METER_S": "1",
-    "HETERPS_RATES_WINDOW_S": "9",
-    "HETERPS_ADAPT_SUSTAIN_S": "10",
-    "HETERPS_ADAPT_EVERY_S": "5",
-    "HETERPS_ADAPT_HORIZON_S": "3600",
-}
+ONE_STAGE = bench_adapt.ONE_STAGE
+# The adaptive tests' windows, heterps bench adapt's shortened ones, short enough that a pass holds a decision (the
+# same rules, other times); each job stands for one that runs on for an hour: a move for speed alone must win back
+# its own time over the horizon
+ADAPT_ENV = {**bench_adapt.ADAPT_ENV, "HETERPS_ADAPT_HORIZON_S": "3600"}
 
 
 def launched_setup(tmp_path_factory, data, name):

@@ -269,22 +269,7 @@ def test_a_job_over_its_target_moves_to_a_plan_that_meets_it_for_less_and_releas
     (setup["tmp"] / "cheaper_cluster").mkdir()
     cluster = setup["tmp"] / "cheaper_cluster" / "cluster.yaml"
     cluster.write_text(split_cluster(cpu_units=2, gpu_units=1, throughput=0.4 * steady["rate"]))
-    run, _ = run_job(
-        setup,
-        "steady_cheaper",
-        ADAPT_ENV,
-        listed=(A, B),
-        plan=steady["plan"],
-        cluster=str(cluster),
-        options=("--adapt", "on"),
-    )
-    try:
-        codes = run.wait()
-    finally:
-        run.stop()
-    coordinator = run.hosts[A]
-    assert codes == {A: 0, B: 0}, coordinator.console()[-4000:]
-    assert run.leftovers() == []
+    run, coordinator = steady_adaptive(setup, steady, "steady_cheaper", cluster)
     (decided,) = coordinator.events("adapt", decision="move")
     assert "meets the target for" in decided["why"] and "the move costs" in decided["why"], decided["why"]
     (moved,) = coordinator.events("round_planned", kind="adapt")
@@ -313,17 +298,7 @@ def test_a_target_only_more_units_reach_asks_on_scale_for_them_once(setup, stead
     cluster = setup["tmp"] / "wish_cluster" / "cluster.yaml"
     cluster.write_text(split_cluster(cpu_units=8, gpu_units=1, throughput=2.0 * steady["rate"]))
     asked = setup["tmp"] / "wish_on_scale.json"
-    options = ("--adapt", "on", "--on-scale", f"cat >> {asked}")
-    run, _ = run_job(
-        setup, "wish", ADAPT_ENV, listed=(A, B), plan=steady["plan"], cluster=str(cluster), options=options
-    )
-    try:
-        codes = run.wait()
-    finally:
-        run.stop()
-    coordinator = run.hosts[A]
-    assert codes == {A: 0, B: 0}, coordinator.console()[-4000:]
-    assert run.leftovers() == []
+    _, coordinator = steady_adaptive(setup, steady, "wish", cluster, ("--on-scale", f"cat >> {asked}"))
     (wished,) = coordinator.events("adapt", decision="wish")
     (on_scale,) = coordinator.events("on_scale")
     assert on_scale["wanted"] and all(n >= 1 for n in on_scale["wanted"].values()), on_scale
@@ -333,3 +308,25 @@ def test_a_target_only_more_units_reach_asks_on_scale_for_them_once(setup, stead
     assert json.loads(asked.read_text())["wanted"] == on_scale["wanted"]  # the command read what the log says
     assert coordinator.events("round_planned") == [], coordinator.events("round_planned")
     print(f"\nwished: {on_scale['wanted']}: {wished['why']}")
+
+
+def steady_adaptive(setup, steady, name, cluster, options=()):
+    """The steady job on A and B with --adapt on, the adaptive tests' windows and ``cluster``, run to its end: it
+    ends 0 on both hosts with nothing left running.  (run, its coordinator's host)."""
+    run, _ = run_job(
+        setup,
+        name,
+        ADAPT_ENV,
+        listed=(A, B),
+        plan=steady["plan"],
+        cluster=str(cluster),
+        options=("--adapt", "on", *options),
+    )
+    try:
+        codes = run.wait()
+    finally:
+        run.stop()
+    coordinator = run.hosts[A]
+    assert codes == {A: 0, B: 0}, coordinator.console()[-4000:]
+    assert run.leftovers() == []
+    return run, coordinator
