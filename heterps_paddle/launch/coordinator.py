@@ -38,6 +38,7 @@ from heterps_paddle.launch.job import HostsJob, JobAborted, RoundPlan, RoundRequ
 from heterps_paddle.launch.leave import MAX_GRACE_S
 from heterps_paddle.launch.measuring import Measuring, idle_units
 from heterps_paddle.launch.session import stop_session
+from heterps_paddle.launch.shell import drive
 from heterps_paddle.planning.hosts import joined_spec
 from heterps_paddle.rendezvous import MEASURED_PREFIX
 from heterps_paddle.runtime.checkpoint_choice import ask_checkpoint, captured, choose, listed
@@ -263,19 +264,20 @@ class Coordinator:
     def _feed(self, event: m.Event, peer: Peer | None = None) -> None:
         """With the lock held: ``event`` through the machine, and its actions carried out (``peer``: the connection
         the event came on, for the answers meant for it)."""
-        queue: list[m.Event] = [event]
-        while queue:
-            self.machine, actions = m.step(self.machine, queue.pop(0), time.monotonic())
+        answering: list[Peer | None] = [peer, None]  # whom the step's actions answer; then the one before
+
+        def stepped(job: m.Job, actions: Sequence[m.Action]) -> None:
+            self.machine = job  # what _carry_out reads
+            came = answering[0]  # the event's connection at the first step; none at the steps that follow
             refused = any(isinstance(action, m.Refuse) for action in actions)
-            if peer is not None and not refused and peer.role is Role.MEMBER and peer.host in self.machine.seen.joined:
-                self.members[peer.host] = peer  # it hears what the round's hosts hear from now on
-            if self.records is not None:
-                self.records.actions(actions, self.machine)
-            for action in actions:
-                follow = self._carry_out(action, peer)
-                if follow is not None:
-                    queue.append(follow)
-            peer = None
+            if came is not None and not refused and came.role is Role.MEMBER and came.host in job.seen.joined:
+                self.members[came.host] = came  # it hears what the round's hosts hear from now on
+            answering[:] = [None, came]
+
+        def carry_out(action: m.Action, job: m.Job) -> m.Event | None:
+            return self._carry_out(action, answering[1])
+
+        self.machine = drive(self.machine, event, time.monotonic, self.records, carry_out, stepped)
 
     def _carry_out(self, action: m.Action, peer: Peer | None) -> m.Event | None:
         line = render.line(action, self.machine)

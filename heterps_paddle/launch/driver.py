@@ -9,8 +9,8 @@ abort; it was told a new round).  What comes next is the job's state machine's a
 - **across hosts** the machine runs in the coordinator on server 0's host (launch/coordinator.py, served from this
   process there), and this host carries out its word (``HostOfJob``): the next round's part, standing by, the end.
 
-The loop (``_rounds``) is the same for both: run the round (or stand by), ask the shell what the job decided, say
-it, go on or end.  Whatever is left in a round's session when it ends is stopped (launch/session.py), and the
+Both step the machine through launch/shell.py (``drive``).  The loop (``_rounds``) is the same for both: run the
+round (or stand by), ask the shell what the job decided, say it, go on or end.  Whatever is left in a round's session when it ends is stopped (launch/session.py), and the
 launch tells every process of the job what was launched (``HETERPS_LAUNCH``: Paddle tells a process only its own
 stage's device).  Every launch appends its life to the event log (launch/event_log.py).
 """
@@ -50,6 +50,7 @@ from heterps_paddle.launch.paddle_round import launch_description
 from heterps_paddle.launch.paddle_round import run_round as _run_round
 from heterps_paddle.launch.result import Outcome, RunResult
 from heterps_paddle.launch.rounds import joined_of, part_of_round, plan_maker, proposer
+from heterps_paddle.launch.shell import drive
 from heterps_paddle.launch.turns import FAILED_EXIT, LOCAL_ADDRESS, HostEnd, Ran, Shell, Turn, Verdict
 from heterps_paddle.rendezvous import LAUNCH_ID_ENV, FileBoard, launch_files_dir
 from heterps_paddle.runtime.checkpoint_files import sweep_memory_staging
@@ -309,19 +310,19 @@ class OneHost:
 
     def _drive(self, event: m.Event) -> list[str]:
         """``event`` through this host's machine, and what follows from it; the console lines it says."""
-        queue: list[m.Event] = [event]
         lines: list[str] = []
-        while queue:
-            self.job, actions = m.step(self.job, queue.pop(0), time.monotonic())
-            self.log.actions(actions, self.job)
-            for action in actions:
-                line = render.line(action, self.job)
-                if line is not None and not isinstance(action, m.Start):
-                    lines.append(line)
-                if isinstance(action, m.Replan):
-                    report = {"summary": "the same plan (one host)", "how": "the launch's"}
-                    r = self.job.round
-                    queue.append(m.Planned({}, r.members, r.coordinator, r.digest, report, {}, time.strftime("%c")))
+
+        def carry_out(action: m.Action, job: m.Job) -> m.Event | None:
+            line = render.line(action, job)
+            if line is not None and not isinstance(action, m.Start):
+                lines.append(line)
+            if isinstance(action, m.Replan):  # one host keeps its plan: the launch is the plan's
+                report = {"summary": "the same plan (one host)", "how": "the launch's"}
+                r = job.round
+                return m.Planned({}, r.members, r.coordinator, r.digest, report, {}, time.strftime("%c"))
+            return None
+
+        self.job = drive(self.job, event, time.monotonic, self.log, carry_out)
         return lines
 
 
