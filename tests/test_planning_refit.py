@@ -7,7 +7,7 @@ import pytest
 
 from heterps_paddle.planning.cost_model import CostModel
 from heterps_paddle.planning.model import Cluster, LayerProfile, ModelProfile, ResourceType
-from heterps_paddle.planning.refit import combine, corrected_profile, from_rates
+from heterps_paddle.planning.refit import Refit, combine, corrected_profile, from_rates
 from heterps_paddle.planning.schedulers.exact import ExactScheduler
 
 COMMON = dict(mem_bw=1e10, net_bw=1e9)
@@ -111,3 +111,20 @@ def test_without_a_target_the_proposal_is_the_cheapest_per_sample_at_no_lower_ra
     # nothing faster than the running plan is cheaper a sample on the same model (the fastest the hosts reach either)
     fastest = best_on_measurements(replace(inputs, target=1e12), hosts, frozenset(), None, running)
     assert per_sample(best) <= per_sample(fastest) * (1 + 1e-9)
+
+
+def test_a_plan_onto_a_type_the_job_never_measured_names_it_priced_from_the_file():
+    """launch/rounds.py: never_measured: the types of a proposed plan with a layer neither the published profile
+    (the launch's own timing, a host's type timed before the plan) nor the windows' correction measured there."""
+    from heterps_paddle.launch.rounds import never_measured
+
+    plan = split_plan()
+    assert sorted({s.resource for s in plan.stages}) == ["cpu_small", "gpu_fast"]
+    assert never_measured(plan, PROFILE, None) == ("cpu_small", "gpu_fast")  # the file's figures alone
+    timed = replace(
+        PROFILE, layers=tuple(replace(layer, time={"cpu_small": 1e-5}) for layer in PROFILE.layers)
+    )  # every layer timed on the launch's CPU type
+    assert never_measured(plan, timed, None) == ("gpu_fast",)
+    gpu_layers = [layer for s in plan.stages if s.resource == "gpu_fast" for layer in s.layers]
+    ran = Refit({(layer, "gpu_fast"): 1e-6 for layer in gpu_layers})  # windows that ran those layers there
+    assert never_measured(plan, timed, ran) == ()

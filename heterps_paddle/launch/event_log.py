@@ -257,6 +257,7 @@ def proposal_record(p: e.Proposal) -> dict[str, Any]:
         "released": dict(p.released),
         "wanted": dict(p.wanted),
         "refit": dict(p.refit),
+        "priced_from_file": list(p.from_file),
     }
 
 

@@ -144,6 +144,9 @@ class Proposal:
     refit: Mapping[str, Any] = field(default_factory=dict)  # the correction (planning/refit.py: Refit.to_dict)
     why: str = ""  # why the machine asked
     same: bool = False  # the proposed plan is the running one (its stages, layers and units)
+    # the resource types of the proposed plan with a layer the job never measured on them (no host of that type was
+    # timed, no window ran it there): those layers are priced on the cluster file's figures alone
+    from_file: tuple[str, ...] = ()
     correction: Any = field(default=None, compare=False, repr=False)  # the Refit itself, for the rounds after
 
     @property

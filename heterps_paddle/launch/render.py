@@ -100,6 +100,8 @@ def line(action: Any, job: Job) -> str | None:
             f"(predicted on the measured rates: {p.samples_per_s:,.0f} samples/s at {p.cost_per_hour:.4g}/h, "
             f"against the running plan's {p.current_samples_per_s:,.0f} at {p.current_cost_per_hour:.4g}/h)"
         )
+        if p.from_file:
+            figures += f" ({', '.join(p.from_file)}: never measured by this job, priced from the cluster file)"
         if action.decision == "move":
             return f"{PREFIX}adapt: moving at the next checkpoint: {action.why} {figures}"
         if action.decision == "would move":

@@ -20,7 +20,7 @@ from heterps_paddle.launch.job import RoundPlan, RoundRequest
 from heterps_paddle.launch.options import LaunchOptions
 from heterps_paddle.launch.placement import Expansion, expand
 from heterps_paddle.planning.hosts import HostsFile, joined_hosts, joined_spec, with_joined, without_hosts
-from heterps_paddle.planning.model import Cluster, Plan, plan_from_dict, save_plan
+from heterps_paddle.planning.model import Cluster, ModelProfile, Plan, plan_from_dict, save_plan
 from heterps_paddle.planning.refit import Refit, combine, corrected_profile, from_rates, predicted, rate_of
 from heterps_paddle.planning.schedulers.exact import REACH_TOLERANCE
 from heterps_paddle.planning.unit_cost import cost_per_million_samples
@@ -189,13 +189,14 @@ def proposer(part: HostRound) -> Callable[[RoundRequest, Sequence[Mapping[str, A
         inputs = request.published.get("inputs")
         if inputs is None:
             raise HeterPSError("the job published no planning inputs to plan again with (heterps_configs['cluster'])")
-        planning = launch_planning(inputs, None)
+        published = launch_planning(inputs, None)
         old = _running_plan(request, first.plan)
-        refits = [r for r in (from_rates(old, w, planning.profile, planning.cluster) for w in windows) if r is not None]
+        found = (from_rates(old, w, published.profile, published.cluster) for w in windows)
+        refits = [r for r in found if r is not None]
         if not refits:
             return None
         refit = combine(refits).merged(request.refit)
-        planning = corrected(planning, refit)
+        planning = corrected(published, refit)
         hosts = with_joined(first.hosts, joined_hosts(request.joined))
         target = planning.target_throughput
         current_rate = running_rate(old, planning, refit)
@@ -220,9 +221,20 @@ def proposer(part: HostRound) -> Callable[[RoundRequest, Sequence[Mapping[str, A
             why=why,
             same=_stages(new) == _stages(old),
             correction=refit,
+            from_file=never_measured(new, published.profile, refit),
         )
 
     return propose
+
+
+def never_measured(plan: Plan, profile: ModelProfile, refit: Refit | None) -> tuple[str, ...]:
+    """The resource types ``plan`` puts a layer on that the job never measured it on: no time of the published
+    profile (the launch's own measurement, a host's type timed before the plan) and none the windows corrected."""
+    measured = {(layer.name, rtype) for layer in profile.layers for rtype in layer.time}
+    if refit is not None:
+        measured |= set(refit.times)
+    found = [s.resource for s in plan.stages if any((layer, s.resource) not in measured for layer in s.layers)]
+    return tuple(sorted(set(found)))
 
 
 def _stages(plan: Plan) -> list[tuple[str, tuple[str, ...], int]]:
