@@ -273,12 +273,43 @@ def test_a_pass_runs_in_slices_meeting_after_each(tmp_path, monkeypatch):
     assert ran == [files[:1], files[1:2]] and [at for at, _ in met][:3] == [cc.Progress(0, k, 4) for k in (1, 2, 3)]
 
 
+def data_files(directory, count):
+    directory.mkdir()
+    for i in range(count):
+        (directory / f"part-{i}").write_text(f"1 {i}:{i}\n" * (i + 1))
+    return [str(directory / f"part-{i}") for i in range(count)]
+
+
 def test_a_pass_resumed_inside_trains_only_the_files_not_done(tmp_path, monkeypatch):
-    files = [f"part-{i}" for i in range(8)]
+    from heterps_paddle.runtime.file_identity import identity
+
+    files = data_files(tmp_path / "data", 8)
     # taken after 2 of 4 slices of pass 1 (by trainers cut differently): part-0, -1, -4 and -5 done
-    done = ("part-0", "part-1", "part-4", "part-5")
+    done = tuple(files[i] for i in (0, 1, 4, 5))  # named by path, as an earlier version's checkpoint names them
     choice = cc.Choice(str(tmp_path), "/ckpt", cc.Progress(0, 2, 4), files_done=done)
     ran, met, seen, after = sliced_pass(monkeypatch, tmp_path, choice, 8, files)
-    assert ran == [["part-2", "part-3"], ["part-6", "part-7"]]  # the 2 slices left, of the checkpoint's 4
+    left = [files[i] for i in (2, 3, 6, 7)]
+    assert ran == [left[:2], left[2:]]  # the 2 slices left, of the checkpoint's 4
     assert [at for at, _ in met] == [cc.Progress(0, 3, 4), cc.Progress(1)]
-    assert seen == ["part-2", "part-3", "part-6", "part-7"] and after == files
+    assert seen == left and after == files
+    # named by content: the same files under another path (another host's mount) are left out all the same
+    copies = data_files(tmp_path / "elsewhere", 8)
+    by_content = cc.Choice(str(tmp_path), "/ckpt", cc.Progress(0, 2, 4), files_done=tuple(identity(f) for f in done))
+    ran, _, _, _ = sliced_pass(monkeypatch, tmp_path, by_content, 8, copies)
+    assert ran == [[copies[2], copies[3]], [copies[6], copies[7]]]
+
+
+def test_a_file_is_named_by_its_content_and_an_unreadable_one_refused_by_path(tmp_path):
+    """What a trainer says it trained at a slice's end (PassCheckpoints.meet), and so what a checkpoint there holds,
+    is each file's content identity (size and SHA-256, runtime/file_identity.py), not the path this host gave it."""
+    from heterps_paddle.runtime import file_identity
+
+    files = data_files(tmp_path / "data", 2)
+    named = [file_identity.identity(f) for f in files]
+    assert all(file_identity.is_identity(n) for n in named) and not file_identity.is_identity(files[0])
+    assert named[0].startswith(f"{os.path.getsize(files[0])}:") and named[0] != named[1]
+    assert file_identity.done_here(files[1], frozenset(named[1:])) and not file_identity.done_here(
+        files[0], frozenset(named[1:])
+    )
+    with pytest.raises(CheckpointError, match="cannot be read to name it by its content"):
+        file_identity.identity(str(tmp_path / "gone"))

@@ -73,6 +73,7 @@ from heterps_paddle.runtime.checkpoint_persist import (
     check_room,
     staging_for,
 )
+from heterps_paddle.runtime.file_identity import done_here, identity
 
 POLL_S = 0.2
 RESTORE = "restore"  # the barrier's mark of trainer 0's word on a resume's restore: "proven", or why it was refused
@@ -294,7 +295,7 @@ class PassCheckpoints:
         todo = list(files)
         if resumed:
             self.check_restored()
-            todo = [f for f in todo if f not in self.resumed_files]
+            todo = [f for f in todo if not done_here(f, self.resumed_files)]  # by content: other hosts' paths
             logger.info(
                 "checkpoint: pass %d goes on from %s: %d of its %d files here trained already, left out",
                 number,
@@ -331,8 +332,9 @@ class PassCheckpoints:
         if scheduled:
             push_queues.flush_pushes(runtime, f"checkpoint {at.where}")
         barrier = Barrier(self.root)
-        barrier.mark(at, f"arrived.{index}", json.dumps(files_done))
-        done: set[str] = set(files_done)
+        named = [identity(f) for f in files_done]  # by content: the round that goes on may see other paths
+        barrier.mark(at, f"arrived.{index}", json.dumps(named))
+        done: set[str] = set(named)
         if index == 0:
             for other in range(1, trainers):
                 done.update(json.loads(barrier.wait(at, f"arrived.{other}", f"CPU trainer {other}") or "[]"))
