@@ -16,6 +16,10 @@ on the load) and the launch checkpoints every pass.  The heterogeneous host is k
 The job ends 0 no more than 0.01 held-out AUC under the same job undisturbed (and at most 0.04 above), each round
 skips exactly the passes of the checkpoint it resumed from, and restarts.json says what was lost, the old and the
 new plan, and the checkpoint resumed from, each time.  ``--restarts 0`` (today's behaviour) is tests/test_across_hosts.py's dead-host test.
+
+The same three hosts also run a machine that joins and leaves, and the adaptive jobs whose cluster file overstates
+the heterogeneous type: at default settings with no target (rule e), and under a budget (rule c).  The steady job
+on two of them is tests/test_launched_steady_job.py's; the harness is tests/launched_jobs.py.
 """
 
 import json

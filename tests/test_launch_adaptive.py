@@ -252,6 +252,10 @@ def test_the_round_after_a_move_replaces_no_host_and_wishes_for_no_machine_befor
     assert "ReplaceAdvice" not in kinds(said) and "OnScale" not in kinds(said), said
     short = proposal(meets_target=False, wanted={"cpu_small": 1}, released={})
     assert "OnScale" not in kinds(m.step(j, m.Proposed(short), NOW + 100)[1])
+    # nor does a host counted slow hold a sustained miss back then: rule (a) reconsiders as ever
+    missing = [host_rates(300.0, {A: 3.0, B: 0.3})] * 7
+    _, said = feed_rates(moved, missing)
+    assert "ReplaceAdvice" not in kinds(said) and [a for a in said if isinstance(a, m.Reconsider) and a.missed]
     cooled, said = feed_rates(replace(j, newest_checkpoint=5), SLOWED, start=NOW + 100)
     assert kinds(said).count("ReplaceAdvice") == 1 and "OnScale" in kinds(said), said
 

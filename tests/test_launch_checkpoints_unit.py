@@ -300,16 +300,21 @@ def test_a_pass_resumed_inside_trains_only_the_files_not_done(tmp_path, monkeypa
 
 
 def test_a_file_is_named_by_its_content_and_an_unreadable_one_refused_by_path(tmp_path):
-    """What a trainer says it trained at a slice's end (PassCheckpoints.meet), and so what a checkpoint there holds,
-    is each file's content identity (size and SHA-256, runtime/file_identity.py), not the path this host gave it."""
+    """What a checkpoint inside a pass names its files done by (PassCheckpoints.files_done_by_all): each local
+    file's content identity (base name, size and SHA-256, runtime/file_identity.py), not the path this host gave it;
+    a path that is no local file (hdfs://) by its path."""
     from heterps_paddle.runtime import file_identity
 
     files = data_files(tmp_path / "data", 2)
-    named = [file_identity.identity(f) for f in files]
+    named = [file_identity.name_of(f) for f in files]
     assert all(file_identity.is_identity(n) for n in named) and not file_identity.is_identity(files[0])
-    assert named[0].startswith(f"{os.path.getsize(files[0])}:") and named[0] != named[1]
-    assert file_identity.done_here(files[1], frozenset(named[1:])) and not file_identity.done_here(
-        files[0], frozenset(named[1:])
-    )
+    assert named[0].startswith(f"part-0:{os.path.getsize(files[0])}:") and named[0] != named[1]
+    assert file_identity.done_here(files[1], frozenset(named[1:]))
+    assert not file_identity.done_here(files[0], frozenset(named[1:]))
+    # the same bytes under another base name (a shard copied to be trained twice) is another file
+    (tmp_path / "data" / "part-0-again").write_bytes((tmp_path / "data" / "part-0").read_bytes())
+    assert not file_identity.done_here(str(tmp_path / "data" / "part-0-again"), frozenset(named))
+    remote = "hdfs://cluster/day-1/part-0"
+    assert file_identity.name_of(remote) == remote and file_identity.done_here(remote, frozenset({remote}))
     with pytest.raises(CheckpointError, match="cannot be read to name it by its content"):
         file_identity.identity(str(tmp_path / "gone"))

@@ -482,14 +482,28 @@ def test_one_reconsideration_plans_at_a_time_and_none_before_the_plan_is_publish
     lines = []
     coord = coordinator(lines)
     coord.propose = propose
+    kept = []
+
+    class Records:  # the job's records the coordinator writes (launch/event_log.py: JobLog), kept
+        def write(self, kind, **fields):
+            kept.append((kind, fields))
+
+        def actions(self, actions, job):
+            pass
+
+    coord.records = Records()
     try:
         coord._reconsider(m.Reconsider("before the plan", False, (), None))
+        assert kept == [
+            ("proposed", {"proposal": None, "detail": "not planned: trainer 0 has not published its plan yet"})
+        ]
         assert calls == [] and not [line for line in lines if "no planning inputs" in line], lines
         record = {"op": "put", "key": "plan", "host": A, "value": {"plan": {"stages": []}, "inputs": {"any": 1}}}
         assert "error" not in coord.board.answer(record)
         coord._reconsider(m.Reconsider("first", False, (), None))
         coord._reconsider(m.Reconsider("second, while the first plans", False, (), None))
         wait_for(lambda: calls == ["first"], "the first reconsideration planning")
+        assert kept[-1][1]["detail"] == "not planned: the reconsideration asked for before is still planning"
         release.set()
         coord.reconsidering.join(10)
         coord._reconsider(m.Reconsider("third, once it is done", False, (), None))

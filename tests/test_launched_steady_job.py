@@ -1,7 +1,8 @@
 """The steady job on two loopback CPU hosts (one stage, --checkpoint-dir, a checkpoint every pass), measured
 undisturbed first (the ``steady`` fixture: its rate and held-out AUC), then disturbed: its rates jittered (no move),
 a host slowed mid-job (replaced), a leave on notice inside a pass (nothing redone), and the adaptive rules that need
-a launched job to be believed: a target met for less (rule b), a budget (rule c), units wished for (docs/adaptive.md).
+a launched job to be believed: a target met for less (rule b), units wished for (docs/adaptive.md; rule c, a
+budget, is tests/test_host_restarts.py's, on the three hosts).
 The harness is tests/launched_jobs.py's."""
 
 import json

@@ -72,10 +72,12 @@ def on_measured(job: Job, event: Measured, now: float) -> tuple[Job, list[Action
     # a host is replaced only past the cooldown after a move: the round after one starts its processes anew (a fresh
     # machine's first pass reads cold files), and under load the machine that stood in for a slow host was judged
     # on its first seconds, named slow in turn and a second machine asked of --on-scale
-    straggler = _straggler(job, now) if _cooled(job) else None
+    cooled = _cooled(job)
+    straggler = _straggler(job, now) if cooled else None
     if straggler is not None:
         return _replace(job, *straggler)
-    if _short_of_target(job, now) and any(n and h != job.round.coordinator for h, n in job.seen.slow_windows.items()):
+    slow_host = any(n and h != job.round.coordinator for h, n in job.seen.slow_windows.items())
+    if cooled and slow_host and _short_of_target(job, now):
         # a host measured slow may explain the miss: its next comparisons decide first.  The refit corrects a type,
         # and more units of it would not help: the slow host bounds every pass it is in
         return job, []
@@ -236,7 +238,8 @@ def _replace(job: Job, slow: Replacement, why: str) -> tuple[Job, list[Action]]:
 
 
 def _cooled(job: Job) -> bool:
-    """Whether ``cooldown`` checkpoints passed since the last adaptive move (a miss does not wait for them)."""
+    """Whether ``cooldown`` checkpoints passed since the last adaptive move.  A miss a proposal reaches does not wait
+    for them (rule a); a replacement, a wish for units, and the hold for a slow host's judgment do."""
     return job.moved_at is None or job.newest_checkpoint - job.moved_at >= job.rules.adapt.cooldown
 
 

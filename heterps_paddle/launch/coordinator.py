@@ -369,18 +369,22 @@ class Coordinator:
             decided=decided,
         )
 
+    def _not_planned(self, why: str) -> None:
+        """A reconsideration answered without a plan: its ``proposed`` record says why (every one has its answer)."""
+        if self.records is not None:
+            self.records.write("proposed", proposal=None, detail=f"not planned: {why}")
+
     def _reconsider(self, action: m.Reconsider) -> None:
         """Plan again on the measured rates, in a thread of its own (planning takes a while; the machine goes on),
         and feed the machine its proposal."""
         assert self.propose is not None
         if self.reconsidering is not None and self.reconsidering.is_alive():
-            # one at a time: a plan takes seconds of the coordinator's host, beside the job's training (threads
-            # started every reconsideration piled up under a budget, each minutes long, and slowed the job)
-            return
+            # one at a time, beside the job's training (one a reconsideration piled up under a budget, each minutes)
+            return self._not_planned("the reconsideration asked for before is still planning")
         request, number = self._request(self.machine.lost, self.machine.extra, action.refit), self.machine.round.number
         windows = [rates.to_record() for rates in action.windows]
-        if not request.published.get("plan"):
-            return  # trainer 0 has not published its plan yet (it may wait for a host's type to be measured)
+        if not request.published.get("plan"):  # it may wait for a host's type to be timed
+            return self._not_planned("trainer 0 has not published its plan yet")
         if not request.published.get("inputs"):
             # the job published nothing to plan again with (a saved plan): it runs its plan as it is; said once
             if not self.said_no_inputs:

@@ -1,7 +1,7 @@
 """A new round's plan and files: what the coordinator asks for when the machine says Replan (launch/machine.py), and
 what a host writes for the round it joins.
 
-Re-planning is planning/replan.py's (the same scheduler and target on the hosts left); this module only finds the
+Re-planning is planning/replan.py's (the exact scheduler, the same target, on the hosts left); this module only finds the
 running plan, asks for the next one when the hosts changed, writes it with the one plan writer
 (planning/model.py: ``save_plan``) and says what changed for restarts.json.
 """

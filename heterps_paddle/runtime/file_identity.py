@@ -1,6 +1,8 @@
-"""A data file named by its content, not its path: ``<bytes>:<sha256>``.  A checkpoint taken inside a pass names the
-files every trainer trained already by it, so that a round on other hosts, which see the same files under other
-paths (another mount, a copy), leaves them out too.
+"""A data file named by its content, not its path: ``<base name>:<bytes>:<sha256>``.  A checkpoint taken inside a
+pass names the files every trainer trained already so, and a round on other hosts, which see the same files under
+other paths (another mount, a copy), leaves them out too.  The base name stays in the name: two files of a pass with
+the same bytes (a shard copied to train it twice) are two files.  A path that is not a local file (``hdfs://``, a
+file the script removed) is named by its path, as before content names.
 
 Each file is read once per process and size and modification time (the digest is cached by its real path, size and
 mtime): a checkpoint inside a pass hashes the files a trainer just trained, in the page cache then, and a resume the
@@ -18,8 +20,14 @@ _CHUNK = 1 << 20
 _KNOWN: dict[tuple[str, int, int], str] = {}
 
 
+def name_of(path: str) -> str:
+    """The name a checkpoint gives the data file at ``path``: its identity when it is a local file, else the path."""
+    return identity(path) if os.path.isfile(path) else path
+
+
 def identity(path: str) -> str:
-    """``<bytes>:<sha256 hex>`` of the file at ``path``; CheckpointError naming it when it cannot be read."""
+    """``<base name>:<bytes>:<sha256 hex>`` of the file at ``path``; CheckpointError naming it when it cannot be
+    read."""
     try:
         real = os.path.realpath(path)
         st = os.stat(real)
@@ -30,7 +38,7 @@ def identity(path: str) -> str:
             with open(real, "rb") as f:
                 while chunk := f.read(_CHUNK):
                     digest.update(chunk)
-            found = _KNOWN[key] = f"{st.st_size}:{digest.hexdigest()}"
+            found = _KNOWN[key] = f"{os.path.basename(real)}:{st.st_size}:{digest.hexdigest()}"
         return found
     except OSError as exc:
         raise CheckpointError(f"data file {path}: cannot be read to name it by its content ({exc})") from None
@@ -38,10 +46,16 @@ def identity(path: str) -> str:
 
 def is_identity(name: str) -> bool:
     """Whether ``name`` is an identity (a checkpoint of an earlier version names files by path instead)."""
-    size, _, digest = name.partition(":")
+    parts = name.rsplit(":", 2)
+    if len(parts) != 3:
+        return False
+    _, size, digest = parts
     return size.isdigit() and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
 
 
 def done_here(path: str, done: frozenset[str]) -> bool:
-    """Whether the file at ``path`` is one of ``done``, by content, or by path for names an earlier version wrote."""
-    return path in done or identity(path) in done
+    """Whether the file at ``path`` is one of ``done``: by path (an earlier version's names, a file that is not
+    local), else by content, read only when ``done`` names any file by content."""
+    if path in done:
+        return True
+    return any(is_identity(name) for name in done) and name_of(path) in done

@@ -6,8 +6,10 @@ trained, a restore changed after the fact.
 
 - ``before_persist(captured)``: CPU trainer 0, in the background thread that persists a checkpoint
   (runtime/launch_checkpoints.py), before it writes anything; ``captured`` is the checkpoint's ``Captured``.
-- ``around_train_run(number, call, run)``: every ``train_from_dataset`` Paddle runs for a script's call in pass
-  ``number`` (a slice's, or the whole pass's); the hook returns ``run(call)``'s result, having called it once.
+- ``around_train_run(number, call, run)``: every ``train_from_dataset`` Paddle runs for a script's call on a stage 1
+  CPU trainer of a launch with ``--checkpoint-dir`` (runtime/launch_checkpoints.py: ``run_pass``; a slice's, or the
+  whole pass's), ``number`` the training pass it is in (an evaluation's call: the next one's); the hook returns
+  ``run(call)``'s result, having called it once.
 - ``after_restore(runtime)``: a parameter server, once ``init_server`` restored the tables of the checkpoint it was
   given (runtime/patches.py).
 

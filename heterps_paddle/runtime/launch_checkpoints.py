@@ -73,7 +73,7 @@ from heterps_paddle.runtime.checkpoint_persist import (
     check_room,
     staging_for,
 )
-from heterps_paddle.runtime.file_identity import done_here, identity
+from heterps_paddle.runtime.file_identity import done_here, name_of
 
 POLL_S = 0.2
 RESTORE = "restore"  # the barrier's mark of trainer 0's word on a resume's restore: "proven", or why it was refused
@@ -332,14 +332,10 @@ class PassCheckpoints:
         if scheduled:
             push_queues.flush_pushes(runtime, f"checkpoint {at.where}")
         barrier = Barrier(self.root)
-        named = [identity(f) for f in files_done]  # by content: the round that goes on may see other paths
-        barrier.mark(at, f"arrived.{index}", json.dumps(named))
-        done: set[str] = set(named)
+        barrier.mark(at, f"arrived.{index}")
         if index == 0:
             for other in range(1, trainers):
-                done.update(json.loads(barrier.wait(at, f"arrived.{other}", f"CPU trainer {other}") or "[]"))
-            if at.slice and at.passes == self.resumed_at.passes and self.resumed_at.slice:
-                done |= self.resumed_files  # trained before the checkpoint this pass went on from
+                barrier.wait(at, f"arrived.{other}", f"CPU trainer {other}")
             barrier.drop_before(at)
             decision = self.decide(at, scheduled, barrier)
             barrier.mark(at, "decision", decision.text())
@@ -348,6 +344,7 @@ class PassCheckpoints:
         if decision.kind is None:
             return
         started = time.monotonic()
+        done = self.files_done_by_all(at, barrier, (trainers, index), files_done)
         if not scheduled:
             # asked for at a point that was not due: every trainer's pushes answered before the servers save
             push_queues.flush_pushes(runtime, f"checkpoint {at.where} (asked for)")
@@ -358,6 +355,26 @@ class PassCheckpoints:
         self.save(executor, at, decision, barrier, (trainers, index), started, tuple(sorted(done)))
         if decision.hold_s > 0:
             self.hold(at, decision.hold_s)
+
+    def files_done_by_all(
+        self, at: Progress, barrier: Barrier, where: tuple[int, int], files_done: list[str]
+    ) -> set[str]:
+        """A checkpoint inside a pass: the files of the pass every trainer trained (trainer 0's answer; the others'
+        is theirs alone), each named by its content (runtime/file_identity.py) so that a round on hosts that see
+        them under other paths leaves them out too.  Named once a checkpoint is decided, not at every meeting: the
+        files are read once more, within the checkpoint's pause."""
+        trainers, index = where
+        if not at.slice:
+            return set()
+        named = [name_of(f) for f in files_done]
+        barrier.mark(at, f"named.{index}", json.dumps(named))
+        done = set(named)
+        if index == 0:
+            for other in range(1, trainers):
+                done.update(json.loads(barrier.wait(at, f"named.{other}", f"CPU trainer {other}") or "[]"))
+            if at.passes == self.resumed_at.passes and self.resumed_at.slice:
+                done |= self.resumed_files  # trained before the checkpoint this pass went on from
+        return done
 
     def scheduled(self, at: Progress) -> bool:
         """Whether --checkpoint-every may make a checkpoint due at ``at``: N passes, at every Nth pass's end; N
