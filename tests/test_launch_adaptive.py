@@ -59,6 +59,15 @@ def test_rates_that_jitter_by_a_fifth_around_the_target_never_count_as_a_miss():
     assert actions == [] and j.seen.adapting is None
 
 
+def test_a_pause_that_trains_nothing_for_the_whole_sustain_is_no_miss():
+    """A checkpoint's capture under load outlasted the sustain: every window of it at 0 samples/s after the round had
+    trained.  A pause, not a slow plan: no miss, no move (the slowed-host test under two busy loops moved on it)."""
+    j, said = feed(adaptive(newest_checkpoint=3), [1100.0] * 6 + [0.0] * 8)
+    assert not [a for a in said if isinstance(a, m.Reconsider) and a.missed], said
+    j, said = feed(j, [600.0] * 6, start=NOW + 140)
+    assert [a for a in said if isinstance(a, m.Reconsider) and a.missed], said  # training slowly is a miss
+
+
 def test_a_rounds_start_that_trains_nothing_is_no_miss():
     """Its processes starting (seconds on a busy machine) train nothing: no miss until it has trained sustain_s."""
     j, said = feed(adaptive(newest_checkpoint=3), [0.0] * 8)
