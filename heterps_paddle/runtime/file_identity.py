@@ -11,12 +11,10 @@ files of the pass it goes on in.
 
 from __future__ import annotations
 
-import hashlib
 import os
 
-from heterps_paddle.runtime.checkpoint_files import CheckpointError
+from heterps_paddle.runtime.checkpoint_files import CheckpointError, file_digest
 
-_CHUNK = 1 << 20
 _KNOWN: dict[tuple[str, int, int], str] = {}
 
 
@@ -34,11 +32,7 @@ def identity(path: str) -> str:
         key = (real, st.st_size, st.st_mtime_ns)
         found = _KNOWN.get(key)
         if found is None:
-            digest = hashlib.sha256()
-            with open(real, "rb") as f:
-                while chunk := f.read(_CHUNK):
-                    digest.update(chunk)
-            found = _KNOWN[key] = f"{os.path.basename(real)}:{st.st_size}:{digest.hexdigest()}"
+            found = _KNOWN[key] = f"{os.path.basename(real)}:{st.st_size}:{file_digest(real)}"
         return found
     except OSError as exc:
         raise CheckpointError(f"data file {path}: cannot be read to name it by its content ({exc})") from None
