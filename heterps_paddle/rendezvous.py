@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from heterps_paddle import control, settings
 from heterps_paddle.errors import HeterPSError
-from heterps_paddle.files import write_atomic
+from heterps_paddle.files import locked, write_atomic
 
 RENDEZVOUS_ENV = "HETERPS_RENDEZVOUS"  # host:port of the launch's coordinator
 PLAN_KEY = "plan"  # the plan the launch runs (fleet/plan_agreement.py)
@@ -85,6 +85,11 @@ class Board(Protocol):
 
     def entries(self, prefix: str) -> dict[str, Any]: ...
 
+    def shards(self, message: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+DATA_PLAN_FILE = "data-plan.state"  # a files board's data plan (data_plan.py), read and written under its lock
+
 
 class FileBoard:
     """One JSON file per key in ``directory`` (one host)."""
@@ -115,6 +120,24 @@ class FileBoard:
             if value is not None:
                 found[name[: -len(".json")]] = value
         return found
+
+    def shards(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """A data plan request (data_plan.py), answered from the plan's file under this host's lock."""
+        from heterps_paddle.data_plan import DataPlan
+
+        path = os.path.join(self.directory, DATA_PLAN_FILE)
+        with locked(self.directory, DATA_PLAN_FILE + ".lock"):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    plan = DataPlan.from_json(json.load(f))
+            except FileNotFoundError:
+                plan = DataPlan()
+            reply = plan.answer(message)
+            if "error" not in reply and message.get("do") != "done":
+                write_atomic(path, json.dumps(plan.to_json()))
+        if "error" in reply:
+            raise RendezvousError(f"the data plan at {path}: {reply['error']}")
+        return reply
 
 
 def exchange_line(endpoint: str, line: bytes, timeout: float) -> bytes:
@@ -169,6 +192,10 @@ class RemoteBoard:
 
     def entries(self, prefix: str) -> dict[str, Any]:
         return dict(request(self.endpoint, {"op": "entries", "prefix": prefix})["entries"])
+
+    def shards(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """A data plan request (data_plan.py), answered by the coordinator."""
+        return request(self.endpoint, {**message, "op": "shards", "launch": launch_id()})
 
 
 def board(env: Mapping[str, str] | None = None) -> Board | None:

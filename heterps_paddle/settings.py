@@ -239,15 +239,6 @@ _ALL = (
         _count,
     ),
     Setting(
-        "HETERPS_CHECKPOINT_SLICES",
-        "1",
-        "with `heterps launch --checkpoint-dir`: each training pass of a stage 1 CPU trainer is cut into N slices "
-        "of its dataset's file list, each trained by its own train_from_dataset inside the script's one call; a "
-        "checkpoint asked for (a leave, a move) or due by minutes comes at the end of the running slice, and a "
-        "resume trains only the files not done (docs/checkpoints.md, 'Inside a pass'); the same on every host",
-        _positive_count,
-    ),
-    Setting(
         "HETERPS_TABLE_SHARDS",
         "",
         "with `heterps launch --checkpoint-dir`: the shard files each sparse table is saved in, for the whole job "

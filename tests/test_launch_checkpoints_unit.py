@@ -7,7 +7,8 @@ import os
 import pytest
 
 from heterps_paddle import settings
-from heterps_paddle.launch.options import parse
+from heterps_paddle.data_plan import DataPlan
+from heterps_paddle.launch.options import OptionsError, parse
 from heterps_paddle.runtime import checkpoint_choice as cc
 from heterps_paddle.runtime.checkpoint_files import MANIFEST, CheckpointError, add_to_manifest, digests
 
@@ -206,23 +207,17 @@ def test_a_checkpoint_inside_a_pass_whose_manifest_says_otherwise_is_refused(tmp
     assert "files_done is not a list of file names" in reasons[str(bad_files)]
 
 
-def test_slices_setting_and_cut():
-    from heterps_paddle.runtime.launch_checkpoints import cut
-
-    assert settings.get("HETERPS_CHECKPOINT_SLICES", {}) == 1
-    assert settings.get("HETERPS_CHECKPOINT_SLICES", {"HETERPS_CHECKPOINT_SLICES": "8"}) == 8
-    with pytest.raises(settings.SettingError, match="HETERPS_CHECKPOINT_SLICES"):
-        settings.get("HETERPS_CHECKPOINT_SLICES", {"HETERPS_CHECKPOINT_SLICES": "0"})
-    files = [f"f{i}" for i in range(10)]
-    for parts in (1, 3, 4, 10, 12):
-        pieces = cut(files, parts)
-        assert len(pieces) == parts and sum(pieces, []) == files
-        assert max(map(len, pieces)) - min(map(len, pieces)) <= 1
+def test_the_retired_slices_setting_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv("HETERPS_CHECKPOINT_SLICES", "4")
+    with pytest.raises(OptionsError, match="HETERPS_CHECKPOINT_SLICES is retired: every pass is pulled"):
+        parse(["--server_num=1", "--worker_num=2", "train.py"])
+    assert "HETERPS_CHECKPOINT_SLICES" not in settings.SETTINGS
 
 
 class FakeDataset:
     def __init__(self, files):
         self.filelist = list(files)
+        self.thread_num = 1
 
     def set_filelist(self, files):
         self.filelist = list(files)
@@ -237,16 +232,46 @@ class FakeProgram:
     blocks = [Block()]
 
 
-def sliced_pass(monkeypatch, tmp_path, choice, slices, files):
-    """One pass through PassCheckpoints.run_pass and its hook: the files each train_from_dataset ran, and the
-    points the trainers met at with the files done there."""
-    from heterps_paddle.runtime import launch_checkpoints, seam
+class PlanBoard:
+    """The data plan as the coordinator serves it, in this process (data_plan.py)."""
+
+    def __init__(self):
+        self.plan = DataPlan()
+        self.first_take = None  # what trainer 1 does once the pass opened, before trainer 0's first take
+
+    def shards(self, message):
+        if message["do"] == "take" and self.first_take is not None:
+            first, self.first_take = self.first_take, None
+            first(self)
+        reply = self.plan.answer(message)
+        assert "error" not in reply, reply
+        return reply
+
+
+def pulled_pass(monkeypatch, tmp_path, choice, files, peer=None, on_meet=None):
+    """One pass of trainer 0 of two through PassCheckpoints.run_pass and its hook, on a data plan both offered
+    ``files`` to (``peer(board)`` acts as trainer 1 first): the files each train_from_dataset ran, the points the
+    trainers met at with the shards done there, the list the hooks' ends saw and the script's list after."""
+    from heterps_paddle.runtime import launch_checkpoints, pulled_pass, seam
+    from heterps_paddle.runtime.file_identity import name_of
 
     monkeypatch.setenv("HETERPS_LAUNCH_ID", "unit")
-    passes = launch_checkpoints.PassCheckpoints(choice, (1.0, "passes"), slices)
+    board = PlanBoard()
+    passes = launch_checkpoints.PassCheckpoints(choice, (1.0, "passes"))
     passes.restore_checked = True
+    passes.pulling, passes.puller = True, pulled_pass.Puller(board, 2, 0)
+    resumed = sorted(choice.files_done) if choice.at.slice else []
+    offer = {"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "done_before": resumed}
+    board.shards({**offer, "files": [[name_of(f), f] for f in files]})
+    board.first_take = peer
     met = []
-    monkeypatch.setattr(passes, "meet", lambda executor, at, done: met.append((at, list(done))))
+
+    def meet(executor, at, done=None):
+        if on_meet is not None and at.slice:
+            on_meet(board)  # trainer 1 at the barrier: trainer 0 asks for the shards done once all are there
+        met.append((at, sorted(done()) if done is not None else []))
+
+    monkeypatch.setattr(passes, "meet", meet)
     dataset = FakeDataset(files)
     call = seam.DatasetCall(None, FakeProgram(), dataset, None, {})
     ran = []
@@ -257,22 +282,6 @@ def sliced_pass(monkeypatch, tmp_path, choice, slices, files):
     return ran, met, seen_by_hooks[0], dataset.filelist
 
 
-def test_a_pass_runs_in_slices_meeting_after_each(tmp_path, monkeypatch):
-    files = [f"part-{i}" for i in range(7)]
-    choice = cc.Choice(str(tmp_path), None, cc.Progress(0))
-    ran, met, seen, after = sliced_pass(monkeypatch, tmp_path, choice, 3, files)
-    assert ran == [files[:2], files[2:4], files[4:]]
-    assert met == [
-        (cc.Progress(0, 1, 3), files[:2]),
-        (cc.Progress(0, 2, 3), files[:4]),
-        (cc.Progress(1), []),  # the pass's end, as before slices
-    ]
-    assert seen == files and after == files  # the hooks' ends count the pass's files; the script's list kept
-    # more slices than files: the empty ones train nothing, the trainers still meet after them
-    ran, met, _, _ = sliced_pass(monkeypatch, tmp_path, choice, 4, files[:2])
-    assert ran == [files[:1], files[1:2]] and [at for at, _ in met][:3] == [cc.Progress(0, k, 4) for k in (1, 2, 3)]
-
-
 def data_files(directory, count):
     directory.mkdir()
     for i in range(count):
@@ -280,23 +289,75 @@ def data_files(directory, count):
     return [str(directory / f"part-{i}") for i in range(count)]
 
 
-def test_a_pass_resumed_inside_trains_only_the_files_not_done(tmp_path, monkeypatch):
+def test_a_pass_is_pulled_shard_by_shard_with_a_checkpoint_between_two_when_asked(tmp_path, monkeypatch):
+    from heterps_paddle.rendezvous import launch_id
+    from heterps_paddle.runtime.file_identity import name_of
+
+    files = data_files(tmp_path / "data", 6)
+    choice = cc.Choice(str(tmp_path), None, cc.Progress(0))
+    taken = {}
+
+    def peer_takes_one(board):  # trainer 1 holds part-0 while trainer 0 trains the rest
+        taken["shard"] = board.shards({"do": "take", "pass": 1, "trainer": 1})["shards"][0][0]
+
+    ran, met, seen, after = pulled_pass(monkeypatch, tmp_path, choice, files, peer_takes_one)
+    assert ran == [[f] for f in files[1:]] and taken["shard"] == name_of(files[0])
+    assert met == [(cc.Progress(1), [])]  # the pass's end only: nothing asked
+    assert seen == files[1:] and after == files  # the hooks' ends count the files trained here; the script's list kept
+
+    # a leave asks for a checkpoint while trainer 1 holds a shard: the trainers meet once both hold none, at K of
+    # the pass's 6 shards, K the shards done or in hand at the ask; then the pass goes on
+    sync = cc.sync_dir(str(tmp_path), launch_id() or "local")
+    os.makedirs(sync, exist_ok=True)
+
+    def peer_asks(board):
+        taken["shard"] = board.shards({"do": "take", "pass": 1, "trainer": 1})["shards"][0][0]
+        with open(os.path.join(sync, cc.ASKED), "w") as f:
+            f.write("a leave\n")
+
+    def peer_meets(board):
+        board.shards({"do": "finish", "pass": 1, "trainer": 1, "shards": [taken["shard"]]})
+        assert "meet" in board.shards({"do": "take", "pass": 1, "trainer": 1})
+        os.remove(os.path.join(sync, cc.ASKED))
+
+    ran, met, _, _ = pulled_pass(monkeypatch, tmp_path, choice, files, peer_asks, peer_meets)
+    # trainer 0 trained part-1 when it read the ask, trainer 1 held part-0: both done at the meeting
+    assert met[0] == (cc.Progress(0, 2, 6), sorted(name_of(f) for f in files[:2])) and met[-1] == (cc.Progress(1), [])
+    assert ran == [[f] for f in files[1:]]
+
+
+def test_a_pass_resumed_inside_trains_only_the_shards_not_done(tmp_path, monkeypatch):
     from heterps_paddle.runtime.file_identity import identity
 
     files = data_files(tmp_path / "data", 8)
-    # taken after 2 of 4 slices of pass 1 (by trainers cut differently): part-0, -1, -4 and -5 done
-    done = tuple(files[i] for i in (0, 1, 4, 5))  # named by path, as an earlier version's checkpoint names them
-    choice = cc.Choice(str(tmp_path), "/ckpt", cc.Progress(0, 2, 4), files_done=done)
-    ran, met, seen, after = sliced_pass(monkeypatch, tmp_path, choice, 8, files)
+    done = tuple(identity(files[i]) for i in (0, 1, 4, 5))
+    choice = cc.Choice(str(tmp_path), "/ckpt", cc.Progress(0, 4, 8), files_done=done)
+    ran, met, seen, after = pulled_pass(monkeypatch, tmp_path, choice, files)
     left = [files[i] for i in (2, 3, 6, 7)]
-    assert ran == [left[:2], left[2:]]  # the 2 slices left, of the checkpoint's 4
-    assert [at for at, _ in met] == [cc.Progress(0, 3, 4), cc.Progress(1)]
-    assert seen == left and after == files
+    assert ran == [[f] for f in left] and seen == left and after == files
     # named by content: the same files under another path (another host's mount) are left out all the same
     copies = data_files(tmp_path / "elsewhere", 8)
-    by_content = cc.Choice(str(tmp_path), "/ckpt", cc.Progress(0, 2, 4), files_done=tuple(identity(f) for f in done))
-    ran, _, _, _ = sliced_pass(monkeypatch, tmp_path, by_content, 8, copies)
-    assert ran == [[copies[2], copies[3]], [copies[6], copies[7]]]
+    ran, _, _, _ = pulled_pass(monkeypatch, tmp_path, choice, copies)
+    assert ran == [[copies[i]] for i in (2, 3, 6, 7)]
+
+
+def test_one_trainer_resumed_inside_a_pass_trains_its_files_not_done_in_one_call(tmp_path, monkeypatch):
+    from heterps_paddle.runtime import launch_checkpoints, pulled_pass, seam
+    from heterps_paddle.runtime.file_identity import identity
+
+    monkeypatch.setenv("HETERPS_LAUNCH_ID", "unit")
+    files = data_files(tmp_path / "data", 4)
+    choice = cc.Choice(str(tmp_path), "/ckpt", cc.Progress(0, 2, 4), files_done=(identity(files[0]), files[3]))
+    passes = launch_checkpoints.PassCheckpoints(choice, (1.0, "passes"))
+    passes.restore_checked = True
+    passes.pulling, passes.puller = True, pulled_pass.Puller(PlanBoard(), 1, 0)
+    monkeypatch.setattr(passes, "meet", lambda executor, at, done=None: None)
+    dataset = FakeDataset(files)
+    call = seam.DatasetCall(None, FakeProgram(), dataset, None, {})
+    ran = []
+    with passes.hook(call):
+        passes.run_pass(call, lambda c: ran.append(list(c.dataset.filelist)))
+    assert ran == [files[1:3]] and dataset.filelist == files
 
 
 def test_a_file_is_named_by_its_content_and_an_unreadable_one_refused_by_path(tmp_path):

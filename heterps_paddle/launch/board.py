@@ -12,6 +12,7 @@ import json
 from typing import Any, Mapping
 
 from heterps_paddle import control, rendezvous
+from heterps_paddle.data_plan import DataPlan
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.rendezvous import BoardStore
 
@@ -27,9 +28,16 @@ class Board:
         self.plan_writer = plan_writer
         self.launch = launch  # the round's launch id: a process of an earlier round writes nothing here
         self.store = BoardStore()
+        self.data_plan = DataPlan()  # the round's passes' shards, handed to the trainers (data_plan.py)
 
     def answer(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        """A board request (put / get / entries), as the rules allow; an error answer names what was refused."""
+        """A board request (put / get / entries, or the data plan's), as the rules allow; an error answer names
+        what was refused."""
+        if message.get("op") == "shards":
+            sender = message.get("launch")
+            if self.launch is not None and isinstance(sender, str) and sender != self.launch:
+                return {"error": f"the data plan: a process of another round (launch {sender:.16})"}
+            return self.data_plan.answer(message)
         if message.get("op") == "put":
             key, host = message.get("key"), message.get("host")
             sender = message.get("launch")

@@ -179,6 +179,9 @@ class _Given:
     flags: set[str] = field(default_factory=set)
 
 
+RETIRED_SLICES = "HETERPS_CHECKPOINT_SLICES"
+
+
 def parse(argv: list[str]) -> LaunchOptions:
     """``heterps launch``'s arguments (module doc); OptionsError when they are wrong."""
     given = _Given()
@@ -214,6 +217,12 @@ def parse(argv: list[str]) -> LaunchOptions:
             given.paddle.append((name, value))
     if i >= len(argv):
         raise OptionsError(f"heterps launch: no training script given\n{USAGE}")
+    if os.environ.get(RETIRED_SLICES):
+        # retired, not ignored: a user who set it expects its checkpoints inside a pass, which come another way now
+        raise OptionsError(
+            f"heterps launch: {RETIRED_SLICES} is retired: every pass is pulled from the job's data plan, shard by "
+            "shard, and a checkpoint inside a pass comes between two shards without it (docs/data-plan.md); unset it"
+        )
     script = argv[i]
     _check_script(script)
     values = given.values

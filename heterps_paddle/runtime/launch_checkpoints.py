@@ -14,9 +14,10 @@ resumes from them, one-stage or split:
   (checkpoint.servers_restored); every stage 1 CPU trainer skips its first K training passes, K the passes the
   checkpoint holds (:meth:`PassCheckpoints.gate`), so the script's epoch loop goes on at the next epoch; from a
   checkpoint inside a pass, that pass trains only the files the checkpoint does not say done.
-- **Slices.**  With ``HETERPS_CHECKPOINT_SLICES=N`` each training pass runs as N ``train_from_dataset`` calls of
-  Paddle's on runs of its files (:meth:`PassCheckpoints.run_pass`), the trainers meeting after each: a checkpoint
-  asked for (a leave, a move) or due by minutes comes at the running slice's end, ``DIR/pass-NNNNNN.KofS``.
+- **Inside a pass.**  Each training pass is pulled from the job's data plan, a call of Paddle's
+  ``train_from_dataset`` per shard (runtime/pulled_pass.py): a checkpoint asked for (a leave, a move) or due by
+  minutes comes between two calls, once every trainer holds no shard, ``DIR/pass-NNNNNN.KofS``, its manifest naming
+  the shards done.
 - **Save.**  After a due pass every stage 1 CPU trainer flushes its pushes and meets the others at a barrier (files
   under ``DIR/.sync/<launch id>/``: it needs nothing of the script, no gloo); then the servers write every table
   to a staging area (``fleet.save_persistables``) and the trainers train again once it returned (captured: the
@@ -34,7 +35,6 @@ that use them.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
@@ -44,7 +44,7 @@ from heterps_paddle import settings
 from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
 from heterps_paddle.rendezvous import launch_id
-from heterps_paddle.runtime import checkpoint_persist, hooks, push_queues, seam, table_shards
+from heterps_paddle.runtime import checkpoint_persist, hooks, pulled_pass, push_queues, seam, table_shards
 from heterps_paddle.runtime.checkpoint_choice import (
     ASKED,
     CAPTURED,
@@ -73,16 +73,11 @@ from heterps_paddle.runtime.checkpoint_persist import (
     check_room,
     staging_for,
 )
-from heterps_paddle.runtime.file_identity import done_here, name_of
+from heterps_paddle.runtime.file_identity import done_here
+from heterps_paddle.runtime.pulled_pass import is_training_pass
 
 POLL_S = 0.2
 RESTORE = "restore"  # the barrier's mark of trainer 0's word on a resume's restore: "proven", or why it was refused
-# Ops that write to the parameter servers: a train_from_dataset pass whose program runs one trains the model (an
-# evaluation program, fleet.evaluation.forward_only_program or the whole model's forward pass, has none).
-WRITE_OPS = frozenset(
-    {"distributed_push_sparse", "push_sparse", "push_sparse_v2", "push_dense", "send", "send_and_recv"}
-)
-
 
 _choice: Choice | None = None
 
@@ -134,13 +129,9 @@ def server_start_dir(dirname: str | None) -> str | None:
 # ------------------------------------------------------------------------------------------ stage 1 trainers
 
 
-def is_training_pass(program: Any) -> bool:
-    return any(op.type in WRITE_OPS for block in program.blocks for op in block.ops)
-
-
 class Barrier:
-    """Files under ``DIR/.sync/<launch id>/``: the stage 1 CPU trainers' meeting points after a pass, and after
-    each slice of a pass cut into slices (named by the checkpoint such a point would make)."""
+    """Files under ``DIR/.sync/<launch id>/``: the stage 1 CPU trainers' meeting points after a pass, and inside a
+    pulled pass for a checkpoint (named by the checkpoint such a point would make)."""
 
     def __init__(self, root: str) -> None:
         self.dir = sync_dir(root, launch_id() or "local")
@@ -184,29 +175,24 @@ class Barrier:
                     os.remove(os.path.join(self.dir, name))
 
 
-def cut(files: list[str], parts: int) -> list[list[str]]:
-    """``files`` in ``parts`` runs of consecutive files, as even as can be (some empty when there are fewer)."""
-    return [files[k * len(files) // parts : (k + 1) * len(files) // parts] for k in range(parts)]
-
-
 class PassCheckpoints:
-    """A stage 1 CPU trainer's passes: the first ones skipped on a resume (and the files of a pass the checkpoint
-    was taken inside), each pass cut into slices of its files (HETERPS_CHECKPOINT_SLICES), and a checkpoint at a
-    slice's or a pass's end when one is due or asked for."""
+    """A stage 1 CPU trainer's passes: the first ones skipped on a resume (and the shards of a pass the checkpoint
+    was taken inside), each pass pulled from the data plan, and a checkpoint at a pass's end or between two of its
+    calls when one is due or asked for."""
 
-    def __init__(self, choice: Choice, every: tuple[float, str], slices: int = 1) -> None:
+    def __init__(self, choice: Choice, every: tuple[float, str]) -> None:
         self.root = choice.root
         self.resumed_from = choice.path
         self.skip = choice.passes_done
-        # a checkpoint taken inside a pass: the next pass's slices it holds, and the files they trained
+        # a checkpoint taken inside a pass: where in the next pass, and the shards of it done (named by content)
         self.resumed_at = choice.at
         self.resumed_files = frozenset(choice.files_done)
         self.every, self.unit = every
-        self.slices = slices
+        self.pulling = False  # whether the data plan's puller was looked for (once fleet is up)
+        self.puller: pulled_pass.Puller | None = None
         self.passes = 0  # training passes of the job so far, the skipped ones included
         self.last_save = time.monotonic()
         self.restore_checked = False
-        self.in_memory_said = False
         self.base_every = base_interval()
         # the checkpoint the servers' tables were last saved to or restored from: an increment's previous link
         self.previous = choice.path
@@ -266,59 +252,80 @@ class PassCheckpoints:
                 call.dataset.set_filelist(files)  # as the script set it: its next pass may not set it again
         if training:
             self.passes += 1
-            self.meet(call.executor, Progress(self.passes), [])
+            self.meet(call.executor, Progress(self.passes))
 
     def run_pass(self, call: seam.DatasetCall, run: Callable[[seam.DatasetCall], Any]) -> Any:
-        """A training pass in slices: the dataset's files cut in ``slices`` runs, each trained by its own
-        ``train_from_dataset`` (the hooks around the pass see one pass: its metrics, AUC states and samples), the
-        trainers meeting after each but the last (a checkpoint there when one is asked for or due by minutes).  A
-        pass a checkpoint was taken inside trains the files it did not hold, in the slices that were left.  An
-        in-memory dataset (loaded before the call) is one slice."""
+        """A training pass pulled from the job's data plan (runtime/pulled_pass.py), a checkpoint between two of its
+        calls when one is asked for or due by minutes (``DIR/pass-NNNNNN.KofS``: K of the pass's S shards done or
+        in hand when it was asked for); a pass a checkpoint was taken inside trains the shards it does not hold.
+        Where the pass keeps the script's own split (one trainer, an InMemoryDataset), it runs as one call, of the
+        files the checkpoint does not hold."""
         number = self.passes + 1
         run = hooks.around_train_run(number, run)
         files = getattr(call.dataset, "filelist", None)
         if not is_training_pass(call.main_program()) or files is None:
             return run(call)
         resumed = self.resumed_at.slice > 0 and number == self.resumed_at.passes + 1
-        at = self.resumed_at if resumed else Progress(number - 1, 0, self.slices)
-        if hasattr(call.dataset, "load_into_memory"):
-            if resumed:
-                raise CheckpointError(
-                    f"{seam.identity()}: checkpoint {self.resumed_from} was taken inside pass {number}, which this "
-                    "script trains from an InMemoryDataset (loaded before train_from_dataset): its files cannot be "
-                    "left out; resume from a checkpoint at a pass's end, or read the files with a QueueDataset"
-                )
-            if at.slices > 1 and not self.in_memory_said:
-                self.in_memory_said = True
-                logger.info("checkpoints: an InMemoryDataset's pass is one slice (it is loaded before the call)")
-            return run(call)
-        todo = list(files)
         if resumed:
             self.check_restored()
-            todo = [f for f in todo if not done_here(f, self.resumed_files)]  # by content: other hosts' paths
-            logger.info(
-                "checkpoint: pass %d goes on from %s: %d of its %d files here trained already, left out",
+        if not self.pulling:
+            self.pulling, self.puller = True, pulled_pass.puller()
+        why = "not launched by heterps launch" if self.puller is None else self.puller.why_not(call)
+        if why is None and self.puller is not None:
+            puller = self.puller
+            result, trained = puller.run_pass(
                 number,
-                self.resumed_from,
-                len(files) - len(todo),
-                len(files),
+                call,
+                run,
+                self.resumed_files if resumed else frozenset(),
+                wanted=lambda: self.wanted(puller.index),
+                meet=lambda hold, shards: self.meet(
+                    call.executor, Progress(number - 1, hold, shards), lambda: self.done_in_plan(number)
+                ),
             )
-        done: list[str] = []
-        result = None
-        for k, part in enumerate(cut(todo, at.slices - at.slice), start=at.slice):
-            if part:
-                call.dataset.set_filelist(part)
-                result = run(call)
-                done.extend(part)
-            if k + 1 < at.slices:
-                self.meet(call.executor, Progress(number - 1, k + 1, at.slices), done)
-        call.dataset.set_filelist(todo)  # the files this pass trained here (the meter counts their samples)
-        return result
+            call.dataset.set_filelist(list(trained.paths))  # the files trained here: the meter counts their samples
+            return result
+        if self.puller is not None:
+            self.puller.say_once(str(why))
+        if resumed and hasattr(call.dataset, "load_into_memory"):
+            raise CheckpointError(
+                f"{seam.identity()}: checkpoint {self.resumed_from} was taken inside pass {number}, which this "
+                "script trains from an InMemoryDataset (loaded before train_from_dataset): its files cannot be "
+                "left out; resume from a checkpoint at a pass's end, or read the files with a QueueDataset"
+            )
+        if not resumed:
+            return run(call)
+        todo = [f for f in files if not done_here(f, self.resumed_files)]  # by content: other hosts' paths
+        logger.info(
+            "checkpoint: pass %d goes on from %s: %d of its %d files here trained already, left out",
+            number,
+            self.resumed_from,
+            len(files) - len(todo),
+            len(files),
+        )
+        call.dataset.set_filelist(todo)  # the files this pass trains here (the meter counts their samples)
+        return run(call) if todo else None
 
-    def meet(self, executor: Any, at: Progress, files_done: list[str]) -> None:
-        """At a pass's or a slice's end: the barrier (every trainer gets trainer 0's decision, so a checkpoint asked
-        for reaches all), then the checkpoint when it is due or asked for.  ``files_done``: this trainer's files of
-        the pass in progress (none at a pass's end)."""
+    def wanted(self, index: int) -> str | None:
+        """Between two calls of a pulled pass: a checkpoint asked for (any trainer reads the ask), or due by
+        --checkpoint-every in minutes (trainer 0's clock decides); the data plan honours each once."""
+        ask = read_ask(os.path.join(sync_dir(self.root, launch_id() or "local"), ASKED))
+        if ask is not None:
+            return f"asked: {ask.reason}"
+        if index == 0 and self.unit == "minutes" and time.monotonic() - self.last_save >= self.every * 60:
+            return f"due after {self.last_save:.3f}"
+        return None
+
+    def done_in_plan(self, number: int) -> list[str]:
+        """Trainer 0 at a checkpoint inside pass ``number``: the shards the data plan says done (every trainer
+        holds none then), named by content."""
+        assert self.puller is not None
+        return list(self.puller.ask({"do": "done", "pass": number})["done"])
+
+    def meet(self, executor: Any, at: Progress, done_in_plan: Callable[[], list[str]] | None = None) -> None:
+        """At a pass's end, or between two calls of a pulled pass: the barrier (every trainer gets trainer 0's
+        decision, so a checkpoint asked for reaches all), then the checkpoint when it is due or asked for.
+        ``done_in_plan`` (inside a pass): the shards of the pass done, as the data plan says."""
         if self.persisting is not None and self.persisting.done.is_set():
             # a failure in the background ends the trainer now
             self.wait_persisted(f"the trainers' meeting {at.where}")
@@ -327,7 +334,7 @@ class PassCheckpoints:
         runtime = seam.fleet_runtime()
         trainers, index = seam.worker_count_and_index(seam.role_maker())
         # This trainer's pushes answered before the barrier.  A split job's heterogeneous trainers are flushed by
-        # fleet.save_persistables below (runtime/saves.py), once every CPU trainer has ended its slice: flushed
+        # fleet.save_persistables below (runtime/saves.py), once every CPU trainer has ended its call: flushed
         # here, they could still be serving another trainer's micro-batches.
         if scheduled:
             push_queues.flush_pushes(runtime, f"checkpoint {at.where}")
@@ -344,7 +351,7 @@ class PassCheckpoints:
         if decision.kind is None:
             return
         started = time.monotonic()
-        done = self.files_done_by_all(at, barrier, (trainers, index), files_done)
+        done = set(done_in_plan()) if at.slice and index == 0 and done_in_plan is not None else set()
         if not scheduled:
             # asked for at a point that was not due: every trainer's pushes answered before the servers save
             push_queues.flush_pushes(runtime, f"checkpoint {at.where} (asked for)")
@@ -356,29 +363,9 @@ class PassCheckpoints:
         if decision.hold_s > 0:
             self.hold(at, decision.hold_s)
 
-    def files_done_by_all(
-        self, at: Progress, barrier: Barrier, where: tuple[int, int], files_done: list[str]
-    ) -> set[str]:
-        """A checkpoint inside a pass: the files of the pass every trainer trained (trainer 0's answer; the others'
-        is theirs alone), each named by its content (runtime/file_identity.py) so that a round on hosts that see
-        them under other paths leaves them out too.  Named once a checkpoint is decided, not at every meeting: the
-        files are read once more, within the checkpoint's pause."""
-        trainers, index = where
-        if not at.slice:
-            return set()
-        named = [name_of(f) for f in files_done]
-        barrier.mark(at, f"named.{index}", json.dumps(named))
-        done = set(named)
-        if index == 0:
-            for other in range(1, trainers):
-                done.update(json.loads(barrier.wait(at, f"named.{other}", f"CPU trainer {other}") or "[]"))
-            if at.passes == self.resumed_at.passes and self.resumed_at.slice:
-                done |= self.resumed_files  # trained before the checkpoint this pass went on from
-        return done
-
     def scheduled(self, at: Progress) -> bool:
         """Whether --checkpoint-every may make a checkpoint due at ``at``: N passes, at every Nth pass's end; N
-        minutes, at any slice's or pass's end (trainer 0 decides whether the minutes are over)."""
+        minutes, at any meeting (trainer 0 decides whether the minutes are over)."""
         return self.unit == "minutes" or (not at.slice and at.passes % int(self.every) == 0)
 
     def hold(self, at: Progress, hold_s: float) -> None:
@@ -539,7 +526,7 @@ def install(ctx: seam.ProcessContext) -> None:
     if choice is None:
         return
     every = cast(tuple[float, str], settings.get("HETERPS_CHECKPOINT_EVERY"))
-    passes = PassCheckpoints(choice, every, int(cast(int, settings.get("HETERPS_CHECKPOINT_SLICES"))))
+    passes = PassCheckpoints(choice, every)
     if base_interval() <= 1:
         ctx.after_minimize["full_checkpoint_mode"] = lambda fleet: setattr(passes, "full_mode", full_save_mode())
     # the last checkpoint complete (or its failure raised) before the trainer's process ends

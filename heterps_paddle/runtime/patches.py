@@ -147,7 +147,7 @@ def install() -> ProcessContext:
     from paddle.distributed.ps import the_one_ps
     from paddle.distributed.ps.utils import ps_factory
 
-    from heterps_paddle.runtime import launch_checkpoints, meter
+    from heterps_paddle.runtime import launch_checkpoints, meter, pulled_pass
     from heterps_paddle.runtime.heter_builder import FixedHeterProgramBuilder
 
     # The factory looks the builder class up in its module globals at build time.
@@ -160,7 +160,7 @@ def install() -> ProcessContext:
     ) -> Any:
         ctx = context()
         hooks = list(ctx.dataset_hooks.values())
-        if not hooks and ctx.pass_gate is None:
+        if not hooks and ctx.pass_gate is None and ctx.pass_runner is None:
             return original_tfd(self, program, dataset, scope, *args, **kwargs)
         options = dict(zip(DATASET_OPTIONS, args))
         options.update(kwargs)
@@ -200,6 +200,7 @@ def install() -> ProcessContext:
     _install_run_and_saves(paddle, the_one_ps.TheOnePSRuntime)
     # registered before any other dataset hook (apply_plan's come in minimize): its end runs after theirs
     launch_checkpoints.install(ctx)
+    pulled_pass.install(ctx)  # a launch without checkpoints pulls its passes too, before the meter's hook ends
     meter.install(ctx)  # its pass end comes after the plan's hooks' (minimize), before the checkpoint's save
     _installed = True
     return ctx

@@ -15,12 +15,13 @@ its message on stderr, then SIGABRT.  It fires once this process's own endpoint 
 first backward message is due), or after 60 s.  Nothing on a busy machine makes Paddle's own abort come on cue.
 
 ``HETERPS_TEST_TRAINED_DIR=DIR``: every stage 1 CPU trainer appends, once each ``train_from_dataset`` Paddle ran
-for it has returned (a slice of a pass, runtime/launch_checkpoints.py), a JSON line to ``DIR/trained-<pid>.jsonl``:
+for it has returned (a call of a pass pulled shard by shard, runtime/pulled_pass.py), a JSON line to
+``DIR/trained-<pid>.jsonl``:
 the pass, the files that run trained, the host and the launch id (one a round), so a test counts what each trainer
 trained across rounds.  With
-``HETERPS_TEST_WAIT_PASS=N`` and ``HETERPS_TEST_WAIT_FOR=PATH``, the trainers wait before the second slice of pass N
-until PATH exists (300 s at most; each writes ``DIR/waiting-<pid>`` as it starts waiting, after the trainers met
-at the first slice's end): a test then asks for something (a leave) while that slice is to run.
+``HETERPS_TEST_WAIT_PASS=N`` and ``HETERPS_TEST_WAIT_FOR=PATH``, the trainers wait before their second call of pass N
+until PATH exists (300 s at most; each writes ``DIR/waiting-<pid>`` as it starts waiting, holding the shards of that
+call): a test then asks for something (a leave) while they are to run.
 
 ``HETERPS_TEST_CHANGE_RESTORED=PARAM``: every parameter server, once its ``init_server`` restored the launch's
 checkpoint (its files verified and loaded), loads dense parameter PARAM's table again with its first element's value
@@ -100,7 +101,7 @@ if _TRAINED:
         runs = _runs_of_pass.setdefault(number, [])
         wait_for = os.environ.get("HETERPS_TEST_WAIT_FOR")
         if len(runs) == 1 and str(number) == os.environ.get("HETERPS_TEST_WAIT_PASS") and wait_for:
-            open(os.path.join(_TRAINED, f"waiting-{os.getpid()}"), "w").close()  # past the first slice's meeting
+            open(os.path.join(_TRAINED, f"waiting-{os.getpid()}"), "w").close()  # past the first call
             deadline = time.monotonic() + 300
             while not os.path.exists(wait_for) and time.monotonic() < deadline:
                 time.sleep(0.1)

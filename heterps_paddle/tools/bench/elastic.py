@@ -473,8 +473,8 @@ def disrupted(setup: Setup, name: str) -> dict[str, Any]:
         first = (_json(os.path.join(job.work, f"log_{A}", "restarts.json")).get("restarts") or [{}])[0]
         result["restart"] = {k: first.get(k) for k in ("kind", "lost", "passes_done", "how", "summary")}
     else:
-        # with HETERPS_CHECKPOINT_SLICES (--slices), inside the pass running at the notice
-        result = {**split_leave(marks), "slices": setup.args.slices, "checkpoint": saved_from}
+        # inside the pass running at the notice, between two of its shards (the data plan, runtime/pulled_pass.py)
+        result = {**split_leave(marks), "checkpoint": saved_from}
     return {**result, "left_running": left}
 
 
@@ -490,13 +490,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--phases", nargs="+", choices=("steady", "recovery", "leave"), default=["steady", "recovery", "leave"]
-    )
-    parser.add_argument(
-        "--slices",
-        type=int,
-        default=1,
-        help="HETERPS_CHECKPOINT_SLICES: each pass cut in N slices of its files, a checkpoint asked for (the leave's) "
-        "at the end of the running one (default 1: at the pass's end)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per job (default 600)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (kept anyway on a failure)")
@@ -518,15 +511,15 @@ def prepare(args: argparse.Namespace, work: str) -> tuple[Setup, list[float]]:
         f.write(CLUSTER)
     with open(plan, "w") as f:
         json.dump({"format": 1, "feasible": True, "stages": FIRST_STAGES}, f)
-    env = {**os.environ, "HETERPS_CACHE": os.path.join(work, "cache"), "HETERPS_CHECKPOINT_SLICES": str(args.slices)}
+    env = {**os.environ, "HETERPS_CACHE": os.path.join(work, "cache")}
     if "HETERPS_CHECKPOINT_BASE_EVERY" in settings.SETTINGS:  # a full checkpoint after pass 1, incremental ones after
         env.setdefault("HETERPS_CHECKPOINT_BASE_EVERY", str(args.passes))
     return Setup(work, data, cluster, plan, args, env), touched_shares([p.train_files for p in passes])
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.passes < 3 or args.rows < 16 or args.pass_rows < 16 or args.slices < 1:
-        raise HeterPSError("bench elastic: --passes must be >= 3, --rows and --pass-rows >= 16, --slices >= 1")
+    if args.passes < 3 or args.rows < 16 or args.pass_rows < 16:
+        raise HeterPSError("bench elastic: --passes must be >= 3, --rows and --pass-rows >= 16")
     work = tempfile.mkdtemp(prefix="heterps-bench-elastic-")
     # SIGTERM: every job stopped on the way out (each job's finally, and this one's)
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -576,7 +569,7 @@ def table(report: dict[str, Any]) -> str:
         out[-1] += f"; total {recovered['total_s']:.2f} s (goal <= {RECOVERY_GOAL_S:g} s)"
     if left or report.get("leave_missing"):
         what = (
-            f"{left['phases_s']}, total {left['total_s']:.2f} s, from {left['checkpoint']} ({left['slices']} slices)"
+            f"{left['phases_s']}, total {left['total_s']:.2f} s, from {left['checkpoint']}"
             if left
             else report["leave_missing"]
         )
