@@ -11,9 +11,10 @@ trainers' copies) is one shard, trained once.
 the trainers' requests with it (launch/board.py), a launch on one host keeps it in a file under a lock
 (rendezvous.FileBoard).  Its rules:
 
-- **A pass opens** once every trainer offered its files for it (a trainer asks ``wait`` until then): the union is
-  known before the first shard is handed out.  A shard a checkpoint the round resumed from says done is not handed
-  out.
+- **A pass's shards** are the files every trainer offered for it, handed out from the first offer on (a trainer
+  that finds none left is told to ``wait`` until every trainer offered: a pass starts without a barrier, and ends
+  for a trainer only once its whole union is known).  A shard a checkpoint the round resumed from says done is not
+  handed out; a file offered twice (two trainers, two paths, one content) is one shard.
 - **take** hands the next shards not done and not held to a trainer (as many as it has reader threads), each with
   a path it offered for it when it did (else another trainer's: the trainer gives it back ``unreadable`` when it
   cannot read it there, and it is not handed to that trainer again); ``end`` once none is left for it.
@@ -35,6 +36,10 @@ from typing import Any, Mapping
 
 from heterps_paddle.errors import HeterPSError
 
+# The least a call trains, at the trainer's pace, where the pass's shards are small: each call costs Paddle 0.1-0.3 s
+# of its own (its trainer's end flushes the parameter-server client, which sleeps 100 ms first: docs/data-plan.md),
+# 1-3% of a call of 10 s.
+CALL_S = 10.0
 KEPT_PASSES = 2  # a pass's state is kept while a trainer may still ask about it (the one before the newest)
 
 
@@ -97,15 +102,13 @@ class PassShards:
                 self.done_before.append(name)
 
     def take(self, trainer: int, want: int = 1, now: float = 0.0) -> dict[str, Any]:
-        """What ``trainer``, holding no shard now, does next: ``shards`` (up to ``want`` of them, each its name and
-        a path: one a reader thread), ``wait``, ``meet`` (a checkpoint inside the pass, ``hold`` its number) or
+        """What ``trainer``, holding no shard now, does next: ``shards`` (``want`` of them, one a reader thread, and
+        more while the call would train less than :data:`CALL_S`; each its name and a path), ``wait``, ``meet`` (a checkpoint inside the pass, ``hold`` its number) or
         ``end`` (none left for it, or it would still train one when the others have trained all: a straggler's
         tail).  ``now``: the plan's clock (seconds), which times each trainer's shards."""
         self._check_trainer(trainer)
         if want < 1:
             raise DataPlanError(f"pass {self.number}: trainer {trainer} wants {want} shards")
-        if not self.opened:
-            return {"wait": f"pass {self.number}: {self.trainers - len(self.offered)} trainer(s) to offer their files"}
         held = [name for name, who in self.doing.items() if who == trainer]
         if held:
             raise DataPlanError(f"pass {self.number}: trainer {trainer} asks for shards holding {held[0]}")
@@ -116,7 +119,7 @@ class PassShards:
             return {"wait": f"pass {self.number}: the trainers meet for a checkpoint after {self.held_at} shards"}
         taken: list[list[str]] = []
         for name in self.order:
-            if len(taken) == want:
+            if len(taken) >= want and not self._longer_call(trainer, [n for n, _ in taken]):
                 break
             if self._free(name) and trainer not in self.unreadable.get(name, []):
                 if not taken and self._outpaced(trainer, name):
@@ -127,6 +130,8 @@ class PassShards:
             self.taken_at[name] = now
         if taken:
             return {"shards": taken}
+        if not self.opened:  # more shards may come with the files still to be offered
+            return {"wait": f"pass {self.number}: {self.trainers - len(self.offered)} trainer(s) to offer their files"}
         if trainer not in self.ended:
             self.ended.append(trainer)
         left = [n for n in self.order if self._free(n)]
@@ -136,6 +141,18 @@ class PassShards:
                 f"offered at {', '.join(sorted(set(self.paths[left[0]].values())))})"
             )
         return {"end": self.number}
+
+    def _longer_call(self, trainer: int, taken: list[str]) -> bool:
+        """Whether ``trainer``'s call, of the shards ``taken``, is to take one more: while it would train for less
+        than :data:`CALL_S` at its pace, and the shards left after it would keep every trainer busy for more than
+        :data:`CALL_S` (the pass's tail is handed out a shard a reader thread, so that no one holds much of it)."""
+        mine = self.rates.get(trainer)
+        if mine is None or len(self.rates) < self.trainers:
+            return False
+        if sum(size_of(n) for n in taken) / mine >= CALL_S:
+            return False
+        left = sum(size_of(n) for n in self.order if self._free(n) and n not in taken)
+        return left / sum(self.rates.values()) > CALL_S
 
     def _outpaced(self, trainer: int, name: str) -> bool:
         """Whether ``trainer`` would still be training the shard ``name`` when the others, at their last calls'
@@ -177,7 +194,7 @@ class PassShards:
         """A checkpoint inside the pass, for ``ask`` (an ask's text, or the minutes it is due by); None when it
         holds (at the shards done or in hand: :attr:`held_at`), else why it is refused."""
         if not self.opened:
-            return "the pass has not started"
+            return "not every trainer offered its files yet"
         if self.holding:
             return "a checkpoint inside the pass is under way"
         if ask in self.asks_honoured:
@@ -241,7 +258,10 @@ class DataPlan:
             if shards is None:
                 if self.passes and number < min(self.passes):
                     raise DataPlanError(f"data plan: pass {number} is over")
+                before = self.passes.get(max(self.passes)) if self.passes else None
                 shards = self.passes[number] = PassShards(number, trainers)
+                if before is not None and before.trainers == trainers:
+                    shards.rates = dict(before.rates)  # each trainer's pace goes on into the next pass
                 for old in sorted(self.passes)[:-KEPT_PASSES]:
                     del self.passes[old]
             elif shards.trainers != trainers:

@@ -263,6 +263,14 @@ _ALL = (
         _staging,
     ),
     Setting(
+        "HETERPS_DATA_PLAN",
+        "pull",
+        "how the stage 1 CPU trainers of heterps launch share a pass's files: pull (each takes the next file of the "
+        "pass's union when it is ready for one, docs/data-plan.md) or static (each trains the files its script gave "
+        "it: a benchmark's baseline)",
+        _choice("pull", "static"),
+    ),
+    Setting(
         "HETERPS_CHECKPOINT_WAIT_S",
         "3600",
         "seconds a CPU trainer waits for the others at a checkpoint's barrier (and for trainer 0's save)",

@@ -27,16 +27,19 @@ def files(prefix, names):
     return [[name, f"/{prefix}/{name}"] for name in names]
 
 
-def test_a_pass_opens_once_every_trainer_offered_and_the_union_is_by_content():
+def test_a_pass_starts_at_the_first_offer_and_ends_once_every_trainer_offered_with_the_union_by_content():
     plan = DataPlan()
-    offer(plan, 1, 0, files("a", ["f1", "f2", "f3"]))
-    assert "wait" in ask(plan, do="take", trainer=0)
-    # trainer 1 sees f3 and f4; f3 under its own path: one shard, handed to 1 at its own path
-    assert offer(plan, 1, 1, files("b", ["f3", "f4"]))["shards"] == 4
-    assert ask(plan, do="take", trainer=1) == {"shards": [["f1", "/a/f1"]]}
-    assert ask(plan, do="take", trainer=0, want=2) == {"shards": [["f2", "/a/f2"], ["f3", "/a/f3"]]}
-    ask(plan, do="finish", trainer=1, shards=["f1"])
-    assert ask(plan, do="take", trainer=1) == {"shards": [["f4", "/b/f4"]]}
+    offer(plan, 1, 0, files("a", ["f1", "f2"]))
+    assert ask(plan, do="take", trainer=0, want=3) == {"shards": [["f1", "/a/f1"], ["f2", "/a/f2"]]}
+    ask(plan, do="finish", trainer=0, shards=["f1", "f2"])
+    assert "1 trainer(s) to offer their files" in ask(plan, do="take", trainer=0)["wait"]  # not its end yet
+    # trainer 1 sees f2 (trained already) and f3 under its own path: one shard more
+    assert offer(plan, 1, 1, files("b", ["f2", "f3"]))["shards"] == 3
+    assert ask(plan, do="take", trainer=1) == {"shards": [["f3", "/b/f3"]]}
+    assert ask(plan, do="take", trainer=0) == {"end": 1}
+    ask(plan, do="finish", trainer=1, shards=["f3"])
+    assert ask(plan, do="take", trainer=1) == {"end": 1}
+    assert ask(plan, do="done")["done"] == ["f1", "f2", "f3"]
 
 
 def test_a_fast_trainer_takes_more_and_each_shard_is_trained_once():
@@ -228,3 +231,42 @@ def test_a_slow_trainer_takes_no_shard_it_would_still_train_when_the_others_have
         ask(plan, do="finish", trainer=0, shards=[n for n, _ in reply["shards"]], now=21.5)
         taken += 1
     assert taken == 8 and len(ask(plan, do="done")["done"]) == 14
+
+
+def test_each_trainers_pace_goes_on_into_the_next_pass():
+    digest = "0" * 64
+    plan = DataPlan()
+    for trainer in (0, 1):
+        offer(plan, 1, trainer, files("a", [f"f{k}:100:{digest}" for k in range(4)]))
+    for trainer, seconds in ((0, 1.0), (1, 10.0)):
+        ((name, _),) = ask(plan, do="take", trainer=trainer, now=0.0)["shards"]
+        ask(plan, do="finish", trainer=trainer, shards=[name], now=seconds)
+    offer(plan, 2, 0, files("a", [f"g{k}:100:{digest}" for k in range(3)]))
+    offer(plan, 2, 1, [])
+    assert plan.passes[2].rates == {0: 100.0, 1: 10.0}
+    # the slow one's first shard of pass 2 would take it 10 s, the fast one 3 s for all: it takes none
+    assert ask(plan, do="take", trainer=1, **{"pass": 2}) == {"end": 2}
+
+
+def test_small_shards_are_handed_out_by_the_call_of_ten_seconds_but_the_tail_one_by_one():
+    """Each call costs Paddle about 0.1 s: a trainer is handed shards for a call of CALL_S at its pace, while the
+    shards left after it would keep every trainer busy longer than that; the pass's tail a shard at a time."""
+    digest = "0" * 64
+    names = [f"f{k:03d}:100:{digest}" for k in range(100)]  # a second each at 100 bytes a second
+    plan = DataPlan()
+    offer(plan, 1, 0, files("a", names))
+    offer(plan, 1, 1, [])
+    assert len(ask(plan, do="take", trainer=0, now=0.0)["shards"]) == 1  # no pace known yet
+    (first,) = plan.passes[1].doing
+    ask(plan, do="finish", trainer=0, shards=[first], now=1.0)
+    assert len(ask(plan, do="take", trainer=1, now=0.0)["shards"]) == 1
+    (second,) = [n for n, who in plan.passes[1].doing.items() if who == 1]
+    ask(plan, do="finish", trainer=1, shards=[second], now=1.0)
+    calls = []
+    while True:
+        reply = ask(plan, do="take", trainer=0, now=10.0)
+        if "shards" not in reply:
+            break
+        calls.append(len(reply["shards"]))
+        ask(plan, do="finish", trainer=0, shards=[n for n, _ in reply["shards"]], now=10.0 + len(reply["shards"]))
+    assert calls[0] == 10 and calls[-1] == 1 and sum(calls) == 98, calls

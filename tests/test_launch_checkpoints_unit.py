@@ -189,7 +189,7 @@ def test_a_checkpoint_inside_a_pass_is_ordered_by_the_training_it_holds(tmp_path
     assert [at for at, _ in cc.listed(str(tmp_path))] == [cc.Progress(2, 3, 4), cc.Progress(2, 1, 4), cc.Progress(2)]
     choice = cc.choose(str(tmp_path))
     assert choice.path == str(inside) and choice.at.done == 2.75 and choice.files_done == ("a", "b", "c")
-    assert "2 passes and 3 of 4 slices of pass 3 done" in choice.lines()[-1]
+    assert "2 passes and 3 of 4 shards of pass 3 done" in choice.lines()[-1]
     assert "the 3 files of the next one trained already" in choice.lines()[-1]
     make(tmp_path, 3)  # the pass's end is newer than any of its slices
     assert cc.choose(str(tmp_path)).at == cc.Progress(3)
@@ -203,7 +203,7 @@ def test_a_checkpoint_inside_a_pass_whose_manifest_says_otherwise_is_refused(tmp
     choice = cc.choose(str(tmp_path))
     assert choice.path == str(tmp_path / "pass-000001") and choice.files_done == ()
     reasons = dict(choice.refused)
-    assert "says 1 passes and 1 of 3 slices of the next done, its name 1 passes and 1 of 2" in reasons[str(wrong)]
+    assert "says 1 passes and 1 of 3 shards of the next done, its name 1 passes and 1 of 2" in reasons[str(wrong)]
     assert "files_done is not a list of file names" in reasons[str(bad_files)]
 
 
@@ -361,7 +361,7 @@ def test_one_trainer_resumed_inside_a_pass_trains_its_files_not_done_in_one_call
 
 
 def test_a_file_is_named_by_its_content_and_an_unreadable_one_refused_by_path(tmp_path):
-    """What a checkpoint inside a pass names its files done by (PassCheckpoints.files_done_by_all): each local
+    """What a checkpoint inside a pass names its files done by (the data plan's shard names): each local
     file's content identity (base name, size and SHA-256, runtime/file_identity.py), not the path this host gave it;
     a path that is no local file (hdfs://) by its path."""
     from heterps_paddle.runtime import file_identity

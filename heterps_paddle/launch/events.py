@@ -94,7 +94,7 @@ class Done:
 class CheckpointComplete:
     """The newest complete checkpoint holds ``passes`` passes."""
 
-    passes: float  # a fraction for a checkpoint inside a pass (slices done of the next one)
+    passes: float  # a fraction for a checkpoint inside a pass (the shards done of the next one)
 
 
 @dataclass(frozen=True)

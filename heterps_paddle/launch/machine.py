@@ -28,7 +28,7 @@ The rounds, in short:
   the hosts file that joins with the job's key and says what it is (``heterps launch --join``): it stands by, and
   every later round's plan is made, and expanded on every host, with it.
 - **Leaving.**  A host that asks to leave (SIGTERM to its launch, ``heterps launch --leave``) gets a checkpoint at
-  the end of the running pass or slice (HETERPS_CHECKPOINT_SLICES), after which its trainers train no further; once
+  the end of the shards the trainers hold (docs/data-plan.md), after which its trainers train no further; once
   it is complete the job re-plans without the host and goes on from it, nothing redone and no restart used.  Past
   the host's grace time it goes without one (from the newest checkpoint); a host that dies first is an ordinary
   loss.

@@ -5,7 +5,7 @@ processes): the ``DIR/pass-NNNNNN`` directories listed, the newest whose manifes
 SHA-256, runtime/checkpoint_files.py; an incremental checkpoint's whole chain, its base and earlier increments, with
 it: :func:`verify_chain`), each one refused named with its reason, and the environment that gives every process of
 the job the same choice (``HETERPS_CHECKPOINT_RESUME``).  Also :func:`ask_checkpoint`: a checkpoint asked for now,
-which trainer 0 honours at the end of the running pass or slice (runtime/launch_checkpoints.py).
+which the trainers honour between two shards of a pass, or at its end (runtime/launch_checkpoints.py).
 
 Imported by ``heterps launch`` and the hosts job's coordinator before any Paddle is: it imports no Paddle, nor any
 module that does.
@@ -31,7 +31,8 @@ ASKED = "asked"
 @dataclass(frozen=True, order=True)
 class Progress:
     """How much training a checkpoint holds: ``passes`` whole passes of train_from_dataset and, of the next pass
-    cut into ``slices`` of its files (HETERPS_CHECKPOINT_SLICES), the first ``slice`` (0: a pass's end).  Its name
+    of ``slices`` shards (its data plan's, docs/data-plan.md), ``slice`` done (0: a pass's end; the names are the
+    manifests' since issue 44's slices, kept so that its checkpoints still read).  Its name
     is ``pass-NNNNNN``, or ``pass-NNNNNN.KofS`` inside a pass; ordered as the training it holds."""
 
     passes: int
@@ -50,19 +51,19 @@ class Progress:
 
     @property
     def where(self) -> str:
-        """Where training stood: ``after pass N``, or ``after slice K of S of pass N+1``."""
+        """Where training stood: ``after pass N``, or ``after K of S shards of pass N+1``."""
         if not self.slice:
             return f"after pass {self.passes}"
-        return f"after slice {self.slice} of {self.slices} of pass {self.passes + 1}"
+        return f"after {self.slice} of {self.slices} shards of pass {self.passes + 1}"
 
     def __str__(self) -> str:
         if not self.slice:
             return f"{self.passes} passes done"
-        return f"{self.passes} passes and {self.slice} of {self.slices} slices of pass {self.passes + 1} done"
+        return f"{self.passes} passes and {self.slice} of {self.slices} shards of pass {self.passes + 1} done"
 
     @staticmethod
     def of(match: re.Match[str]) -> Progress | None:
-        """The progress a :data:`NAME` match names (None: a slice number out of its pass)."""
+        """The progress a :data:`NAME` match names (None: a shard count out of its pass)."""
         passes = int(match.group(1))
         if match.group(2) is None:
             return Progress(passes)
@@ -124,7 +125,7 @@ def progress_in(path: str, manifest: dict[str, Any], at: Progress) -> Progress:
     launch = launch if isinstance(launch, dict) else {}
     said = (launch.get("passes_done"), launch.get("slice", 0), launch.get("slices", 1) if at.slice else at.slices)
     if said != (at.passes, at.slice, at.slices):
-        told = f"{said[0]!r} passes" + (f" and {said[1]!r} of {said[2]!r} slices of the next" if said[1] else "")
+        told = f"{said[0]!r} passes" + (f" and {said[1]!r} of {said[2]!r} shards of the next" if said[1] else "")
         raise CheckpointError(
             f"checkpoint {path}: its manifest says {told} done, its name {at} (not a checkpoint heterps launch "
             "wrote, or renamed)"
@@ -261,8 +262,9 @@ def captured_in(names: list[str]) -> list[Progress]:
 def ask_checkpoint(root: str, launch_id: str, reason: str, hold_s: float = 0.0) -> str:
     """Ask the running launch ``launch_id`` for a checkpoint now: ``root/.sync/<launch id>/asked`` (the reason, one
     line; ``hold S`` on a second when the trainers are to train no further for up to S seconds once it is captured,
-    since the round ends at it: a leave), written atomically.  Trainer 0 honours it at the end of the running slice
-    of a pass (a checkpoint even when --checkpoint-every does not make one due), then removes the file.  Returns
+    since the round ends at it: a leave), written atomically.  The trainers honour it once each has trained the shard
+    of the pass it holds (a checkpoint even when --checkpoint-every does not make one due), then trainer 0 removes
+    the file.  Returns
     its path."""
     directory = sync_dir(os.path.abspath(root), launch_id)
     os.makedirs(directory, exist_ok=True)

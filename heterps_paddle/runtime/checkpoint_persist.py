@@ -224,7 +224,7 @@ def complete_checkpoint(
         chain = [{"name": link, "manifest": digest} for link, digest in links]
     launch: dict[str, Any] = {
         "passes_done": at.passes,
-        "slice": at.slice,  # inside a pass: its first ``slice`` of ``slices`` done, ``files_done`` its files
+        "slice": at.slice,  # inside a pass: ``slice`` of its ``slices`` shards done, ``files_done`` them by content
         "slices": at.slices,
         "files_done": list(captured.files_done),
         "every": every,

@@ -177,6 +177,9 @@ def puller() -> Puller | None:
     board = rendezvous.board()
     if board is None or not os.environ.get(rendezvous.LAUNCH_ID_ENV):
         return None
+    if settings.get("HETERPS_DATA_PLAN") == "static":
+        logger.info("data plan: HETERPS_DATA_PLAN=static: every trainer trains the files its script gave it")
+        return None
     trainers, index = seam.worker_count_and_index(seam.role_maker())
     return Puller(board, trainers, index)
 

@@ -70,7 +70,7 @@ class ProcessContext:
     # checkpoint already holds, runtime/launch_checkpoints.py)
     pass_gate: Callable[[DatasetCall], bool] | None = None
     # runs a train_from_dataset call inside the hooks, given the call that runs it as it stands (the launch's
-    # checkpoints cut a pass in slices of its files, runtime/launch_checkpoints.py); None: the call runs once
+    # data plan pulls a pass shard by shard, runtime/pulled_pass.py); None: the call runs once
     pass_runner: Callable[[DatasetCall, Callable[[DatasetCall], Any]], Any] | None = None
     after_minimize: dict[str, Callable[[Any], None]] = field(default_factory=dict)  # gets fleet's Fleet
     after_stop_worker: dict[str, Callable[[], object]] = field(default_factory=dict)  # results ignored

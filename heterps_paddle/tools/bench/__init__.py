@@ -39,6 +39,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "heterps_paddle.tools.bench.adapt",
         "a plan that follows the job (--adapt on) against the same job with the plan fixed, on three loopback hosts",
     ),
+    "data": (
+        "heterps_paddle.tools.bench.data",
+        "the data plan: a slowed host with pulled shards against the static split, and what a shard's call costs",
+    ),
 }
 
 

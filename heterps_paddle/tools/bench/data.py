@@ -1,0 +1,231 @@
+"""``heterps bench data``: what the job's data plan (docs/data-plan.md) does for a slowed host, and what a shard
+costs, measured in one run (issue 55, item 5).
+
+**A slowed host.**  The one-stage job of ``heterps bench adapt`` (tools/bench/bench_job.py, one trainer on each of
+two loopback hosts, a checkpoint after each pass, ``--adapt off``: no move, no machine asked for) three times:
+
+- **calm**: the data plan at its default (each trainer takes the next file of the pass when it is ready for one);
+- **slowed, static**: ``HETERPS_DATA_PLAN=static`` (each trainer trains the files its script gave it, as before
+  the data plan), B's trainer stopped 90% of every second from the job's first measured window on;
+- **slowed, pulled**: the same slowing at the default data plan.
+
+Each job's samples/s is its samples over its seconds from the slowing's start (calm: from its first measured
+window) to its last window, from its coordinator's ``rates`` records (cumulative samples, every
+``HETERPS_METER_S``: 1 s here, a setting of the measurement only); the figures are each over the calm job's.
+
+**A shard's cost.**  One trainer (``heterps launch --server_num=1 --worker_num=1``, tools/bench/data_calls_job.py)
+trains the same pass's files three times each way, in one ``train_from_dataset`` and in one call per file, for files of
+the generated size and of a tenth of it: the cost of a call is the difference over the calls added, and its share of
+a shard's training time says which file size keeps it under 2%.
+
+The goals are the issue's, reported, never asserted.  No Paddle import here: the jobs run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Mapping, Sequence
+
+from heterps_paddle.errors import HeterPSError
+from heterps_paddle.launch import event_log
+
+SLOWED_GOAL = 0.8  # the slowed job's samples/s over the calm job's, with no move and no machine asked for
+CALL_SHARE_GOAL = 0.02  # a call's cost over a shard's training time, at the size the docs advise
+# the trainers' measurements every second, a rates record every second (what is measured, not how the job runs:
+# --adapt off decides nothing on them)
+METER_ENV = {"HETERPS_METER_S": "1", "HETERPS_RATES_WINDOW_S": "3"}
+
+
+def rate_since(records: Sequence[Mapping[str, Any]], since: float | None) -> float | None:
+    """Samples a second from ``since`` (unix seconds; None: the first window that trained) to the first ``rates``
+    record with every sample of the job trained, from the records' cumulative samples (those of round 0: the job's
+    own plan)."""
+    rates = [r for r in records if r["type"] == "rates" and r.get("round") == 0 and r.get("samples") is not None]
+    if since is None:
+        trained = [r for r in rates if r.get("samples_per_s")]
+        since = float(trained[0]["t"]) if trained else None
+    start = next((r for r in rates if since is not None and float(r["t"]) >= since), None)
+    end = next((r for r in rates if rates and int(r["samples"]) == int(rates[-1]["samples"])), None)
+    if start is None or end is None or float(end["t"]) <= float(start["t"]):
+        return None
+    return (int(end["samples"]) - int(start["samples"])) / (float(end["t"]) - float(start["t"]))
+
+
+def slowed_job(args: argparse.Namespace, work: str, name: str, plan: str, slowed: bool) -> dict[str, Any]:
+    """One job of the one-stage plan on A and B (tools/bench/adapt.py's), B slowed or not, the data plan ``plan``."""
+    from heterps_paddle.tools.bench import adapt
+    from heterps_paddle.tools.jobs import OUTER_GRACE_S, HostsRun, Slowing, free_port_block
+
+    here = os.path.join(work, name)
+    os.makedirs(here)
+    with open(os.path.join(here, "hosts.yaml"), "w") as f:
+        f.write("format: 1\nhosts:\n")
+        for address, kind in ((adapt.A, "cpu_small, servers: 1"), (adapt.B, "cpu_small")):
+            f.write(f"  - {{address: {address}, type: {kind}, port: {free_port_block(address, 8)}}}\n")
+    with open(os.path.join(here, "plan.json"), "w") as f:
+        json.dump({"format": 1, "feasible": True, "stages": adapt.ONE_STAGE}, f)
+    argv = [os.path.join(os.path.dirname(__file__), "bench_job.py"), "--passes", str(args.passes)]
+    argv += ["--batch", str(args.batch), "--data", os.path.join(work, "data"), "--cluster"]
+    argv += [os.path.join(work, "cluster.yaml"), "--out", os.path.join(here, "out")]
+    options: tuple[str, ...] = ("--devices", "cpu", "--checkpoint-every", "1", "--adapt", "off")
+    options += ("--checkpoint-dir", os.path.join(here, "checkpoints"))
+    env = {**os.environ, **METER_ENV, "HETERPS_DATA_PLAN": plan, "HETERPS_CACHE": os.path.join(work, "cache")}
+    run = HostsRun(
+        os.path.join(here, "hosts.yaml"), os.path.join(here, "plan.json"), argv, here, options, env, args.timeout
+    )
+    slowing = Slowing(run, (adapt.B,), lambda: adapt.SLOWED_SHARE)
+    deadline = time.monotonic() + args.timeout + OUTER_GRACE_S
+    try:
+        for address in (adapt.A, adapt.B):
+            run.start(address)
+        while True:
+            codes = run.wait(timeout=0.5)
+            if all(code is not None for code in codes.values()) or time.monotonic() > deadline:
+                break
+            measured = any(r["samples_per_s"] for r in run.hosts[adapt.A].events("rates"))
+            if slowed and slowing.started_at is None and measured:
+                slowing.start()
+    finally:
+        slowing.stop()
+        run.stop()
+    left = run.leftovers()
+    if any(code != 0 for code in codes.values()) or left:
+        tails = "".join(f"\n--- host {a} console\n{h.console()[-2500:]}" for a, h in run.hosts.items())
+        raise HeterPSError(f"bench data: the {name} job: exit {codes}, left running {left} (work dir {here}){tails}")
+    records = event_log.this_launch(event_log.read(run.hosts[adapt.A].log_dir))
+    rate = rate_since(records, slowing.started_at if slowed else None)
+    rates = [r for r in records if r["type"] == "rates"]
+    return {
+        "data_plan": plan,
+        "slowed_share": adapt.SLOWED_SHARE if slowed else 0.0,
+        "samples": rates[-1].get("samples") if rates else None,
+        "samples_per_s": None if rate is None else round(rate, 1),
+        "rounds": sorted({r["round"] for r in rates}),
+        "adapt_decisions": [r.get("decision") for r in records if r["type"] == "adapt"],
+    }
+
+
+def call_costs(args: argparse.Namespace, work: str) -> list[dict[str, Any]]:
+    """A call's cost, for files of the generated size and of a tenth of it (tools/bench/data_calls_job.py)."""
+    source = os.path.join(work, "data", "pass-001", "train")
+    small = os.path.join(work, "small")
+    os.makedirs(small)
+    with open(os.path.join(small, "all"), "wb") as joined:  # the same rows, in files of a tenth of the size
+        for name in sorted(os.listdir(source)):
+            with open(os.path.join(source, name), "rb") as f:
+                shutil.copyfileobj(f, joined)
+    with open(os.path.join(small, "all"), "rb") as f:
+        lines = f.readlines()
+    os.remove(os.path.join(small, "all"))
+    per = max(1, len(lines) // (10 * len(os.listdir(source))))
+    for k in range(0, len(lines), per):
+        with open(os.path.join(small, f"part-{k // per:05d}"), "wb") as f:
+            f.writelines(lines[k : k + per])
+    out: list[dict[str, Any]] = []
+    for label, directory in (("generated", source), ("tenth", small)):
+        here = os.path.join(work, f"calls_{label}")
+        os.makedirs(here)
+        script = os.path.join(os.path.dirname(__file__), "data_calls_job.py")
+        command = [sys.executable, "-m", "heterps_paddle", "launch", "--server_num=1", "--worker_num=1"]
+        command += ["--log_dir", os.path.join(here, "log"), script, "--data", directory, "--batch", str(args.batch)]
+        command += ["--out", os.path.join(here, "calls.json")]
+        env = {**os.environ, "HETERPS_CACHE": os.path.join(work, "cache")}
+        done = subprocess.run(command, env=env, cwd=here, capture_output=True, text=True, timeout=args.timeout)
+        if done.returncode != 0:
+            raise HeterPSError(f"bench data: the calls job ({label}) ended {done.returncode}:\n{done.stdout[-3000:]}")
+        with open(os.path.join(here, "calls.json"), encoding="utf-8") as f:
+            measured = json.load(f)
+        files, one, each = measured["files"], min(measured["one_call_s"]), min(measured["call_per_file_s"])
+        cost = (each - one) / (files - 1) if files > 1 else None
+        out.append(
+            {
+                "files": label,
+                "rows_per_file": measured["rows"] // files,
+                "calls": files,
+                "one_call_s": round(one, 3),
+                "a_call_per_file_s": round(each, 3),
+                "cost_of_a_call_s": None if cost is None else round(cost, 4),
+                "share_of_a_file": None if cost is None else round(cost / (one / files), 4),
+            }
+        )
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rows", type=int, default=200000, help="rows of each pass (default 200000)")
+    parser.add_argument("--passes", type=int, default=2, help="passes of each job (default 2)")
+    parser.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per job (default 900)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (kept anyway on a failure)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    from heterps_paddle.data.generator import generate
+    from heterps_paddle.tools.bench import adapt
+
+    if args.passes < 1 or args.rows < 160 or args.batch < 1:
+        raise HeterPSError("bench data: --passes must be >= 1, --rows >= 160, --batch >= 1")
+    work = tempfile.mkdtemp(prefix="heterps-bench-data-")
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    kept = args.keep
+    report: dict[str, Any] = {"benchmark": "data", "rows": args.rows, "passes": args.passes, "batch": args.batch}
+    report.update(cpu_count=os.cpu_count(), settings=dict(METER_ENV))
+    try:
+        print("bench data: generating the passes' data ...", file=sys.stderr, flush=True)
+        for k in range(1, args.passes + 1):
+            generate(os.path.join(work, "data", f"pass-{k:03d}"), args.rows, args.seed + k, 0.01)
+        with open(os.path.join(work, "cluster.yaml"), "w") as f:
+            f.write(adapt.CLUSTER)
+        jobs = {}
+        for name, plan, slowed in (
+            ("calm", "pull", False),
+            ("slowed_static", "static", True),
+            ("slowed_pulled", "pull", True),
+        ):
+            print(f"bench data: the {name} job ...", file=sys.stderr, flush=True)
+            jobs[name] = slowed_job(args, work, name, plan, slowed)
+        report["jobs"] = jobs
+        print("bench data: a call's cost ...", file=sys.stderr, flush=True)
+        report["calls"] = call_costs(args, work)
+    except BaseException:
+        kept = True
+        print(f"bench data: failed; its work directory is kept: {work}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if not kept:
+            shutil.rmtree(work, ignore_errors=True)
+    calm = jobs["calm"]["samples_per_s"]
+    report["over_calm"] = {
+        name: None if not calm or jobs[name]["samples_per_s"] is None else round(jobs[name]["samples_per_s"] / calm, 3)
+        for name in ("slowed_static", "slowed_pulled")
+    }
+    report["goals"] = {"slowed_pulled_over_calm": SLOWED_GOAL, "call_share_of_a_file": CALL_SHARE_GOAL}
+    report["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    report["work_dir"] = work if kept else None
+    print(json.dumps(report) if args.json else table(report))
+    return 0
+
+
+def table(report: Mapping[str, Any]) -> str:
+    out = [f"passes {report['passes']} of {report['rows']} rows, batch {report['batch']}"]
+    for name, job in report["jobs"].items():
+        out.append(f"{name}: {job['samples_per_s']} samples/s (data plan {job['data_plan']}, rounds {job['rounds']})")
+    for name, ratio in report["over_calm"].items():
+        out.append(f"{name} over calm: {ratio} (goal for pulled >= {SLOWED_GOAL})")
+    for c in report["calls"]:
+        out.append(
+            f"files of {c['rows_per_file']} rows: a call costs {c['cost_of_a_call_s']} s, "
+            f"{c['share_of_a_file']} of a file's training (goal <= {CALL_SHARE_GOAL})"
+        )
+    return "\n".join(out + [f"load average {report['load_average']}"])
