@@ -270,3 +270,34 @@ def test_small_shards_are_handed_out_by_the_call_of_ten_seconds_but_the_tail_one
         calls.append(len(reply["shards"]))
         ask(plan, do="finish", trainer=0, shards=[n for n, _ in reply["shards"]], now=10.0 + len(reply["shards"]))
     assert calls[0] == 10 and calls[-1] == 1 and sum(calls) == 98, calls
+
+
+def test_the_coordinators_board_hands_each_shard_to_one_of_many_threads():
+    """The coordinator answers each connection in a thread of its own: every shard is handed out once."""
+    import threading
+
+    board = Board("127.0.0.2", launch="L")
+    names = [f"f{k:04d}" for k in range(400)]
+    for trainer in range(8):
+        got = board.answer(
+            {"op": "shards", "do": "offer", "pass": 1, "trainers": 8, "trainer": trainer, "files": files("a", names)}
+        )
+        assert "error" not in got, got
+    taken = {t: [] for t in range(8)}
+
+    def pull(trainer):
+        while True:
+            reply = board.answer({"op": "shards", "do": "take", "pass": 1, "trainer": trainer})
+            if "shards" not in reply:
+                return
+            shard = [n for n, _ in reply["shards"]]
+            taken[trainer] += shard
+            board.answer({"op": "shards", "do": "finish", "pass": 1, "trainer": trainer, "shards": shard})
+
+    threads = [threading.Thread(target=pull, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    everything = [n for shards in taken.values() for n in shards]
+    assert sorted(everything) == names

@@ -260,7 +260,7 @@ def pulled_pass(monkeypatch, tmp_path, choice, files, peer=None, on_meet=None):
     passes = launch_checkpoints.PassCheckpoints(choice, (1.0, "passes"))
     passes.restore_checked = True
     passes.pulling, passes.puller = True, pulled_pass.Puller(board, 2, 0)
-    resumed = sorted(choice.files_done) if choice.at.slice else []
+    resumed = sorted(passes.done_before(files)) if choice.at.slice else []  # trainer 1's, as trainer 0's
     offer = {"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "done_before": resumed}
     board.shards({**offer, "files": [[name_of(f), f] for f in files]})
     board.first_take = peer
@@ -339,6 +339,10 @@ def test_a_pass_resumed_inside_trains_only_the_shards_not_done(tmp_path, monkeyp
     copies = data_files(tmp_path / "elsewhere", 8)
     ran, _, _, _ = pulled_pass(monkeypatch, tmp_path, choice, copies)
     assert ran == [[copies[i]] for i in (2, 3, 6, 7)]
+    # a checkpoint of an earlier version names its files by path: the same files are left out
+    by_path = cc.Choice(str(tmp_path), "/ckpt", cc.Progress(0, 4, 8), files_done=tuple(files[i] for i in (0, 1, 4, 5)))
+    ran, _, _, _ = pulled_pass(monkeypatch, tmp_path, by_path, files)
+    assert ran == [[f] for f in left]
 
 
 def test_one_trainer_resumed_inside_a_pass_trains_its_files_not_done_in_one_call(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ A new round gets a new board, which the processes of an earlier round (stopping 
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any, Mapping
 
 from heterps_paddle import control, rendezvous
@@ -29,6 +30,7 @@ class Board:
         self.launch = launch  # the round's launch id: a process of an earlier round writes nothing here
         self.store = BoardStore()
         self.data_plan = DataPlan()  # the round's passes' shards, handed to the trainers (data_plan.py)
+        self.data_plan_lock = threading.Lock()  # the coordinator answers each connection in a thread of its own
 
     def answer(self, message: Mapping[str, Any]) -> dict[str, Any]:
         """A board request (put / get / entries, or the data plan's), as the rules allow; an error answer names
@@ -37,7 +39,8 @@ class Board:
             sender = message.get("launch")
             if self.launch is not None and isinstance(sender, str) and sender != self.launch:
                 return {"error": f"the data plan: a process of another round (launch {sender:.16})"}
-            return self.data_plan.answer(message)
+            with self.data_plan_lock:  # one request at a time: a shard is handed to one trainer
+                return self.data_plan.answer(message)
         if message.get("op") == "put":
             key, host = message.get("key"), message.get("host")
             sender = message.get("launch")

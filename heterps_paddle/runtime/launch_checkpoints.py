@@ -73,7 +73,7 @@ from heterps_paddle.runtime.checkpoint_persist import (
     check_room,
     staging_for,
 )
-from heterps_paddle.runtime.file_identity import done_here
+from heterps_paddle.runtime.file_identity import done_here, is_identity, name_of
 from heterps_paddle.runtime.pulled_pass import is_training_pass
 
 POLL_S = 0.2
@@ -277,7 +277,7 @@ class PassCheckpoints:
                 number,
                 call,
                 run,
-                self.resumed_files if resumed else frozenset(),
+                self.done_before(files) if resumed else frozenset(),
                 wanted=lambda: self.wanted(puller.index),
                 meet=lambda hold, shards: self.meet(
                     call.executor, Progress(number - 1, hold, shards), lambda: self.done_in_plan(number)
@@ -305,6 +305,12 @@ class PassCheckpoints:
         )
         call.dataset.set_filelist(todo)  # the files this pass trains here (the meter counts their samples)
         return run(call) if todo else None
+
+    def done_before(self, files: list[str]) -> frozenset[str]:
+        """The shards of the pass resumed inside that its checkpoint holds, by content: a checkpoint of an earlier
+        version names its files by path, which this trainer's files are matched against."""
+        named = frozenset(n for n in self.resumed_files if is_identity(n))
+        return named | frozenset(name_of(f) for f in files if f in self.resumed_files)
 
     def wanted(self, index: int) -> str | None:
         """Between two calls of a pulled pass: a checkpoint asked for (any trainer reads the ask), or due by

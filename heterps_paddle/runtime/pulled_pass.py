@@ -29,7 +29,7 @@ from heterps_paddle.log import logger
 from heterps_paddle.runtime import hooks, seam
 from heterps_paddle.runtime.file_identity import name_of
 
-POLL_S = 0.05
+POLL_S = (0.05, 1.0)  # a wait's first poll of the data plan, and its longest (each poll a connection across hosts)
 # Ops that write to the parameter servers: a train_from_dataset pass whose program runs one trains the model (an
 # evaluation program, fleet.evaluation.forward_only_program or the whole model's forward pass, has none).
 WRITE_OPS = frozenset(
@@ -111,6 +111,7 @@ class Puller:
         trained: list[str] = []
         calls, waited = 0, 0.0
         wait_s = float(cast(float, settings.get("HETERPS_CHECKPOINT_WAIT_S")))
+        poll = POLL_S[0]
         try:
             while True:
                 ask = wanted()
@@ -124,9 +125,11 @@ class Puller:
                             f"(HETERPS_CHECKPOINT_WAIT_S): {reply['wait']}"
                         )
                     start = time.monotonic()
-                    time.sleep(POLL_S)
+                    time.sleep(poll)
+                    poll = min(poll * 2, POLL_S[1])
                     waited += time.monotonic() - start
                     continue
+                poll = POLL_S[0]
                 if "meet" in reply:
                     meet(int(reply["meet"]), int(reply["shards_in_pass"]))
                     continue
