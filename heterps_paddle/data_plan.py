@@ -75,6 +75,8 @@ class PassShards:
     held_at: int = 0
     holding: list[int] = field(default_factory=list)
     asks_honoured: list[str] = field(default_factory=list)
+    # trainers whose paths another trainer has trained a shard at (what they offered others can read)
+    shared_from: list[int] = field(default_factory=list)
     taken_at: dict[str, float] = field(default_factory=dict)  # name -> when it was handed out (the plan's clock)
     # trainer -> bytes a second over its last call (its shards' bytes over the time from their take to their finish)
     rates: dict[int, float] = field(default_factory=dict)
@@ -118,7 +120,8 @@ class PassShards:
         if self.holding:
             return {"wait": f"pass {self.number}: the trainers meet for a checkpoint after {self.held_at} shards"}
         taken: list[list[str]] = []
-        for name in self.order:
+        # its own files first (read where it offered them), then the others'
+        for name in sorted(self.order, key=lambda n: trainer not in self.paths[n]):
             if len(taken) >= want and not self._longer_call(trainer, [n for n, _ in taken]):
                 break
             if self._free(name) and trainer not in self.unreadable.get(name, []):
@@ -132,6 +135,9 @@ class PassShards:
             return {"shards": taken}
         if not self.opened:  # more shards may come with the files still to be offered
             return {"wait": f"pass {self.number}: {self.trainers - len(self.offered)} trainer(s) to offer their files"}
+        mine = [n for n, who in self.doing.items() if trainer in self.paths[n] and not self._read_by_others(n, who)]
+        if mine:  # another trainer holds a file of this one's that may prove unreadable there: it may come back
+            return {"wait": f"pass {self.number}: trainer {self.doing[mine[0]]} has this trainer's file {mine[0]}"}
         if trainer not in self.ended:
             self.ended.append(trainer)
         left = [n for n in self.order if self._free(n)]
@@ -163,6 +169,10 @@ class PassShards:
         mine = self.rates.get(trainer)
         if mine is None or not others or any(p is None for p in paces) or self.unreadable:
             return False  # (a shard some trainer cannot read: it may be this one's to train)
+        if any(
+            set(self.paths[n]) == {trainer} and not self._read_by_others(n) for n in self.order if not self._finished(n)
+        ):
+            return False  # a file only it offered, no other trainer shown to read: it may be this one's to train
         left = sum(size_of(n) for n in self.order if self._free(n))
         left += sum(size_of(n) for n, who in self.doing.items() if who != trainer)
         return size_of(name) / mine > left / sum(p for p in paces if p is not None)
@@ -175,6 +185,9 @@ class PassShards:
         for name in names:
             self.done.append(name)
             self.trained_by[name] = trainer
+            for offerer in self.paths[name]:
+                if trainer not in self.paths[name] and offerer not in self.shared_from:
+                    self.shared_from.append(offerer)
         took = now - min(self.taken_at.pop(name, now) for name in names) if names else 0.0
         if took > 0:
             self.rates[trainer] = sum(size_of(n) for n in names) / took
@@ -203,14 +216,25 @@ class PassShards:
             return "a trainer ended the pass: the checkpoint comes at its end"
         if not any(self._free(name) for name in self.order):
             return "no shard left to hand out: the checkpoint comes at the pass's end"
-        before = len(set(self.done_before) - set(self.done))
+        before = len((set(self.done_before) & set(self.order)) - set(self.done))
         at = before + len(self.done) + len(self.doing)
-        if at <= max(self.held_at, len(self.done_before)):
+        if at <= max(self.held_at, before):
             return "no shard taken since the pass began or its last checkpoint"
         self.held_at = at
         self.holding = list(range(self.trainers))
         self.asks_honoured.append(ask)
         return None
+
+    def _read_by_others(self, name: str, holder: int | None = None) -> bool:
+        """Whether a trainer other than those that offered ``name`` has trained a shard at one of their paths (the
+        same storage, then), or ``holder`` offered it itself."""
+        offerers = set(self.paths[name])
+        if holder is not None and holder in offerers:
+            return True
+        return any(o in self.shared_from for o in offerers)
+
+    def _finished(self, name: str) -> bool:
+        return name in self.done or name in self.done_before
 
     def done_names(self) -> list[str]:
         """Every shard of the pass done: before the resume, and in this round."""
@@ -261,13 +285,18 @@ class DataPlan:
                 before = self.passes.get(max(self.passes)) if self.passes else None
                 shards = self.passes[number] = PassShards(number, trainers)
                 if before is not None and before.trainers == trainers:
-                    shards.rates = dict(before.rates)  # each trainer's pace goes on into the next pass
+                    # each trainer's pace, whose storage the others read, and the asks honoured go on
+                    shards.rates = dict(before.rates)
+                    shards.shared_from = list(before.shared_from)
+                    shards.asks_honoured = list(before.asks_honoured)
                 for old in sorted(self.passes)[:-KEPT_PASSES]:
                     del self.passes[old]
             elif shards.trainers != trainers:
                 raise DataPlanError(f"data plan: pass {number} has {shards.trainers} trainers, not {trainers}")
             files = [[str(name), str(path)] for name, path in message["files"]]
             shards.offer(int(message["trainer"]), files, [str(n) for n in message.get("done_before", [])])
+            # a pass resumed inside: a checkpoint inside it is named after the one resumed from (K of S grows)
+            shards.held_at = max(shards.held_at, int(message.get("held_before", 0)))
             return {"ok": True, "shards": len(shards.order)}
         shards = self.passes.get(number)
         if shards is None:

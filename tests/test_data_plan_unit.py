@@ -73,14 +73,33 @@ def test_a_resumed_pass_hands_out_only_the_shards_not_done():
 
 def test_a_shard_a_trainer_cannot_read_goes_to_another_and_none_that_can_is_an_error():
     plan = DataPlan()
-    offer(plan, 1, 0, files("a", ["f1"]))
-    offer(plan, 1, 1, files("b", ["f2"]))
-    assert ask(plan, do="take", trainer=1) == {"shards": [["f1", "/a/f1"]]}
-    ask(plan, do="give_back", trainer=1, shard="f1", unreadable=True)
-    assert ask(plan, do="take", trainer=1) == {"shards": [["f2", "/b/f2"]]}
-    assert ask(plan, do="take", trainer=0) == {"shards": [["f1", "/a/f1"]]}
-    refused = plan.answer({"do": "give_back", "pass": 1, "trainer": 0, "shard": "f1", "unreadable": True})
-    assert "no trainer can read shard f1 (offered at /a/f1)" in refused["error"]
+    offer(plan, 1, 0, files("a", ["x"]))
+    offer(plan, 1, 1, files("b", ["y", "z"]))
+    assert ask(plan, do="take", trainer=1) == {"shards": [["y", "/b/y"]]}  # its own files first
+    assert ask(plan, do="take", trainer=0) == {"shards": [["x", "/a/x"]]}
+    ask(plan, do="finish", trainer=0, shards=["x"])
+    assert ask(plan, do="take", trainer=0) == {"shards": [["z", "/b/z"]]}
+    ask(plan, do="give_back", trainer=0, shard="z", unreadable=True)
+    assert ask(plan, do="take", trainer=0) == {"end": 1}  # z is trainer 1's to train
+    ask(plan, do="finish", trainer=1, shards=["y"])
+    assert ask(plan, do="take", trainer=1) == {"shards": [["z", "/b/z"]]}
+    refused = plan.answer({"do": "give_back", "pass": 1, "trainer": 1, "shard": "z", "unreadable": True})
+    assert "no trainer can read shard z (offered at /b/z)" in refused["error"]
+
+
+def test_a_trainer_waits_while_another_holds_a_file_only_it_offered_that_may_come_back_unread():
+    plan = DataPlan()
+    offer(plan, 1, 0, files("a", ["x1", "x2"]))
+    offer(plan, 1, 1, files("b", ["y"]))
+    ask(plan, do="finish", trainer=1, shards=[ask(plan, do="take", trainer=1)["shards"][0][0]])
+    assert ask(plan, do="take", trainer=1) == {"shards": [["x1", "/a/x1"]]}  # another host's file
+    assert ask(plan, do="take", trainer=0) == {"shards": [["x2", "/a/x2"]]}
+    ask(plan, do="finish", trainer=0, shards=["x2"])
+    assert "trainer 1 has this trainer's file x1" in ask(plan, do="take", trainer=0)["wait"]
+    ask(plan, do="give_back", trainer=1, shard="x1", unreadable=True)  # not the same storage after all
+    assert ask(plan, do="take", trainer=0) == {"shards": [["x1", "/a/x1"]]}
+    ask(plan, do="finish", trainer=0, shards=["x1"])
+    assert ask(plan, do="take", trainer=0) == {"end": 1} == ask(plan, do="take", trainer=1)
 
 
 def test_a_checkpoint_inside_a_pass_comes_when_every_trainer_holds_no_shard():
@@ -107,8 +126,8 @@ def test_a_checkpoint_inside_a_pass_comes_when_every_trainer_holds_no_shard():
 
 def test_no_checkpoint_inside_a_pass_a_trainer_ended():
     plan = DataPlan()
-    offer(plan, 1, 0, files("a", ["f1", "f2"]))
-    offer(plan, 1, 1, files("a", ["f3"]))
+    offer(plan, 1, 0, files("a", ["f1"]))
+    offer(plan, 1, 1, files("a", ["f1", "f2", "f3"]))
     ask(plan, do="take", trainer=1, want=3)
     assert ask(plan, do="take", trainer=0) == {"end": 1}
     assert ask(plan, do="hold", trainer=1, ask="x")["refused"].startswith("a trainer ended the pass")
@@ -153,7 +172,7 @@ def test_the_plan_survives_its_json():
     again = DataPlan.from_json(json.loads(json.dumps(plan.to_json())))
     assert again.to_json() == plan.to_json()
     assert "holding" in again.answer({"do": "take", "pass": 1, "trainer": 1})["error"]
-    assert ask(again, do="take", trainer=0) == {"shards": [["f2", "/a/f2"]]}
+    assert ask(again, do="take", trainer=0) == {"shards": [["f1", "/a/f1"]]}
 
 
 def test_the_coordinators_board_answers_the_round_and_refuses_another_rounds_process():
@@ -301,3 +320,21 @@ def test_the_coordinators_board_hands_each_shard_to_one_of_many_threads():
         thread.join(60)
     everything = [n for shards in taken.values() for n in shards]
     assert sorted(everything) == names
+
+
+def test_a_checkpoint_inside_a_resumed_pass_counts_only_this_rounds_shards_and_follows_the_one_resumed_from():
+    plan = DataPlan()
+    # resumed from pass-000000.3of6 with 3 shards done, of which only "a" is among this round's files
+    message = {"do": "offer", "pass": 1, "trainers": 1, "trainer": 0, "files": files("h", ["a", "b", "c"])}
+    ask(plan, **message, done_before=["a", "gone1", "gone2"], held_before=3)
+    ask(plan, do="take", trainer=0)  # b
+    assert ask(plan, do="hold", trainer=0, ask="x") == {
+        "refused": "no shard taken since the pass began or its last checkpoint"
+    }
+    ask(plan, do="finish", trainer=0, shards=["b"])
+    ask(plan, do="take", trainer=0)  # c, in hand: a, b done or in hand, yet no more than the 3 resumed from
+    assert "refused" in ask(plan, do="hold", trainer=0, ask="x")
+    plan2 = DataPlan()
+    ask(plan2, **message, done_before=["a", "gone1", "gone2"], held_before=0)
+    ask(plan2, do="take", trainer=0)
+    assert ask(plan2, do="hold", trainer=0, ask="x") == {"held": 2}  # "a" and "b", of the pass's 3: 0 < K < S

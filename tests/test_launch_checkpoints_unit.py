@@ -383,3 +383,23 @@ def test_a_file_is_named_by_its_content_and_an_unreadable_one_refused_by_path(tm
     assert file_identity.name_of(remote) == remote and file_identity.done_here(remote, frozenset({remote}))
     with pytest.raises(CheckpointError, match="cannot be read to name it by its content"):
         file_identity.identity(str(tmp_path / "gone"))
+
+
+def test_a_shard_at_another_trainers_path_is_trained_only_where_that_path_holds_its_content(tmp_path, monkeypatch):
+    """Two hosts may each have a /data/part-0 of their own: a shard handed out at another trainer's path is named
+    again here before it is trained, and given back when this host's file there is another one."""
+    from heterps_paddle.runtime import pulled_pass, seam
+    from heterps_paddle.runtime.file_identity import name_of
+
+    here = data_files(tmp_path / "here", 2)  # what this host has at the paths
+    there = data_files(tmp_path / "there", 3)[2]  # trainer 1's content, which this host does not have
+    board = PlanBoard()
+    board.shards({"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "files": [[name_of(there), here[0]]]})
+    puller = pulled_pass.Puller(board, 2, 0)
+    dataset = FakeDataset([here[1]])
+    ran = []
+    _, trained = puller.run_pass(
+        1, seam.DatasetCall(None, FakeProgram(), dataset, None, {}), lambda c: ran.append(list(c.dataset.filelist))
+    )
+    assert ran == [[here[1]]] and trained.paths == (here[1],)  # its own file; the other given back, untrained
+    assert board.plan.passes[1].unreadable == {name_of(there): [0]}

@@ -17,6 +17,7 @@ stage's device).  Every launch appends its life to the event log (launch/event_l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -52,7 +53,7 @@ from heterps_paddle.launch.result import Outcome, RunResult
 from heterps_paddle.launch.rounds import joined_of, part_of_round, plan_maker, proposer
 from heterps_paddle.launch.shell import drive
 from heterps_paddle.launch.turns import FAILED_EXIT, LOCAL_ADDRESS, HostEnd, Ran, Shell, Turn, Verdict
-from heterps_paddle.rendezvous import LAUNCH_ID_ENV, FileBoard, launch_files_dir
+from heterps_paddle.rendezvous import DATA_PLAN_FILE, LAUNCH_ID_ENV, FileBoard, launch_files_dir
 from heterps_paddle.runtime.checkpoint_files import sweep_memory_staging
 from heterps_paddle.version import __version__
 
@@ -232,6 +233,9 @@ class OneHost:
         launch_id = given or uuid.uuid4().hex[:16]
         self.board_dir = launch_files_dir(str(settings.get("HETERPS_CACHE")), {LAUNCH_ID_ENV: launch_id})
         self.owns_board = not given
+        if given:  # a board the caller keeps: its data plan is an earlier round's, whose shards this round retrains
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(cast(str, self.board_dir), DATA_PLAN_FILE))
         self.measured = threading.Event()
         board = FileBoard(cast(str, self.board_dir))
         threading.Thread(target=self._measure, args=(number, board, self.measured), daemon=True).start()

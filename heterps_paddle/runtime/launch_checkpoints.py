@@ -278,6 +278,7 @@ class PassCheckpoints:
                 call,
                 run,
                 self.done_before(files) if resumed else frozenset(),
+                self.resumed_at.slice if resumed else 0,
                 wanted=lambda: self.wanted(puller.index),
                 meet=lambda hold, shards: self.meet(
                     call.executor, Progress(number - 1, hold, shards), lambda: self.done_in_plan(number)
@@ -315,7 +316,11 @@ class PassCheckpoints:
     def wanted(self, index: int) -> str | None:
         """Between two calls of a pulled pass: a checkpoint asked for (any trainer reads the ask), or due by
         --checkpoint-every in minutes (trainer 0's clock decides); the data plan honours each once."""
-        ask = read_ask(os.path.join(sync_dir(self.root, launch_id() or "local"), ASKED))
+        path = os.path.join(sync_dir(self.root, launch_id() or "local"), ASKED)
+        ask = read_ask(path)
+        if ask is not None:
+            with contextlib.suppress(OSError):  # the same ask is honoured once a round; another, written later, too
+                return f"asked at {os.stat(path).st_mtime_ns}: {ask.reason}"
         if ask is not None:
             return f"asked: {ask.reason}"
         if index == 0 and self.unit == "minutes" and time.monotonic() - self.last_save >= self.every * 60:

@@ -90,14 +90,17 @@ class Puller:
         call: seam.DatasetCall,
         run: Callable[[seam.DatasetCall], Any],
         done_before: frozenset[str] = frozenset(),
+        held_before: int = 0,
         wanted: Callable[[], str | None] = lambda: None,
         meet: Callable[[int, int], None] = lambda hold, shards: None,
     ) -> tuple[Any, PassTrained]:
-        """Pass ``number`` pulled: ``done_before`` the shards a checkpoint holds already; between calls ``wanted()``
+        """Pass ``number`` pulled: ``done_before`` the shards a checkpoint holds already (taken at ``held_before`` of
+        the pass's shards: a checkpoint of the pass is named after it); between calls ``wanted()``
         names a checkpoint asked for or due (the plan holds), and ``meet(hold, shards of the pass)`` makes it."""
         dataset = call.dataset
         files, threads = list(dataset.filelist), int(getattr(dataset, "thread_num", 1) or 1)
         offered = [[name_of(path), path] for path in files]
+        own = set(files)
         self.ask(
             {
                 "do": "offer",
@@ -105,6 +108,7 @@ class Puller:
                 "trainers": self.trainers,
                 "files": offered,
                 "done_before": sorted(done_before),
+                "held_before": held_before,
             }
         )
         result: Any = None
@@ -135,7 +139,7 @@ class Puller:
                     continue
                 if "end" in reply:
                     break
-                paths = self._readable(number, reply["shards"])
+                paths = self._readable(number, reply["shards"], own)
                 if not paths:
                     continue
                 dataset.set_filelist([path for _, path in paths])
@@ -158,18 +162,25 @@ class Puller:
         )
         return result, PassTrained(tuple(trained), calls, waited)
 
-    def _readable(self, number: int, shards: list[list[str]]) -> list[list[str]]:
-        """The shards handed to this trainer whose path it can read; the others given back, never handed to it
-        again (another trainer's file, not seen here)."""
+    def _readable(self, number: int, shards: list[list[str]], own: set[str]) -> list[list[str]]:
+        """The shards handed to this trainer that it reads as they are named: its own paths (``own``), else
+        another trainer's path holding this content here (a local file is named again: another host's file may
+        be a different one here under the same path).  The others are given back, never handed to it again."""
         readable = []
         for name, path in shards:
-            if os.path.isfile(path) or "://" in path:
+            if path in own or ("://" in path and name == path):
                 readable.append([name, path])
-            else:
-                logger.warning(
-                    "data plan: pass %d: shard %s is not readable here at %s: given back", number, name, path
-                )
-                self.ask({"do": "give_back", "pass": number, "shard": name, "unreadable": True})
+                continue
+            try:
+                seen = name_of(path) if os.path.isfile(path) else None
+            except HeterPSError:
+                seen = None
+            if seen == name:
+                readable.append([name, path])
+                continue
+            why = "not a file here" if seen is None else f"another content here ({seen})"
+            logger.warning("data plan: pass %d: shard %s at %s: %s; given back", number, name, path, why)
+            self.ask({"do": "give_back", "pass": number, "shard": name, "unreadable": True})
         return readable
 
 
