@@ -5,8 +5,10 @@ costs, measured in one run (issue 55, item 5).
 two loopback hosts, a checkpoint after each pass, ``--adapt off``: no move, no machine asked for) three times:
 
 - **calm**: the data plan at its default (each trainer takes the next file of the pass when it is ready for one);
-- **slowed, static**: ``HETERPS_DATA_PLAN=static`` (each trainer trains the files its script gave it, as before
-  the data plan), B's trainer stopped 90% of every second from the job's first measured window on;
+- **calm, static**: ``HETERPS_DATA_PLAN=static`` (each trainer trains the files its script gave it, as before the
+  data plan): what pulling costs a calm job;
+- **slowed, static**: the static split, B's trainer stopped 90% of every second from the job's first measured
+  window on;
 - **slowed, pulled**: the same slowing at the default data plan.
 
 Each job's samples/s is its samples over its seconds from the slowing's start (calm: from its first measured
@@ -42,6 +44,13 @@ CALL_SHARE_GOAL = 0.02  # a call's cost over a shard's training time, at the siz
 # the trainers' measurements every second, a rates record every second (what is measured, not how the job runs:
 # --adapt off decides nothing on them)
 METER_ENV = {"HETERPS_METER_S": "1", "HETERPS_RATES_WINDOW_S": "3"}
+# (name, data plan, B slowed): the calm job both ways (what pulling costs), then slowed both ways
+JOBS = (
+    ("calm", "pull", False),
+    ("calm_static", "static", False),
+    ("slowed_static", "static", True),
+    ("slowed_pulled", "pull", True),
+)
 
 
 def rate_since(records: Sequence[Mapping[str, Any]], since: float | None) -> float | None:
@@ -187,11 +196,7 @@ def run(args: argparse.Namespace) -> int:
         with open(os.path.join(work, "cluster.yaml"), "w") as f:
             f.write(adapt.CLUSTER)
         jobs = {}
-        for name, plan, slowed in (
-            ("calm", "pull", False),
-            ("slowed_static", "static", True),
-            ("slowed_pulled", "pull", True),
-        ):
+        for name, plan, slowed in JOBS:
             print(f"bench data: the {name} job ...", file=sys.stderr, flush=True)
             jobs[name] = slowed_job(args, work, name, plan, slowed)
         report["jobs"] = jobs
@@ -208,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     calm = jobs["calm"]["samples_per_s"]
     report["over_calm"] = {
         name: None if not calm or jobs[name]["samples_per_s"] is None else round(jobs[name]["samples_per_s"] / calm, 3)
-        for name in ("slowed_static", "slowed_pulled")
+        for name in ("calm_static", "slowed_static", "slowed_pulled")
     }
     report["goals"] = {"slowed_pulled_over_calm": SLOWED_GOAL, "call_share_of_a_file": CALL_SHARE_GOAL}
     report["load_average"] = [round(x, 2) for x in os.getloadavg()]
