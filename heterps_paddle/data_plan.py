@@ -103,11 +103,12 @@ class PassShards:
             if name not in self.done_before:
                 self.done_before.append(name)
 
-    def take(self, trainer: int, want: int = 1, now: float = 0.0) -> dict[str, Any]:
+    def take(self, trainer: int, want: int = 1, now: float = 0.0, least: int = 0) -> dict[str, Any]:
         """What ``trainer``, holding no shard now, does next: ``shards`` (``want`` of them, one a reader thread, and
         more while the call would train less than :data:`CALL_S`; each its name and a path), ``wait``, ``meet`` (a checkpoint inside the pass, ``hold`` its number) or
         ``end`` (none left for it, or it would still train one when the others have trained all: a straggler's
-        tail).  ``now``: the plan's clock (seconds), which times each trainer's shards."""
+        tail).  ``now``: the plan's clock (seconds), which times each trainer's shards; ``least``: the bytes a call
+        is to train at least, where there are (the script's print_period of batches: its progress lines)."""
         self._check_trainer(trainer)
         if want < 1:
             raise DataPlanError(f"pass {self.number}: trainer {trainer} wants {want} shards")
@@ -122,7 +123,8 @@ class PassShards:
         taken: list[list[str]] = []
         # its own files first (read where it offered them), then the others'
         for name in sorted(self.order, key=lambda n: trainer not in self.paths[n]):
-            if len(taken) >= want and not self._longer_call(trainer, [n for n, _ in taken]):
+            names = [n for n, _ in taken]
+            if len(taken) >= want and sum(map(size_of, names)) >= least and not self._longer_call(trainer, names):
                 break
             if self._free(name) and trainer not in self.unreadable.get(name, []):
                 if not taken and self._outpaced(trainer, name):
@@ -303,7 +305,8 @@ class DataPlan:
             raise DataPlanError(f"data plan: pass {number} was not offered")
         now = float(message.get("now", time.time()))
         if do == "take":
-            return shards.take(int(message["trainer"]), int(message.get("want", 1)), now)
+            least = int(message.get("least", 0))
+            return shards.take(int(message["trainer"]), int(message.get("want", 1)), now, least)
         if do == "finish":
             shards.finish(int(message["trainer"]), [str(n) for n in message["shards"]], now)
             return {"ok": True}

@@ -164,7 +164,7 @@ _ALL = (
         "HETERPS_LEAVE_GRACE_S",
         "90",
         "seconds a host that asked to leave a launch across hosts (SIGTERM to its heterps launch, heterps launch "
-        "--leave) gives the job for a checkpoint at the end of the running pass or slice; past it the job goes on "
+        "--leave) gives the job for a checkpoint once the trainers have trained the shards in hand; past it the job goes on "
         "without the host from the newest checkpoint.  Below the notice the platform gives (about 120 s on the big "
         "clouds' spot VMs, 30 s on some: set it lower there)",
         _positive_float,

@@ -338,3 +338,15 @@ def test_a_checkpoint_inside_a_resumed_pass_counts_only_this_rounds_shards_and_f
     ask(plan2, **message, done_before=["a", "gone1", "gone2"], held_before=0)
     ask(plan2, do="take", trainer=0)
     assert ask(plan2, do="hold", trainer=0, ask="x") == {"held": 2}  # "a" and "b", of the pass's 3: 0 < K < S
+
+
+def test_a_call_takes_shards_enough_for_the_scripts_progress_lines():
+    """Paddle prints a call's progress every print_period batches of that call: the trainer asks for the bytes of
+    that many batches at least, where the pass has them."""
+    digest = "0" * 64
+    plan = DataPlan()
+    offer(plan, 1, 0, files("a", [f"f{k}:100:{digest}" for k in range(5)]), trainers=1)
+    (taken,) = [ask(plan, do="take", trainer=0, least=250)["shards"]]
+    assert len(taken) == 3
+    ask(plan, do="finish", trainer=0, shards=[n for n, _ in taken])
+    assert len(ask(plan, do="take", trainer=0, least=0)["shards"]) == 1

@@ -403,3 +403,15 @@ def test_a_shard_at_another_trainers_path_is_trained_only_where_that_path_holds_
     )
     assert ran == [[here[1]]] and trained.paths == (here[1],)  # its own file; the other given back, untrained
     assert board.plan.passes[1].unreadable == {name_of(there): [0]}
+
+
+def test_a_call_is_to_train_the_batches_of_the_scripts_print_period(tmp_path):
+    from heterps_paddle.runtime import pulled_pass, seam
+
+    files = data_files(tmp_path / "data", 2)  # part-0: 1 line of 6 bytes
+    dataset = FakeDataset(files)
+    dataset.proto_desc = type("Desc", (), {"batch_size": 32})()
+    call = seam.DatasetCall(None, FakeProgram(), dataset, None, {"fetch_list": ["loss"], "print_period": 10})
+    assert pulled_pass.progress_bytes(call, files) == 10 * 32 * 6
+    quiet = seam.DatasetCall(None, FakeProgram(), dataset, None, {"print_period": 10})
+    assert pulled_pass.progress_bytes(quiet, files) == 0  # nothing fetched, nothing printed

@@ -312,7 +312,7 @@ class Coordinator:
             if self.checkpoint_dir is not None:
                 path = ask_checkpoint(self.checkpoint_dir, self.launch_id, action.reason, action.hold_s)
                 self.say(
-                    f"heterps launch: asked the trainers for a checkpoint at the end of the pass or slice ({path})"
+                    f"heterps launch: asked the trainers for a checkpoint once they have trained the shards in hand ({path})"
                 )
         elif isinstance(action, m.Replan):
             return self._replan(action)

@@ -266,7 +266,7 @@ class AbortAll:
 
 @dataclass(frozen=True)
 class AskCheckpoint:
-    """Ask the round's trainers for a checkpoint at the end of the running pass or slice; with ``hold_s``, they train
+    """Ask the round's trainers for a checkpoint once the trainers have trained the shards in hand; with ``hold_s``, they train
     no further once it is captured, for that long at most (the round ends at it: a leave)."""
 
     reason: str

@@ -3,7 +3,7 @@
 A preemption notice handler, or ``kubectl delete``, sends SIGTERM to the host's ``heterps launch``; so does
 ``heterps launch --leave --log_dir LOG`` on that host.  The launch then asks the job's coordinator to let the host go
 (a one-shot ``leave`` request on the control port, proving the job's key like every connection): the coordinator
-asks the trainers for a checkpoint at the end of the running pass or slice, re-plans without the host and starts the
+asks the trainers for a checkpoint once the trainers have trained the shards in hand, re-plans without the host and starts the
 other hosts again from that checkpoint (launch/machine.py), and this host's launch ends 0 when the job goes on
 without it.  A coordinator that refuses (this host is the coordinator's, the job has ended, ...) or cannot be reached
 leaves SIGTERM its old meaning: the host's processes are stopped at once.

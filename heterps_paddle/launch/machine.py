@@ -280,7 +280,7 @@ def _leave_asked(job: Job, event: LeaveAsked, now: float) -> tuple[Job, list[Act
             actions += more
         return job, actions
     how = (
-        "a checkpoint at the end of the running pass or slice, then the job goes on without it "
+        "a checkpoint once the trainers have trained the shards in hand, then the job goes on without it "
         f"({event.grace_s:.0f} s at most)"
     )
     actions = [LeaveAnswer(host, True, how), LeaveNoted(host, event.grace_s)]

@@ -79,7 +79,7 @@ def line(action: Any, job: Job) -> str | None:
         return f"{PREFIX}host {action.host}, standing by, went away: counted as lost"
     if isinstance(action, e.LeaveNoted):
         return (
-            f"{PREFIX}host {action.host} asks to leave: a checkpoint at the end of the running pass or slice, then the "
+            f"{PREFIX}host {action.host} asks to leave: a checkpoint once the trainers have trained the shards in hand, then the "
             f"job goes on without it (within {action.grace_s:.0f} s, else from the newest checkpoint)"
         )
     if isinstance(action, e.MoveDeclined):

@@ -101,6 +101,7 @@ class Puller:
         files, threads = list(dataset.filelist), int(getattr(dataset, "thread_num", 1) or 1)
         offered = [[name_of(path), path] for path in files]
         own = set(files)
+        least = progress_bytes(call, files)
         self.ask(
             {
                 "do": "offer",
@@ -121,7 +122,7 @@ class Puller:
                 ask = wanted()
                 if ask is not None:
                     self.ask({"do": "hold", "pass": number, "ask": ask})
-                reply = self.ask({"do": "take", "pass": number, "want": max(1, threads)})
+                reply = self.ask({"do": "take", "pass": number, "want": max(1, threads), "least": least})
                 if "wait" in reply:
                     if waited > wait_s:
                         raise DataPlanFailed(
@@ -182,6 +183,25 @@ class Puller:
             logger.warning("data plan: pass %d: shard %s at %s: %s; given back", number, name, path, why)
             self.ask({"do": "give_back", "pass": number, "shard": name, "unreadable": True})
         return readable
+
+
+def progress_bytes(call: seam.DatasetCall, files: list[str]) -> int:
+    """The bytes of data a call is to train at least for the script's progress lines: Paddle prints them every
+    ``print_period`` batches of a call (100 by default), and a call of fewer batches prints none; 0 when the call
+    fetches nothing.  A line's bytes from the script's first local file."""
+    if not call.options.get("fetch_list"):
+        return 0
+    period = int(call.options.get("print_period", 100) or 100)
+    try:
+        batch = int(call.dataset.proto_desc.batch_size) or 1
+    except (AttributeError, TypeError, ValueError):
+        batch = 1
+    sample = next((f for f in files if os.path.isfile(f) and os.path.getsize(f) > 0), None)
+    if sample is None:
+        return 0
+    with open(sample, "rb") as f:
+        lines = sum(1 for _ in f)
+    return int(period * batch * os.path.getsize(sample) / max(1, lines))
 
 
 def puller() -> Puller | None:
