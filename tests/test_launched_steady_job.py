@@ -183,9 +183,10 @@ def test_a_host_slowed_mid_job_is_replaced_by_a_machine_asked_of_on_scale(setup,
 # A leave on notice in the middle of a long pass (issues 44 and 55): the steady job, each pass pulled from the job's
 # data plan a shard (a file of the 8) at a time.  Every trainer waits before its second call of pass 2
 # (tests/faults/sitecustomize.py), holding its second shard, until the test has SIGTERMed B and B's leave has asked
-# for a checkpoint: the notice comes while 4 of the pass's 8 shards are done or in hand, long before the pass's end.
-# The checkpoint comes once both trained the shard they hold (pass-000001.4of8); the trainers train no further (the
-# round ends at it); the round without B trains the 4 files of pass 2 not done, then pass 3.
+# for a checkpoint: the notice comes while 4 of the pass's 8 shards are done or in hand (up to 6 where a busy
+# machine's pace made the held call two files of 10 s), long before the pass's end.  The checkpoint comes once both
+# trained the shards they hold (pass-000001.4of8); the trainers train no further (the round ends at it); the round
+# without B trains the files of pass 2 not done, then pass 3.
 # tests/faults/sitecustomize.py records the files every train_from_dataset trained.
 
 
@@ -215,10 +216,9 @@ def test_a_leave_on_notice_inside_a_pass_redoes_no_shard(setup, steady):
     assert run.leftovers() == []
     assert [r["how"] for r in run.hosts[B].events("host_ended")] == ["left"], consoles[B][-3000:]
     (left,) = run.hosts[A].events("round_planned", kind="leave")
-    assert "the job goes on from the checkpoint of 1.5 passes, nothing redone" in left["why"], left
+    assert re.search(r"the job goes on from the checkpoint of 1\.\d+ passes, nothing redone", left["why"]), left
     with open(os.path.join(run.hosts[A].log_dir, "restarts.json")) as f:
         (leave,) = json.load(f)["restarts"]
-    assert os.path.basename(leave["resumes_from"]) == "pass-000001.4of8" and leave["passes_done"] == 1.5, leave
     # every file of every pass trained exactly once, across the trainers and the rounds: the undisturbed job's
     # samples, none twice (pass 2's first half before the leave, on A and B; its second half after, on A alone)
     records = trained(work_trained)
@@ -229,19 +229,23 @@ def test_a_leave_on_notice_inside_a_pass_redoes_no_shard(setup, steady):
         files = sorted(f for r in records if r["pass"] == number for f in r["files"])
         assert files == every, (number, files)
         samples[number] = sum(count_lines(f) for f in files)
-    # pass 2: two shards on each host before the leave (round 0), the other four files after it, on A (round 1)
+    # pass 2: each trainer's first call and the call it held at the notice before the leave (round 0: 4 shards, or
+    # up to 6 where a busy machine's pace made the held calls 2 files of 10 s), the other files after it, on A
     (first_round,) = {r["launch"] for r in records if r["pass"] == 1}  # (records[0]'s: files sort by pid as text)
     before = [f for r in records if r["pass"] == 2 and r["launch"] == first_round for f in r["files"]]
     after = [r for r in records if r["pass"] == 2 and r["launch"] != first_round]
-    assert len(before) == 4 and {r["host"] for r in after} == {A} and len({r["launch"] for r in after}) == 1, records
+    done = len(before)
+    assert 4 <= done < 8 and {r["host"] for r in after} == {A} and len({r["launch"] for r in after}) == 1, records
+    # the checkpoint is named after the shards done or in hand at the ask: every one trained before the leave
+    assert os.path.basename(leave["resumes_from"]) == f"pass-000001.{done}of8", leave
+    assert leave["passes_done"] == 1 + done / 8, leave
     assert samples[2] == samples[1] == samples[3], samples
     with open(os.path.join(setup["data"], "meta.json")) as f:
         assert samples[1] == json.load(f)["train_rows"]
     log = worker_log(run, A, 1)
     assert "pass 1 skipped (train_from_dataset not run)" in log, log[-3000:]
-    assert re.search(r"pass 2 goes on from \S+/pass-000001\.4of8: 4 of its 8 files here trained already", log), log[
-        -3000:
-    ]
+    said = rf"pass 2 goes on from \S+/pass-000001\.{done}of8: {done} of its 8 files here trained already"
+    assert re.search(said, log), log[-3000:]
     grown = heldout(run)
     print(f"\nleave inside a pass: samples a pass {samples}; held-out AUC {grown:.4f}, undisturbed {steady['auc']:.4f}")
     # The issue's 0.02 is what this job meets against the calm job's mean: here the job after the leave (one trainer
