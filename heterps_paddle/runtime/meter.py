@@ -8,12 +8,15 @@ Every ``HETERPS_METER_S`` seconds (and at the end of each pass) a trainer puts o
   time), so that the gauge can tell how much of a window the stage worked and how much it waited for its
   neighbours;
 - ``samples`` (stage 1 CPU trainers, which read the data): the samples it trained so far, its finished passes'
-  and the running pass's.  A finished pass's samples are the lines of the files it read (one sample a line,
-  PaddleRec's slot format), counted at its end and cached by file (the next epoch reads the same files), so they
-  are exact; the running pass's are counted as it runs by the model's accumulating AUC op (every sample adds one to
-  its histograms: in the trainer's own scope on a one-stage plan; on a split plan, this trainer's share of the last
-  stage's, stage_metrics.Client), close but not exact where the dataset's threads race on its histograms; a model
-  without one shows its pass only at its end.
+  and the running pass's.  A finished call's samples (a pass is one call, or a pulled pass's several) are the lines
+  of the files it read (one sample a line, PaddleRec's slot format), counted when it starts and cached by file (the
+  next epoch reads the same files), so they are exact; the running call's are counted as it runs by the model's
+  accumulating AUC op (every sample adds one to its histograms: in the trainer's own scope on a one-stage plan; on
+  a split plan, this trainer's share of the last stage's, stage_metrics.Client), never more than the call's
+  lines; a model without one shows a call only at its end.  So each trainer's count only grows, and the job's
+  (their sum) with it: a split plan's last stage counts every trainer's samples and its shares are even, while
+  pulled trainers train uneven shares, so a share uncapped would run ahead of a slow trainer's call and fall back
+  at its end.
 
 - ``pass_auc``, ``pass_loss``, ``pass_finite`` (stage 1 CPU trainers, after their first pass): what the last
   finished pass learned, as the script's own metrics give it: the AUC of the model's accumulating AUC op over that
@@ -86,7 +89,11 @@ class Meter:
     cores: int = 1
     samples_done: int = 0  # the finished passes'
     passes: int = 0
-    live: Callable[[], int | None] | None = None  # the running pass's samples so far (None: not known live)
+    count: Callable[[], int | None] | None = None  # the model's AUC count, this trainer's terms (None: none)
+    in_pass: bool = False  # a training pass runs (its calls are counted)
+    done_in_pass: int = 0  # the running pass's finished calls' samples
+    call_from: int | None = None  # ``count()`` when the running call started (None: no call runs, or no count)
+    call_lines: int | None = None  # the running call's samples (None: not known)
     learned: dict[str, Any] = field(default_factory=dict)  # the last finished pass's AUC, loss, finiteness
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -98,8 +105,8 @@ class Meter:
 
     def record(self) -> dict[str, Any]:
         with self.lock:
-            running = None if self.live is None else self.live()
-            samples = None if self.role != "trainer" else self.samples_done + max(0, running or 0)
+            running = self._running() if self.in_pass else 0
+            samples = None if self.role != "trainer" else self.samples_done + running
             passes = self.passes
             learned = dict(self.learned)
         return {
@@ -129,6 +136,15 @@ class Meter:
         while not self.stop.wait(self.every_s):
             self.put()
 
+    def _running(self) -> int:
+        """The running pass's samples so far (module doc): its finished calls', and the running call's as counted,
+        never more than its lines."""
+        if self.call_from is None or self.count is None:
+            return self.done_in_pass
+        now = self.count()
+        grown = 0 if now is None else max(0, now - self.call_from)
+        return self.done_in_pass + (grown if self.call_lines is None else min(grown, self.call_lines))
+
     @contextlib.contextmanager
     def pass_hook(self, call: seam.DatasetCall) -> Iterator[None]:
         """Around a stage 1 CPU trainer's pass: its live count, and its samples at its end.  A pass of a program
@@ -137,30 +153,47 @@ class Meter:
             yield
             return
         reader = _auc_reader(call)
-        before = _read_stats(reader)  # read once: the live count and the pass's AUC both start from it
-        live = _live_count(reader, before)
+        before = _read_stats(reader)  # read once: the count and the pass's AUC both start from it
+        count = _counter(reader) if before is not None else None
         with self.lock:
             self.cores = max(1, min(os.cpu_count() or 1, _thread_num(call.dataset)))
-            self.live = live
+            self.count, self.in_pass, self.done_in_pass, self.call_from = count, True, 0, None
         try:
             yield
         finally:
-            # the pass's samples exactly: its files' lines (cached: the next epoch reads the same files), else what
-            # the AUC op counted (it can miss a few where the dataset's threads raced on its histograms)
+            # the pass's samples exactly: its files' lines (the runners leave the files trained here as the
+            # dataset's), else what its calls counted
             final = self._counted(call.dataset)
-            if final is None and live is not None:
-                final = live()
+            if final is None:
+                with self.lock:
+                    final = self._running()
             try:
                 learned = pass_learning(reader, before, call)
             except Exception as exc:  # measuring must never fail the job
                 logger.warning("measuring: what the pass learned could not be read (%s); going on", exc)
                 learned = {}
             with self.lock:
-                self.samples_done += max(0, final or 0)
+                self.samples_done += max(0, final)
                 self.passes += 1
-                self.live = None
+                self.in_pass, self.count, self.call_from = False, None, None
                 self.learned = learned
             self.put()
+
+    @contextlib.contextmanager
+    def call_hook(self, call: seam.DatasetCall) -> Iterator[None]:
+        """Around each Paddle call of a training pass: its samples counted live from its start, exactly at its
+        end."""
+        if not self.in_pass:  # an evaluation's call
+            yield
+            return
+        lines = self._counted(call.dataset)
+        start = self.count() if self.count is not None else None
+        with self.lock:
+            self.call_from, self.call_lines = start, lines
+        yield  # a call that fails fails its pass: nothing more to count
+        with self.lock:
+            self.done_in_pass = self._running() if lines is None else self.done_in_pass + lines
+            self.call_from, self.call_lines = None, None
 
     def _counted(self, dataset: Any) -> int | None:
         return dataset_samples(dataset)
@@ -229,28 +262,22 @@ def _read_stats(reader: AucReader | None) -> dict[str, Any] | None:
         return None
 
 
-def _live_count(reader: AucReader | None, before: dict[str, Any] | None) -> Callable[[], int | None] | None:
-    """How many samples the pass has trained so far, as it runs, from ``before`` (the states at its start; None: no
-    accumulating AUC op to count them, or its states could not be read)."""
-    if reader is None or before is None:
+def _counter(reader: AucReader | None) -> Callable[[], int | None] | None:
+    """The samples the model's accumulating AUC op counted so far, in this trainer's terms: its own scope's, or on
+    a split plan its share of the last stage's (None: no such op; a read that fails: None)."""
+    if reader is None:
         return None
     ops, read, shared = reader
     client = stage_metrics.client() if shared else None
 
-    def total() -> int:
-        return _most(ops, read()[0])
-
-    start = _most(ops, before)
-    if client is None:
-        return lambda: total() - start
-
-    def share() -> int | None:
-        try:  # this trainer's share of what the last stage counted since the pass started
-            return int(client.share_of_growth(start, total()))
+    def count() -> int | None:
+        try:
+            total = _most(ops, read()[0])
+            return total if client is None else int(client.share(total))
         except OSError:
             return None
 
-    return share
+    return count
 
 
 def pass_learning(reader: AucReader | None, before: dict[str, Any] | None, call: seam.DatasetCall) -> dict[str, Any]:
@@ -336,6 +363,7 @@ def install(ctx: seam.ProcessContext) -> None:
         index = int(os.environ.get("PADDLE_TRAINER_ID", "0") or 0)
         meter = Meter(1, "trainer", index, board, every).start()
         ctx.dataset_hooks["meter"] = meter.pass_hook
+        ctx.call_hooks["meter"] = meter.call_hook
     else:
         meter = Meter(ctx.stage, "heter", _heter_index(), board, every).start()
     ctx.after_stop_worker["meter"] = meter.put

@@ -160,7 +160,7 @@ def install() -> ProcessContext:
     ) -> Any:
         ctx = context()
         hooks = list(ctx.dataset_hooks.values())
-        if not hooks and ctx.pass_gate is None and ctx.pass_runner is None:
+        if not hooks and not ctx.call_hooks and ctx.pass_gate is None and ctx.pass_runner is None:
             return original_tfd(self, program, dataset, scope, *args, **kwargs)
         options = dict(zip(DATASET_OPTIONS, args))
         options.update(kwargs)
@@ -175,7 +175,10 @@ def install() -> ProcessContext:
             return run(call)
 
     def run(call: DatasetCall) -> Any:
-        return original_tfd(call.executor, call.program, call.dataset, call.scope, **call.options)
+        with contextlib.ExitStack() as stack:
+            for hook in list(context().call_hooks.values()):
+                stack.enter_context(hook(call))
+            return original_tfd(call.executor, call.program, call.dataset, call.scope, **call.options)
 
     paddle.static.Executor.train_from_dataset = train_from_dataset
 

@@ -72,6 +72,9 @@ class ProcessContext:
     # runs a train_from_dataset call inside the hooks, given the call that runs it as it stands (the launch's
     # data plan pulls a pass shard by shard, runtime/pulled_pass.py); None: the call runs once
     pass_runner: Callable[[DatasetCall, Callable[[DatasetCall], Any]], Any] | None = None
+    # around each train_from_dataset Paddle runs inside the hooks: the pass's one, or each call of a pulled pass
+    # (the meter counts a call's files exactly once it ends)
+    call_hooks: dict[str, DatasetHook] = field(default_factory=dict)
     after_minimize: dict[str, Callable[[Any], None]] = field(default_factory=dict)  # gets fleet's Fleet
     after_stop_worker: dict[str, Callable[[], object]] = field(default_factory=dict)  # results ignored
     heldout: Any = None  # runtime.heldout.HeldOut of a split job
