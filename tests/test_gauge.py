@@ -84,6 +84,17 @@ def test_rounds_add_up_their_samples_and_cost_and_garbage_is_not_counted():
     assert gauge.cost_so_far == pytest.approx(4.0)
 
 
+def test_a_plan_published_after_the_round_started_is_priced_at_once_not_an_interval_later():
+    gauge = Gauge(window_s=30.0, every_s=10.0)
+    gauge.observe(1000.0, 0, meters(0, 0.0), None)
+    first = gauge.observe(1010.0, 0, meters(1000, 1.0), None)
+    assert first is not None and first.cost_so_far is None  # no plan yet: the time waits to be priced
+    assert gauge.observe(1012.0, 0, meters(1200, 1.2), None) is None  # not due
+    priced = gauge.observe(1013.0, 0, meters(1300, 1.3), PLAN)  # trainer 0 published its plan
+    assert priced is not None and priced.cost_so_far == pytest.approx(4.0 * 13 / 3600)  # paid from the start
+    assert gauge.observe(1014.0, 0, meters(1400, 1.4), PLAN) is None  # then every interval again
+
+
 def test_figures_over_the_job_and_the_round_are_cost_over_samples_and_no_round_resets_them():
     """Issue 53: the cost per million samples over the job is what it cost so far over what it trained (one function
     for every span); a new round starts its own figures and leaves the job's going on; an idle last window says

@@ -335,6 +335,7 @@ class Gauge:
     round_started: float = 0.0  # ... and the running round
     cost_before_round: float = 0.0  # cost_so_far when the running round was first seen
     last_made: float = -math.inf
+    priced_late: bool = False  # the round's plan came after its first snapshot: the next Rates is due at once
     plan: Mapping[str, Any] | None = None
     prices: Mapping[str, float] = field(default_factory=dict)
     idle: Mapping[str, int] = field(default_factory=dict)  # units by type held but running nothing of the round
@@ -348,15 +349,18 @@ class Gauge:
         if round_number != self.round:
             self._new_round(now, round_number)
         if plan is not None and plan.get("plan"):
+            # a plan published once the round ran a while prices the time before it: its cost is shown at once,
+            # not an interval later (a short job could end unpriced on a dashboard)
+            self.priced_late = self.priced_late or (self.plan is None and bool(self.history))
             self.plan = plan["plan"]
             self.prices = {str(k): float(v) for k, v in (plan.get("prices") or {}).items()}
         self._add_cost(now)
         self.history.append(_snapshot(now, meters))
         while len(self.history) > 2 and self.history[1].at <= now - self.window_s:
             self.history.pop(0)
-        if now - self.last_made < self.every_s or len(self.history) < 2:
+        if (now - self.last_made < self.every_s and not self.priced_late) or len(self.history) < 2:
             return None
-        self.last_made = now
+        self.last_made, self.priced_late = now, False
         return self._rates(now)
 
     def _new_round(self, now: float, number: int) -> None:
