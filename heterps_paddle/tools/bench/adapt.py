@@ -37,17 +37,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
-import time
 from typing import Any, Mapping, Sequence
 
 from heterps_paddle.errors import HeterPSError
-from heterps_paddle.launch import event_log
 from heterps_paddle.planning.unit_cost import cost_per_million_of, cost_per_million_samples
+from heterps_paddle.tools.bench.launched import SLOWED_SHARE, HostsJob, run_hosts_job, work_dir
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 # The heterogeneous type as a datasheet has it, far faster than the CPU process that runs it here, and the CPU type
@@ -80,7 +76,6 @@ ADAPT_ENV = {
 # rate.  B's trainers are compared with A's only while both train a pass: the second or two A takes for its share,
 # B stopped, so windows of a second, and two slow comparisons in a row enough (3 by default, for windows of 30 s in
 # passes of hours).
-SLOWED_SHARE = 0.9
 SLOWED_TARGET = 0.75
 # The saving margin is raised, as the jittering job's test does: on this 2-core machine one unit at half the price
 # meets the target (one trainer alone runs about as fast as two), and since the launch re-plans with the exact
@@ -99,10 +94,6 @@ SLOWED_ENV = {**ADAPT_ENV, **SLOWED_SETTINGS}
 DECISION_GOAL_S = 60.0  # from a sustained change to the decision (DLRover re-sizes every 300 s)
 BEST_GOAL = 1.10  # after the move: cost per million samples within 10% of the best candidate's, each run fixed
 STATIC_GOAL = 0.8  # the adaptive job's cost per million samples over the fixed split's
-
-
-class JobFailed(HeterPSError):
-    """A job of the benchmark did not end 0 on every host, or left processes running (the message names it)."""
 
 
 # ------------------------------------------------------------------------------------------ the figures (pure)
@@ -250,62 +241,39 @@ def run_job(
     window on (scenario ii); with ``--adapt on`` the job's ``--on-scale`` command records what it asks for, and the
     benchmark, as a cloud would, starts a machine on C with the ``--join`` command."""
     from heterps_paddle.tools.bench import bench_job
-    from heterps_paddle.tools.jobs import OUTER_GRACE_S, HostsRun, Slowing, free_port_block
+    from heterps_paddle.tools.jobs import free_port_block
 
     here = os.path.join(work, name)
-    os.makedirs(here)
-    hosts = (A, B, C) if len(stages) > 1 else (A, B)
     types = {A: "cpu_small, servers: 1", B: "cpu_small", C: "gpu_fast"}
-    with open(os.path.join(here, "hosts.yaml"), "w") as f:
-        f.write("format: 1\nhosts:\n")
-        for address in hosts:
-            f.write(f"  - {{address: {address}, type: {types[address]}, port: {free_port_block(address, 8)}}}\n")
-    with open(os.path.join(here, "plan.json"), "w") as f:
-        json.dump({"format": 1, "feasible": True, "stages": stages}, f)
+    hosts = (A, B, C) if len(stages) > 1 else (A, B)
     passes = args.slowed_passes if slowed else args.passes
     argv = [bench_job.__file__, *f"--passes {passes} --batch {args.batch}".split()]
     argv += ["--data", os.path.join(work, "data"), "--cluster", cluster or os.path.join(work, "cluster.yaml")]
     argv += ["--out", os.path.join(here, "out")]
-    checkpoints = os.path.join(here, "checkpoints")
     options: tuple[str, ...] = ("--devices", "cpu", "--restarts", "1", "--checkpoint-every", "1", "--adapt", adapt)
-    options += ("--checkpoint-dir", checkpoints)
+    options += ("--checkpoint-dir", os.path.join(here, "checkpoints"))
     wish = os.path.join(here, "on_scale.json")
     if slowed and adapt == "on":
         options += ("--on-scale", f"cat > {wish}.part && mv {wish}.part {wish}")
     env = {**os.environ, **settings, "HETERPS_CACHE": os.path.join(work, "cache")}
-    run = HostsRun(
-        os.path.join(here, "hosts.yaml"), os.path.join(here, "plan.json"), argv, here, options, env, args.timeout
-    )
-    slowing = Slowing(run, (B,), lambda: SLOWED_SHARE)
-    deadline = time.monotonic() + args.timeout + OUTER_GRACE_S
-    try:
-        for address in hosts:
-            run.start(address)
-        while True:
-            codes = run.wait(timeout=0.5)
-            if all(code is not None for code in codes.values()) or time.monotonic() > deadline:
-                break
-            if slowed and slowing.started_at is None and any(r["samples_per_s"] for r in run.hosts[A].events("rates")):
-                slowing.start()
-            if C not in run.hosts and os.path.exists(wish):
-                run.start(C, options=("--join", f"type=cpu_small,port={free_port_block(C, 8)}"))
-    finally:
-        slowing.stop()
-        run.stop()
-    left = run.leftovers()
-    if any(code != 0 for code in codes.values()) or left:
-        tails = "".join(f"\n--- host {a} console\n{h.console()[-2500:]}" for a, h in run.hosts.items())
-        raise JobFailed(f"bench adapt: the {name} job: exit {codes}, left running {left} (work dir {here}){tails}")
-    records = event_log.this_launch(event_log.read(run.hosts[A].log_dir))
-    ended = {a: [r.get("how") for r in h.events("host_ended")] for a, h in run.hosts.items()}
-    out = {"adapt": adapt, "hosts": list(run.hosts), "stages": stages, "ended": ended, **job_figures(records)}
+    job = HostsJob(
+        "adapt", name, here, tuple((a, types[a]) for a in hosts), stages, argv, options, env, args.timeout,
+        slowed=(B,) if slowed else (),
+    )  # fmt: skip
+
+    def machine_on_ask(run: Any) -> None:
+        if C not in run.hosts and os.path.exists(wish):
+            run.start(C, options=("--join", f"type=cpu_small,port={free_port_block(C, 8)}"))
+
+    ran = run_hosts_job(job, machine_on_ask)
+    ended = {a: [r.get("how") for r in h.events("host_ended")] for a, h in ran.run.hosts.items()}
+    out = {"adapt": adapt, "hosts": list(ran.run.hosts), "stages": stages, "ended": ended, **job_figures(ran.records)}
     if slowed:
         asked = None
         if os.path.exists(wish):
             with open(wish, encoding="utf-8") as f:
                 asked = json.load(f)
-        out["slowed"] = slowed_figures(records, slowing.started_at, asked)
-
+        out["slowed"] = slowed_figures(ran.records, ran.slowed_at, asked)
     return out
 
 
@@ -380,22 +348,19 @@ def run(args: argparse.Namespace) -> int:
         args.passes = 6 if args.settings == "defaults" else 3
     if args.passes < 2 or args.slowed_passes < 2 or args.rows < 16 or args.batch < 1:
         raise HeterPSError("bench adapt: --passes and --slowed-passes must be >= 2, --rows >= 16, --batch >= 1")
-    work = tempfile.mkdtemp(prefix="heterps-bench-adapt-")
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    kept = args.keep
     shortened = ADAPT_ENV if args.settings == "shortened" else {}
     report: dict[str, Any] = {"benchmark": "adapt", "rows": args.rows, "passes": args.passes, "batch": args.batch}
     report.update(cpu_count=os.cpu_count(), settings_mode=args.settings, settings=dict(shortened))
     slowed: dict[str, Any] | None = None
-    try:
+    with work_dir("adapt", args.keep) as work:
         print("bench adapt: generating the passes' data ...", file=sys.stderr, flush=True)
         for k in range(1, max(args.passes, args.slowed_passes if args.slowed else 0) + 1):
-            generate(os.path.join(work, "data", f"pass-{k:03d}"), args.rows, args.seed + k, 0.01)
+            generate(os.path.join(work.path, "data", f"pass-{k:03d}"), args.rows, args.seed + k, 0.01)
         fixed: dict[str, Any] = {}
-        untargeted = cluster_with(work, "cluster.yaml", None)
+        untargeted = cluster_with(work.path, "cluster.yaml", None)
         for name, stages in (("split", SPLIT), ("one_stage", ONE_STAGE)):
             print(f"bench adapt: the {name} job, fixed ...", file=sys.stderr, flush=True)
-            fixed[name] = run_job(args, work, f"fixed_{name}", stages, "off", shortened, untargeted)
+            fixed[name] = run_job(args, work.path, f"fixed_{name}", stages, "off", shortened, untargeted)
         # A target the split misses and one stage meets: between what each measured fixed.  The rest of the job a
         # move weighs its cost against: what the split took fixed, as a user who knows their job's length says it
         # (by default as long again as the job has run).
@@ -408,19 +373,11 @@ def run(args: argparse.Namespace) -> int:
         adaptive: dict[str, Any] = {}
         for name, goal in (("target", target), ("no_target", None)):
             print(f"bench adapt: the split job, adaptive ({name}) ...", file=sys.stderr, flush=True)
-            cluster = cluster_with(work, f"cluster_{name}.yaml", goal)
-            adaptive[name] = run_job(args, work, f"adaptive_{name}", SPLIT, "on", settings, cluster)
+            cluster = cluster_with(work.path, f"cluster_{name}.yaml", goal)
+            adaptive[name] = run_job(args, work.path, f"adaptive_{name}", SPLIT, "on", settings, cluster)
             adaptive[name]["target_samples_per_s"] = None if goal is None else round(goal, 1)
         if args.slowed:
-            slowed = slowed_scenario(args, work, fixed["one_stage"])
-    except BaseException:
-        kept = True
-        print(f"bench adapt: failed; its work directory is kept: {work}", file=sys.stderr, flush=True)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if not kept:
-            shutil.rmtree(work, ignore_errors=True)
+            slowed = slowed_scenario(args, work.path, fixed["one_stage"])
     report["overstated"] = {
         "fixed": fixed,
         "adaptive": adaptive,
@@ -428,7 +385,7 @@ def run(args: argparse.Namespace) -> int:
     }
     report["slowed"] = slowed
     report["load_average"] = [round(x, 2) for x in os.getloadavg()]
-    report["work_dir"] = work if kept else None
+    report["work_dir"] = work.path if work.kept else None
     print(json.dumps(report) if args.json else table(report))
     return 0
 

@@ -29,15 +29,13 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import time
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from heterps_paddle.errors import HeterPSError
-from heterps_paddle.launch import event_log
+from heterps_paddle.tools.bench.launched import SLOWED_SHARE, HostsJob, run_hosts_job, work_dir
 
 SLOWED_GOAL = 0.8  # the slowed job's samples/s over the calm job's, with no move and no machine asked for
 CALL_SHARE_GOAL = 0.02  # a call's cost over a shard's training time, at the size the docs advise
@@ -70,55 +68,27 @@ def rate_since(records: Sequence[Mapping[str, Any]], since: float | None) -> flo
 
 def slowed_job(args: argparse.Namespace, work: str, name: str, plan: str, slowed: bool) -> dict[str, Any]:
     """One job of the one-stage plan on A and B (tools/bench/adapt.py's), B slowed or not, the data plan ``plan``."""
-    from heterps_paddle.tools.bench import adapt
-    from heterps_paddle.tools.jobs import OUTER_GRACE_S, HostsRun, Slowing, free_port_block
+    from heterps_paddle.tools.bench import adapt, bench_job
 
     here = os.path.join(work, name)
-    os.makedirs(here)
-    with open(os.path.join(here, "hosts.yaml"), "w") as f:
-        f.write("format: 1\nhosts:\n")
-        for address, kind in ((adapt.A, "cpu_small, servers: 1"), (adapt.B, "cpu_small")):
-            f.write(f"  - {{address: {address}, type: {kind}, port: {free_port_block(address, 8)}}}\n")
-    with open(os.path.join(here, "plan.json"), "w") as f:
-        json.dump({"format": 1, "feasible": True, "stages": adapt.ONE_STAGE}, f)
-    argv = [os.path.join(os.path.dirname(__file__), "bench_job.py"), "--passes", str(args.passes)]
-    argv += ["--batch", str(args.batch), "--data", os.path.join(work, "data"), "--cluster"]
-    argv += [os.path.join(work, "cluster.yaml"), "--out", os.path.join(here, "out")]
+    argv = [bench_job.__file__, "--passes", str(args.passes), "--batch", str(args.batch)]
+    argv += ["--data", os.path.join(work, "data"), "--cluster", os.path.join(work, "cluster.yaml")]
+    argv += ["--out", os.path.join(here, "out")]
     options: tuple[str, ...] = ("--devices", "cpu", "--checkpoint-every", "1", "--adapt", "off")
     options += ("--checkpoint-dir", os.path.join(here, "checkpoints"))
     env = {**os.environ, **METER_ENV, "HETERPS_DATA_PLAN": plan, "HETERPS_CACHE": os.path.join(work, "cache")}
-    run = HostsRun(
-        os.path.join(here, "hosts.yaml"), os.path.join(here, "plan.json"), argv, here, options, env, args.timeout
-    )
-    slowing = Slowing(run, (adapt.B,), lambda: adapt.SLOWED_SHARE)
-    deadline = time.monotonic() + args.timeout + OUTER_GRACE_S
-    try:
-        for address in (adapt.A, adapt.B):
-            run.start(address)
-        while True:
-            codes = run.wait(timeout=0.5)
-            if all(code is not None for code in codes.values()) or time.monotonic() > deadline:
-                break
-            measured = any(r["samples_per_s"] for r in run.hosts[adapt.A].events("rates"))
-            if slowed and slowing.started_at is None and measured:
-                slowing.start()
-    finally:
-        slowing.stop()
-        run.stop()
-    left = run.leftovers()
-    if any(code != 0 for code in codes.values()) or left:
-        tails = "".join(f"\n--- host {a} console\n{h.console()[-2500:]}" for a, h in run.hosts.items())
-        raise HeterPSError(f"bench data: the {name} job: exit {codes}, left running {left} (work dir {here}){tails}")
-    records = event_log.this_launch(event_log.read(run.hosts[adapt.A].log_dir))
-    rate = rate_since(records, slowing.started_at if slowed else None)
-    rates = [r for r in records if r["type"] == "rates"]
+    hosts = ((adapt.A, "cpu_small, servers: 1"), (adapt.B, "cpu_small"))
+    job = HostsJob("data", name, here, hosts, adapt.ONE_STAGE, argv, options, env, args.timeout)
+    ran = run_hosts_job(replace(job, slowed=(adapt.B,)) if slowed else job)
+    rate = rate_since(ran.records, ran.slowed_at if slowed else None)
+    rates = [r for r in ran.records if r["type"] == "rates"]
     return {
         "data_plan": plan,
-        "slowed_share": adapt.SLOWED_SHARE if slowed else 0.0,
+        "slowed_share": SLOWED_SHARE if slowed else 0.0,
         "samples": rates[-1].get("samples") if rates else None,
         "samples_per_s": None if rate is None else round(rate, 1),
         "rounds": sorted({r["round"] for r in rates}),
-        "adapt_decisions": [r.get("decision") for r in records if r["type"] == "adapt"],
+        "adapt_decisions": [r.get("decision") for r in ran.records if r["type"] == "adapt"],
     }
 
 
@@ -184,32 +154,21 @@ def run(args: argparse.Namespace) -> int:
 
     if args.passes < 1 or args.rows < 160 or args.batch < 1:
         raise HeterPSError("bench data: --passes must be >= 1, --rows >= 160, --batch >= 1")
-    work = tempfile.mkdtemp(prefix="heterps-bench-data-")
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    kept = args.keep
     report: dict[str, Any] = {"benchmark": "data", "rows": args.rows, "passes": args.passes, "batch": args.batch}
     report.update(cpu_count=os.cpu_count(), settings=dict(METER_ENV))
-    try:
+    with work_dir("data", args.keep) as work:
         print("bench data: generating the passes' data ...", file=sys.stderr, flush=True)
         for k in range(1, args.passes + 1):
-            generate(os.path.join(work, "data", f"pass-{k:03d}"), args.rows, args.seed + k, 0.01)
-        with open(os.path.join(work, "cluster.yaml"), "w") as f:
+            generate(os.path.join(work.path, "data", f"pass-{k:03d}"), args.rows, args.seed + k, 0.01)
+        with open(os.path.join(work.path, "cluster.yaml"), "w") as f:
             f.write(adapt.CLUSTER)
         jobs = {}
         for name, plan, slowed in JOBS:
             print(f"bench data: the {name} job ...", file=sys.stderr, flush=True)
-            jobs[name] = slowed_job(args, work, name, plan, slowed)
+            jobs[name] = slowed_job(args, work.path, name, plan, slowed)
         report["jobs"] = jobs
         print("bench data: a call's cost ...", file=sys.stderr, flush=True)
-        report["calls"] = call_costs(args, work)
-    except BaseException:
-        kept = True
-        print(f"bench data: failed; its work directory is kept: {work}", file=sys.stderr, flush=True)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if not kept:
-            shutil.rmtree(work, ignore_errors=True)
+        report["calls"] = call_costs(args, work.path)
     calm = jobs["calm"]["samples_per_s"]
     report["over_calm"] = {
         name: None if not calm or jobs[name]["samples_per_s"] is None else round(jobs[name]["samples_per_s"] / calm, 3)
@@ -217,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     }
     report["goals"] = {"slowed_pulled_over_calm": SLOWED_GOAL, "call_share_of_a_file": CALL_SHARE_GOAL}
     report["load_average"] = [round(x, 2) for x in os.getloadavg()]
-    report["work_dir"] = work if kept else None
+    report["work_dir"] = work.path if work.kept else None
     print(json.dumps(report) if args.json else table(report))
     return 0
 

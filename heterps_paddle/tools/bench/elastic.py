@@ -27,10 +27,8 @@ import glob
 import json
 import os
 import re
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, NamedTuple, Sequence, Tuple
@@ -41,6 +39,7 @@ from heterps_paddle.launch import event_log
 from heterps_paddle.runtime.checkpoint_choice import Progress
 from heterps_paddle.runtime.checkpoint_files import dir_bytes
 from heterps_paddle.tools.bench import bench_job
+from heterps_paddle.tools.bench.launched import work_dir
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 HOSTS = (A, B, C)
@@ -520,15 +519,11 @@ def prepare(args: argparse.Namespace, work: str) -> tuple[Setup, list[float]]:
 def run(args: argparse.Namespace) -> int:
     if args.passes < 3 or args.rows < 16 or args.pass_rows < 16:
         raise HeterPSError("bench elastic: --passes must be >= 3, --rows and --pass-rows >= 16")
-    work = tempfile.mkdtemp(prefix="heterps-bench-elastic-")
-    # SIGTERM: every job stopped on the way out (each job's finally, and this one's)
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    kept = args.keep
     report: dict[str, Any] = {"benchmark": "elastic", "hosts": list(HOSTS), "rows": args.rows}
     report.update(pass_rows=args.pass_rows, passes=args.passes, batch=args.batch, cpu_count=os.cpu_count())
-    try:
+    with work_dir("elastic", args.keep) as work:
         print("bench elastic: generating the passes' data ...", file=sys.stderr, flush=True)
-        setup, report["touched_share"] = prepare(args, work)
+        setup, report["touched_share"] = prepare(args, work.path)
         report["base_every"] = setup.env.get("HETERPS_CHECKPOINT_BASE_EVERY")
         for phase in ("steady", "recovery", "leave"):
             missing = leave_support() if phase == "leave" else None
@@ -539,16 +534,8 @@ def run(args: argparse.Namespace) -> int:
                 continue
             print(f"bench elastic: the {phase} job ...", file=sys.stderr, flush=True)
             report[phase] = steady(setup) if phase == "steady" else disrupted(setup, phase)
-    except BaseException:
-        kept = True
-        print(f"bench elastic: failed; its work directory is kept: {work}", file=sys.stderr, flush=True)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if not kept:
-            shutil.rmtree(work, ignore_errors=True)
     report["load_average"] = [round(x, 2) for x in os.getloadavg()]
-    report["work_dir"] = work if kept else None
+    report["work_dir"] = work.path if work.kept else None
     print(json.dumps(report) if args.json else table(report))
     return 0
 
