@@ -146,11 +146,15 @@ def worker_log(run, address, round_number):
 
 
 def round_costs(coordinator):
-    """The measured cost per million samples of each round, its first costed window to its last."""
+    """The measured cost per million samples of each round while it trained: its first costed window to its last
+    window that trained.  The same span in every round: the last round's does not take in the job's end (its final
+    checkpoint, its processes stopping), which a round ended by a move pays in the next round's start-up, left out
+    of both; a loaded machine stretches those the most."""
     out = {}
     for number in sorted({r["round"] for r in coordinator.events("rates")}):
         costed = [r for r in coordinator.events("rates", round=number) if r["cost_so_far"] is not None]
-        if len(costed) >= 2:
-            cost = costed[-1]["cost_so_far"] - costed[0]["cost_so_far"]
-            out[number] = cost_per_million_of(cost, costed[-1]["samples"] - costed[0]["samples"])
+        trained = [r for before, r in zip(costed, costed[1:]) if r["samples"] > before["samples"]]
+        if trained:
+            cost = trained[-1]["cost_so_far"] - costed[0]["cost_so_far"]
+            out[number] = cost_per_million_of(cost, trained[-1]["samples"] - costed[0]["samples"])
     return out
