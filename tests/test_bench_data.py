@@ -22,3 +22,13 @@ def test_bad_sizes_are_refused_before_any_work():
     args = build_parser().parse_args(["bench", "data", "--passes", "0"])
     with pytest.raises(data.HeterPSError, match="--passes must be >= 1"):
         data.run(args)
+
+
+def test_a_calls_cost_comes_from_the_measurement_with_the_most_calls():
+    calls = [
+        {"files": "generated", "calls": 8, "one_call_s": 20.0, "cost_of_a_call_s": -0.3},  # under the noise
+        {"files": "tenth", "calls": 80, "one_call_s": 16.0, "cost_of_a_call_s": 0.12},
+    ]
+    summary = data.call_summary(calls)
+    assert summary["cost_s"] == 0.12 and summary["measured_with"] == "tenth"
+    assert summary["share_of_a_file"] == {"generated": pytest.approx(0.048), "tenth": pytest.approx(0.6)}

@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.planning.unit_cost import cost_per_million_of, cost_per_million_samples
-from heterps_paddle.tools.bench.launched import SLOWED_SHARE, HostsJob, run_hosts_job, work_dir
+from heterps_paddle.tools.bench.launched import SLOWED_SHARE, HostsJob, convert_data, run_hosts_job, work_dir
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 # The heterogeneous type as a datasheet has it, far faster than the CPU process that runs it here, and the CPU type
@@ -356,6 +356,7 @@ def run(args: argparse.Namespace) -> int:
         print("bench adapt: generating the passes' data ...", file=sys.stderr, flush=True)
         for k in range(1, max(args.passes, args.slowed_passes if args.slowed else 0) + 1):
             generate(os.path.join(work.path, "data", f"pass-{k:03d}"), args.rows, args.seed + k, 0.01)
+        convert_data(os.path.join(work.path, "data"), os.path.join(work.path, "cache"))
         fixed: dict[str, Any] = {}
         untargeted = cluster_with(work.path, "cluster.yaml", None)
         for name, stages in (("split", SPLIT), ("one_stage", ONE_STAGE)):

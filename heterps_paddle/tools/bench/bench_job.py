@@ -41,6 +41,17 @@ def ctr_dnn_under_fleet(heterps_configs: dict[str, Any] | None) -> tuple[Any, An
     return model, exe
 
 
+def convert_passes(data_dir: str) -> None:
+    """Every ``DATA/pass-k/train`` file converted to MultiSlot into the jobs' cache (``HETERPS_CACHE``), as each
+    trainer converts its share when its pass starts: a benchmark does it before its measured jobs (launched.py)."""
+    from heterps_paddle.data import dataset as data
+
+    for name in sorted(os.listdir(data_dir)):
+        where = os.path.join(data_dir, name, "train")
+        if os.path.isdir(where):
+            data.prepare_multislot(sorted(os.path.join(where, n) for n in os.listdir(where)))
+
+
 def no_shadowing() -> None:
     """This directory off ``sys.path``: its scripts run as files, and bench/*.py must not shadow modules."""
     here = os.path.dirname(os.path.abspath(__file__))
