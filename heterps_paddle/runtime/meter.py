@@ -186,8 +186,12 @@ class Meter:
         if not self.in_pass:  # an evaluation's call
             yield
             return
-        lines = self._counted(call.dataset)
-        start = self.count() if self.count is not None else None
+        try:
+            lines = self._counted(call.dataset)
+            start = self.count() if self.count is not None else None
+        except Exception as exc:  # measuring must never fail the job: this call is shown at the pass's end
+            logger.warning("measuring: a call's samples could not be counted (%s); going on", exc)
+            lines, start = None, None
         with self.lock:
             self.call_from, self.call_lines = start, lines
         yield  # a call that fails fails its pass: nothing more to count
