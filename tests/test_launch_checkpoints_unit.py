@@ -232,6 +232,28 @@ class FakeProgram:
     blocks = [Block()]
 
 
+def test_a_pass_keeps_the_scripts_split_where_it_cannot_be_pulled_and_says_why():
+    from heterps_paddle.runtime import seam
+    from heterps_paddle.runtime.pulled_pass import Puller
+
+    seam.reset_context({"TRAINING_ROLE": "TRAINER"})
+    try:
+        program, puller = FakeProgram(), Puller(board=None, trainers=2, index=0)
+        pulled = seam.DatasetCall(None, program, FakeDataset(["a"]), None, {})
+        assert puller.why_not(pulled) is None
+        assert Puller(None, 1, 0).why_not(pulled) == "one trainer"
+        in_memory = type("InMemory", (FakeDataset,), {"load_into_memory": lambda self: None})(["a"])
+        assert "InMemoryDataset" in puller.why_not(seam.DatasetCall(None, program, in_memory, None, {}))
+        no_files = FakeDataset([])
+        no_files.filelist = None
+        assert puller.why_not(seam.DatasetCall(None, program, no_files, None, {})) == "the dataset has no file list"
+        # a trainer program whose embeddings gpu_embedding.apply moved into the GPU table (it has a PassSync)
+        seam.context().pass_syncs[program] = object()
+        assert "GPU table" in puller.why_not(pulled)
+    finally:
+        seam.reset_context()
+
+
 class PlanBoard:
     """The data plan as the coordinator serves it, in this process (data_plan.py)."""
 

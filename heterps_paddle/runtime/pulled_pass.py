@@ -71,6 +71,11 @@ class Puller:
             return "an InMemoryDataset is loaded before train_from_dataset: its files cannot be handed out"
         if getattr(call.dataset, "filelist", None) is None:
             return "the dataset has no file list"
+        if seam.context().pass_syncs.get(call.main_program()) is not None:
+            # runtime/gpu_embedding.py: each unit loads the pass's working set, the ids of its own files, into its
+            # table as the pass starts, and the units meet at the pass's start and end: a shard of another
+            # trainer's files would look up ids outside it
+            return "its embeddings are in the GPU table, which loads each pass's ids from this trainer's own files"
         return None
 
     def say_once(self, why: str) -> None:
