@@ -284,7 +284,7 @@ class PassCheckpoints:
                     call.executor, Progress(number - 1, hold, shards), lambda: self.done_in_plan(number)
                 ),
             )
-            call.dataset.set_filelist(list(trained.paths))  # the files trained here: the meter counts their samples
+            call.dataset.set_filelist(list(trained.paths))  # the hooks' ends see the files trained here
             return result
         if self.puller is not None:
             self.puller.say_once(str(why))
@@ -304,7 +304,7 @@ class PassCheckpoints:
             len(files) - len(todo),
             len(files),
         )
-        call.dataset.set_filelist(todo)  # the files this pass trains here (the meter counts their samples)
+        call.dataset.set_filelist(todo)  # the files this pass trains here
         return run(call) if todo else None
 
     def done_before(self, files: list[str]) -> frozenset[str]:

@@ -161,12 +161,8 @@ class Meter:
         try:
             yield
         finally:
-            # the pass's samples exactly: its files' lines (the runners leave the files trained here as the
-            # dataset's), else what its calls counted
-            final = self._counted(call.dataset)
-            if final is None:
-                with self.lock:
-                    final = self._running()
+            with self.lock:  # every call ended: its files' lines each (else what the call counted)
+                final = self._running()
             try:
                 learned = pass_learning(reader, before, call)
             except Exception as exc:  # measuring must never fail the job

@@ -47,7 +47,7 @@ class DataPlanFailed(HeterPSError, RuntimeError):
 
 @dataclass(frozen=True)
 class PassTrained:
-    """What one trainer's pulled pass did: the paths it trained (the meter counts their samples) and the calls."""
+    """What one trainer's pulled pass did: the paths it trained and the calls."""
 
     paths: tuple[str, ...]
     calls: int
@@ -234,8 +234,8 @@ class PulledPasses:
 
     @contextlib.contextmanager
     def hook(self, call: seam.DatasetCall) -> Iterator[None]:
-        """The dataset's file list as the script set it, after the pass (registered before the meter's hook: the
-        meter counts the files trained here)."""
+        """The dataset's file list as the script set it, after the pass (registered before the other hooks: their
+        ends see the files trained here)."""
         files = getattr(call.dataset, "filelist", None)
         try:
             yield
@@ -256,7 +256,7 @@ class PulledPasses:
                 self.puller.say_once(str(why))
             return run(call)
         result, trained = self.puller.run_pass(self.passes, call, run)
-        call.dataset.set_filelist(list(trained.paths))  # the files trained here: the meter counts their samples
+        call.dataset.set_filelist(list(trained.paths))  # the hooks' ends see the files trained here
         return result
 
 

@@ -32,7 +32,6 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from heterps_paddle.errors import HeterPSError
@@ -79,8 +78,8 @@ def slowed_job(args: argparse.Namespace, work: str, name: str, plan: str, slowed
     options += ("--checkpoint-dir", os.path.join(here, "checkpoints"))
     env = {**os.environ, **METER_ENV, "HETERPS_DATA_PLAN": plan, "HETERPS_CACHE": os.path.join(work, "cache")}
     hosts = ((adapt.A, "cpu_small, servers: 1"), (adapt.B, "cpu_small"))
-    job = HostsJob("data", name, here, hosts, adapt.ONE_STAGE, argv, options, env, args.timeout)
-    ran = run_hosts_job(replace(job, slowed=(adapt.B,)) if slowed else job)
+    slowing = (adapt.B,) if slowed else ()
+    ran = run_hosts_job(HostsJob("data", name, here, hosts, adapt.ONE_STAGE, argv, options, env, args.timeout, slowing))
     rate = rate_since(ran.records, ran.slowed_at if slowed else None)
     rates = [r for r in ran.records if r["type"] == "rates"]
     return {
