@@ -284,9 +284,13 @@ def test_killed_processes_leave_nothing_that_grows(tmp_path, capfd):
             env=native_ops.package_env(),
         )
         assert proc.stdout.readline().strip() == "ready"
+        # Wait for this saver's own temp file ("<name>.tmp.<pid>"): the one a saver killed before it left is there
+        # from the start, and killing this one before its own exists would leave none (issue 66).
+        own = ckpt / f"saver.htbl.tmp.{proc.pid}"
         deadline = time.monotonic() + 60
-        while not glob.glob(str(ckpt / "*.tmp.*")) and time.monotonic() < deadline:
+        while not own.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert own.exists(), f"saver {proc.pid} wrote no temp file in 60 s: {os.listdir(ckpt)}"
         proc.kill()
         proc.wait()
     # Each killed save left a temp file, and each save removed the one a dead saver left before it: one remains.
