@@ -10,8 +10,10 @@ Python and usable on machines without Paddle installed.
 """
 
 from heterps_paddle.fleet.hook import install_fleet_hook
+from heterps_paddle.paddle_engine import check_installed
 from heterps_paddle.version import __version__
 
 __all__ = ["__version__"]
 
+check_installed()  # a Paddle without the parameter-server engine is refused here, by name (paddle_engine.py)
 install_fleet_hook()

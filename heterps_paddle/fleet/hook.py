@@ -29,6 +29,9 @@ def _apply() -> None:
     # Imported here, not at the top: this runs inside ``import paddle.distributed.fleet``, once fleet's module body
     # has run, whereas this module is imported by ``import heterps_paddle``, which must not import Paddle (the meta
     # optimizer module does) nor load the fleet surface before fleet exists.
+    from heterps_paddle.paddle_engine import check_imported_paddle
+
+    check_imported_paddle()  # before anything of ours touches Paddle's PS surface: a build without it, by name
     from heterps_paddle.fleet.meta_optimizer import HeterPSOptimizer
     from heterps_paddle.fleet.strategy import validate_heterps_configs, validate_heterps_flag
     from heterps_paddle.runtime.patches import install_fleet_surface
