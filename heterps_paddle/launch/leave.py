@@ -1,4 +1,5 @@
-"""A host leaves a launch across hosts on notice (docs/across-hosts.md, "Elastic: machines join, and leave on notice").
+"""A host leaves a launch across hosts on notice (docs/across-hosts.md, "Elastic: machines join, and leave on
+notice").
 
 A preemption notice handler, or ``kubectl delete``, sends SIGTERM to the host's ``heterps launch``; so does
 ``heterps launch --leave --log_dir LOG`` on that host.  The launch then asks the job's coordinator to let the host go
