@@ -7,7 +7,8 @@
 //
 // A size s: a device budget of 2^s rows, filled (every row pulled once, 1024 rows a batch, so that LRU ticks tie
 // 1024 rows at most), then `reps` pulls of `victims` new ids, each of which evicts that many of the coldest rows.
-// Reported per size, medians over the reps: the mark's scan (keys and scores of every slot, as each of the
+// Times are the thread's CPU seconds (a loaded machine's other processes do not count).  Reported per size, medians
+// over the reps: the mark's scan (keys and scores of every slot, as each of the
 // threshold's four histogram passes reads them) in ns a slot, the removal (leaders elected, clusters shifted) in
 // ns a victim, and the rehash's time in ns a victim; the rows the removal moved, its clusters and passes.  On the
 // device the scan reads 12 bytes a slot and the removal moves the victims' clusters' rows, where the rehash
@@ -103,7 +104,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const heterps::TableConfig cfg = heterps::TableConfig::parse("dim=" + std::to_string(dim) + ";optimizer=sgd;seed=1");
-  std::printf("{\n \"dim\": %u, \"victims\": %llu, \"reps\": %d, \"sizes\": [\n", dim, (unsigned long long)victims, reps);
+  std::printf("{\n \"dim\": %u, \"victims\": %llu, \"reps\": %d, \"sizes\": [\n", dim, (unsigned long long)victims,
+              reps);
   for (size_t si = 0; si < sizes.size(); ++si) {
     const int s = sizes[si];
     if ((1ull << s) < 2 * victims) {

@@ -164,10 +164,10 @@ int main(int argc, char** argv) {
   for (int b = 0; b < batches + 1; ++b) {  // the first batch warms up
     std::shuffle(all.begin(), all.end(), rng);
     std::vector<int64_t> ids(all.begin(), all.begin() + batch);
-    const double c1 = memcpy_seconds(reinterpret_cast<const char*>(staging.p), reinterpret_cast<char*>(copy_to.p),
-                                     bytes, 1);
-    const double cn = memcpy_seconds(reinterpret_cast<const char*>(staging.p), reinterpret_cast<char*>(copy_to.p),
-                                     bytes, cpus);
+    const double c1 =
+        memcpy_seconds(reinterpret_cast<const char*>(staging.p), reinterpret_cast<char*>(copy_to.p), bytes, 1);
+    const double cn =
+        memcpy_seconds(reinterpret_cast<const char*>(staging.p), reinterpret_cast<char*>(copy_to.p), bytes, cpus);
     if (b > 0) copy1.push_back(c1), copy_all.push_back(cn);
     for (size_t t = 0; t < threads.size(); ++t) {
       auto t0 = Clock::now();
@@ -197,22 +197,24 @@ int main(int argc, char** argv) {
   }
   const double gb = double(bytes) / 1e9;
   const double m1 = gb / median(copy1), mn = gb / median(copy_all);
-  std::printf("{\n \"rows\": %llu, \"batch\": %llu, \"dim\": %u, \"optimizer\": \"%s\", \"row_bytes\": %zu, "
-              "\"batches\": %d, \"cpus\": %u,\n",
-              (unsigned long long)rows, (unsigned long long)batch, dim, optimizer.c_str(), row_bytes, batches, cpus);
-  std::printf(" \"memcpy_gb_per_s\": {\"1_thread\": %.2f, \"all_threads\": %.2f},\n \"tables_equal\": %s,\n",
-              m1, mn, same ? "true" : "false");
+  std::printf(
+      "{\n \"rows\": %llu, \"batch\": %llu, \"dim\": %u, \"optimizer\": \"%s\", \"row_bytes\": %zu, "
+      "\"batches\": %d, \"cpus\": %u,\n",
+      (unsigned long long)rows, (unsigned long long)batch, dim, optimizer.c_str(), row_bytes, batches, cpus);
+  std::printf(" \"memcpy_gb_per_s\": {\"1_thread\": %.2f, \"all_threads\": %.2f},\n \"tables_equal\": %s,\n", m1, mn,
+              same ? "true" : "false");
   std::printf(" \"host_tier\": [\n");
   for (size_t t = 0; t < threads.size(); ++t) {
     const double tk = gb / median(take[t]), pt = gb / median(put[t]);
     const double mem = threads[t] > 1 ? mn : m1;
-    std::printf("  {\"threads\": %u, \"take_gb_per_s\": %.2f, \"put_gb_per_s\": %.2f, \"take_rows_per_s\": %.0f, "
-                "\"put_rows_per_s\": %.0f, \"take_vs_memcpy\": %.3f, \"put_vs_memcpy\": %.3f, "
-                "\"take_vs_1_thread\": %.2f, \"put_vs_1_thread\": %.2f, \"take_vs_50_gb_link\": %.3f, "
-                "\"put_vs_50_gb_link\": %.3f}%s\n",
-                threads[t], tk, pt, double(batch) / median(take[t]), double(batch) / median(put[t]), tk / mem,
-                pt / mem, median(take[0]) / median(take[t]), median(put[0]) / median(put[t]), tk / 50.0, pt / 50.0,
-                t + 1 < threads.size() ? "," : "");
+    std::printf(
+        "  {\"threads\": %u, \"take_gb_per_s\": %.2f, \"put_gb_per_s\": %.2f, \"take_rows_per_s\": %.0f, "
+        "\"put_rows_per_s\": %.0f, \"take_vs_memcpy\": %.3f, \"put_vs_memcpy\": %.3f, "
+        "\"take_vs_1_thread\": %.2f, \"put_vs_1_thread\": %.2f, \"take_vs_50_gb_link\": %.3f, "
+        "\"put_vs_50_gb_link\": %.3f}%s\n",
+        threads[t], tk, pt, double(batch) / median(take[t]), double(batch) / median(put[t]), tk / mem, pt / mem,
+        median(take[0]) / median(take[t]), median(put[0]) / median(put[t]), tk / 50.0, pt / 50.0,
+        t + 1 < threads.size() ? "," : "");
   }
   std::printf(" ]\n}\n");
   return same ? 0 : 1;

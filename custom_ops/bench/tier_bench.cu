@@ -105,8 +105,7 @@ Args parse(int argc, char** argv) {
         std::fprintf(stderr, "tier_bench: --optimizer needs at least one\n");
         std::exit(2);
       }
-    }
-    else {
+    } else {
       std::fprintf(stderr, "tier_bench: unknown argument %s\n", k.c_str());
       std::exit(2);
     }
@@ -180,7 +179,6 @@ int main(int argc, char** argv) {
   double h2d = 0, d2h = 0;
   link_bandwidth(&h2d, &d2h);
 
-
   const uint64_t fill = std::min<uint64_t>(a.rows, 1ull << 20);
   int64_t* dk;
   float *dout, *dg;
@@ -210,115 +208,118 @@ int main(int argc, char** argv) {
     const double step_budget = std::min(1.0, double(max_unique + 1024) / double(a.rows));
     if (a.one_step) budgets.push_back(step_budget);
     for (const std::string& opt : a.optimizers)
-    for (double f : budgets) {
-      const std::string base = "dim=" + std::to_string(a.dim) + ";optimizer=" + opt +
-                               ";lr=0.01;seed=1;host_threads=" + std::to_string(a.host_threads);
-      const heterps::TableConfig cfg = heterps::TableConfig::parse(base);
-      const uint32_t hstride = cfg.stride(), dstride = (hstride + 3) & ~3u;
-      const uint64_t slot_bytes = 8 + 4 + 8 + 4 + uint64_t(dstride) * 4 + uint64_t(a.dim) * 4;  // as gpu_table.cu
+      for (double f : budgets) {
+        const std::string base = "dim=" + std::to_string(a.dim) + ";optimizer=" + opt +
+                                 ";lr=0.01;seed=1;host_threads=" + std::to_string(a.host_threads);
+        const heterps::TableConfig cfg = heterps::TableConfig::parse(base);
+        const uint32_t hstride = cfg.stride(), dstride = (hstride + 3) & ~3u;
+        const uint64_t slot_bytes = 8 + 4 + 8 + 4 + uint64_t(dstride) * 4 + uint64_t(a.dim) * 4;  // as gpu_table.cu
 #ifdef TIER_BENCH_NO_LINK_BYTES
-      const uint64_t row_link_bytes = 8 + 4 + uint64_t(hstride) * 4;  // key, score, row
+        const uint64_t row_link_bytes = 8 + 4 + uint64_t(hstride) * 4;  // key, score, row
 #endif
-      char name[80];
-      std::snprintf(name, sizeof name, "tier-%s-%.2f-%.5f", opt.c_str(), s, f);
-      std::string c = base;
-      // the budget in bytes of f * rows device rows (rounded up: one step's budget must hold its largest batch)
-      if (f < 1) c += ";memory_budget_bytes=" + std::to_string(uint64_t(std::ceil(f * double(a.rows))) * 2 * slot_bytes);
-      CKT(heterps_gpu_table_open(name, c.c_str(), a.device));
-      std::vector<int64_t> hk(fill);
-      if (f < 1) {  // every row in the host tier (initial rows taken, absent, and put back), then the hottest
-        auto host = heterps::find_table(name);  // f * rows pulled onto the device, as a long job would hold them
-        std::vector<float> rows(fill * hstride);
-        for (uint64_t off = 0; off < a.rows; off += fill) {
-          const uint64_t m = std::min(fill, a.rows - off);
-          for (uint64_t i = 0; i < m; ++i) hk[i] = static_cast<int64_t>(off + i);
-          host->take_rows(hk.data(), m, rows.data());
-          host->put_rows(hk.data(), m, rows.data(), nullptr);
+        char name[80];
+        std::snprintf(name, sizeof name, "tier-%s-%.2f-%.5f", opt.c_str(), s, f);
+        std::string c = base;
+        // the budget in bytes of f * rows device rows (rounded up: one step's budget must hold its largest batch)
+        if (f < 1)
+          c += ";memory_budget_bytes=" + std::to_string(uint64_t(std::ceil(f * double(a.rows))) * 2 * slot_bytes);
+        CKT(heterps_gpu_table_open(name, c.c_str(), a.device));
+        std::vector<int64_t> hk(fill);
+        if (f < 1) {  // every row in the host tier (initial rows taken, absent, and put back), then the hottest
+          auto host = heterps::find_table(name);  // f * rows pulled onto the device, as a long job would hold them
+          std::vector<float> rows(fill * hstride);
+          for (uint64_t off = 0; off < a.rows; off += fill) {
+            const uint64_t m = std::min(fill, a.rows - off);
+            for (uint64_t i = 0; i < m; ++i) hk[i] = static_cast<int64_t>(off + i);
+            host->take_rows(hk.data(), m, rows.data());
+            host->put_rows(hk.data(), m, rows.data(), nullptr);
+          }
+          const uint64_t hot = std::min(a.rows, static_cast<uint64_t>(std::ceil(f * double(a.rows))));
+          for (uint64_t off = 0; off < hot; off += fill) {
+            const uint64_t m = std::min(fill, hot - off);
+            for (uint64_t i = 0; i < m; ++i) hk[i] = heterps_bench::id_of_rank(off + i, a.rows);
+            CK(cudaMemcpy(dk, hk.data(), m * 8, cudaMemcpyHostToDevice));
+            CKT(heterps_gpu_table_pull(name, dk, m, dout, nullptr));
+          }
+        } else {  // every row on the device
+          for (uint64_t off = 0; off < a.rows; off += fill) {
+            const uint64_t m = std::min(fill, a.rows - off);
+            for (uint64_t i = 0; i < m; ++i) hk[i] = static_cast<int64_t>(off + i);
+            CK(cudaMemcpy(dk, hk.data(), m * 8, cudaMemcpyHostToDevice));
+            CKT(heterps_gpu_table_pull(name, dk, m, dout, nullptr));
+          }
         }
-        const uint64_t hot = std::min(a.rows, static_cast<uint64_t>(std::ceil(f * double(a.rows))));
-        for (uint64_t off = 0; off < hot; off += fill) {
-          const uint64_t m = std::min(fill, hot - off);
-          for (uint64_t i = 0; i < m; ++i) hk[i] = heterps_bench::id_of_rank(off + i, a.rows);
-          CK(cudaMemcpy(dk, hk.data(), m * 8, cudaMemcpyHostToDevice));
-          CKT(heterps_gpu_table_pull(name, dk, m, dout, nullptr));
-        }
-      } else {  // every row on the device
-        for (uint64_t off = 0; off < a.rows; off += fill) {
-          const uint64_t m = std::min(fill, a.rows - off);
-          for (uint64_t i = 0; i < m; ++i) hk[i] = static_cast<int64_t>(off + i);
-          CK(cudaMemcpy(dk, hk.data(), m * 8, cudaMemcpyHostToDevice));
-          CKT(heterps_gpu_table_pull(name, dk, m, dout, nullptr));
-        }
-      }
-      uint64_t st0[4], st1[4];
+        uint64_t st0[4], st1[4];
 #ifndef TIER_BENCH_NO_LINK_BYTES
-      uint64_t lb0[2] = {0, 0}, lb1[2] = {0, 0};
-      double ph0[kPhases] = {}, ph1[kPhases] = {};
+        uint64_t lb0[2] = {0, 0}, lb1[2] = {0, 0};
+        double ph0[kPhases] = {}, ph1[kPhases] = {};
 #endif
-      std::vector<double> ms;
-      double total = 0;
-      for (int i = 0; i < a.warm + a.steps; ++i) {
-        if (i == a.warm) {
-          CKT(heterps_gpu_table_stats(name, st0));
+        std::vector<double> ms;
+        double total = 0;
+        for (int i = 0; i < a.warm + a.steps; ++i) {
+          if (i == a.warm) {
+            CKT(heterps_gpu_table_stats(name, st0));
 #ifndef TIER_BENCH_NO_LINK_BYTES
-          CKT(heterps_gpu_table_link_bytes(name, lb0));
-          CKT(heterps_gpu_table_phase_seconds(name, ph0, kPhases));
+            CKT(heterps_gpu_table_link_bytes(name, lb0));
+            CKT(heterps_gpu_table_phase_seconds(name, ph0, kPhases));
 #endif
+          }
+          CK(cudaMemcpy(dk, batches[i].data(), a.batch * 8, cudaMemcpyHostToDevice));
+          CK(cudaDeviceSynchronize());
+          const auto t0 = std::chrono::steady_clock::now();
+          if (heterps_gpu_table_pull(name, dk, a.batch, dout, nullptr) != 0 ||
+              heterps_gpu_table_push(name, dk, a.batch, dg, nullptr) != 0) {
+            std::fprintf(stderr, "tier_bench: %s zipf %.2f budget %.4f step %d: %s\n", opt.c_str(), s, f, i,
+                         heterps_gpu_last_error());
+            ok = false;
+            break;
+          }
+          CK(cudaDeviceSynchronize());
+          const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (i >= a.warm) {
+            ms.push_back(t * 1e3);
+            total += t;
+          }
         }
-        CK(cudaMemcpy(dk, batches[i].data(), a.batch * 8, cudaMemcpyHostToDevice));
-        CK(cudaDeviceSynchronize());
-        const auto t0 = std::chrono::steady_clock::now();
-        if (heterps_gpu_table_pull(name, dk, a.batch, dout, nullptr) != 0 ||
-            heterps_gpu_table_push(name, dk, a.batch, dg, nullptr) != 0) {
-          std::fprintf(stderr, "tier_bench: %s zipf %.2f budget %.4f step %d: %s\n", opt.c_str(), s, f, i,
-                       heterps_gpu_last_error());
-          ok = false;
-          break;
-        }
-        CK(cudaDeviceSynchronize());
-        const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (i >= a.warm) {
-          ms.push_back(t * 1e3);
-          total += t;
-        }
-      }
-      CKT(heterps_gpu_table_stats(name, st1));
+        CKT(heterps_gpu_table_stats(name, st1));
 #ifndef TIER_BENCH_NO_LINK_BYTES
-      CKT(heterps_gpu_table_link_bytes(name, lb1));
-      CKT(heterps_gpu_table_phase_seconds(name, ph1, kPhases));
+        CKT(heterps_gpu_table_link_bytes(name, lb1));
+        CKT(heterps_gpu_table_phase_seconds(name, ph1, kPhases));
 #endif
-      if (ms.size() == size_t(a.steps)) {
-        std::sort(ms.begin(), ms.end());
-        Result r;
-        r.optimizer = opt;
-        r.one_step = a.one_step && f == step_budget && std::find(a.budgets.begin(), a.budgets.end(), f) == a.budgets.end();
-        r.zipf = s;
-        r.budget = f;
-        r.steps_per_s = a.steps / total;
-        r.median_step_ms = ms[ms.size() / 2];
-        r.promoted = double(st1[3] - st0[3]) / a.steps;
-        r.evicted = double(st1[2] - st0[2]) / a.steps;
-        r.rows_moved = r.promoted + r.evicted;
+        if (ms.size() == size_t(a.steps)) {
+          std::sort(ms.begin(), ms.end());
+          Result r;
+          r.optimizer = opt;
+          r.one_step =
+              a.one_step && f == step_budget && std::find(a.budgets.begin(), a.budgets.end(), f) == a.budgets.end();
+          r.zipf = s;
+          r.budget = f;
+          r.steps_per_s = a.steps / total;
+          r.median_step_ms = ms[ms.size() / 2];
+          r.promoted = double(st1[3] - st0[3]) / a.steps;
+          r.evicted = double(st1[2] - st0[2]) / a.steps;
+          r.rows_moved = r.promoted + r.evicted;
 #ifndef TIER_BENCH_NO_LINK_BYTES
-        r.link_in = double(lb1[0] - lb0[0]) / a.steps;
-        r.link_out = double(lb1[1] - lb0[1]) / a.steps;
-        r.link_bytes = r.link_in + r.link_out;
-        for (int p = 0; p < kPhases; ++p) r.phase_ms[p] = (ph1[p] - ph0[p]) * 1e3 / a.steps;
+          r.link_in = double(lb1[0] - lb0[0]) / a.steps;
+          r.link_out = double(lb1[1] - lb0[1]) / a.steps;
+          r.link_bytes = r.link_in + r.link_out;
+          for (int p = 0; p < kPhases; ++p) r.phase_ms[p] = (ph1[p] - ph0[p]) * 1e3 / a.steps;
 #else
-        r.link_in = r.promoted * row_link_bytes;
-        r.link_out = r.evicted * row_link_bytes;
-        r.link_bytes = r.rows_moved * row_link_bytes;
+          r.link_in = r.promoted * row_link_bytes;
+          r.link_out = r.evicted * row_link_bytes;
+          r.link_bytes = r.rows_moved * row_link_bytes;
 #endif
-        r.unique = unique;
-        r.device_rows = st1[0];
-        results.push_back(r);
-        std::fprintf(stderr,
-                     "tier_bench: %s zipf %.2f budget %.4f: %.2f steps/s (median step %.2f ms), %.0f rows moved a step\n",
-                     opt.c_str(), s, f, r.steps_per_s, r.median_step_ms, r.rows_moved);
+          r.unique = unique;
+          r.device_rows = st1[0];
+          results.push_back(r);
+          std::fprintf(
+              stderr,
+              "tier_bench: %s zipf %.2f budget %.4f: %.2f steps/s (median step %.2f ms), %.0f rows moved a step\n",
+              opt.c_str(), s, f, r.steps_per_s, r.median_step_ms, r.rows_moved);
+        }
+        CKT(heterps_gpu_table_drop(name));
+        heterps::drop_table(name);
       }
-      CKT(heterps_gpu_table_drop(name));
-      heterps::drop_table(name);
-    }
   }
   CK(cudaFree(dk));
   CK(cudaFree(dout));
@@ -345,12 +346,14 @@ int main(int argc, char** argv) {
                              ? std::max(r.link_in / 1e9 * r.steps_per_s / h2d, r.link_out / 1e9 * r.steps_per_s / d2h)
                              : 0.0;
     std::printf(
-        "  {\"optimizer\": \"%s\", \"one_step_budget\": %s, \"zipf\": %.2f, \"budget\": %.5f, \"steps_per_s\": %.2f, \"median_step_ms\": %.3f, \"vs_resident\": %.4f, "
+        "  {\"optimizer\": \"%s\", \"one_step_budget\": %s, \"zipf\": %.2f, \"budget\": %.5f, \"steps_per_s\": %.2f, "
+        "\"median_step_ms\": %.3f, \"vs_resident\": %.4f, "
         "\"unique_ids_per_batch\": %.0f, \"rows_moved_per_step\": %.0f, \"promoted_per_step\": %.0f, "
         "\"evicted_per_step\": %.0f, \"link_bytes_per_step\": %.0f, \"link_gb_per_s\": %.3f, "
         "\"link_share\": %.4f, \"link_share_h2d\": %.4f, \"link_share_d2h\": %.4f, \"device_rows\": %llu",
-        r.optimizer.c_str(), r.one_step ? "true" : "false", r.zipf, r.budget, r.steps_per_s, r.median_step_ms, resident > 0 ? r.steps_per_s / resident : 0.0, r.unique,
-        r.rows_moved, r.promoted, r.evicted, r.link_bytes, gbps, share, h2d > 0 ? r.link_in / 1e9 * r.steps_per_s / h2d : 0.0,
+        r.optimizer.c_str(), r.one_step ? "true" : "false", r.zipf, r.budget, r.steps_per_s, r.median_step_ms,
+        resident > 0 ? r.steps_per_s / resident : 0.0, r.unique, r.rows_moved, r.promoted, r.evicted, r.link_bytes,
+        gbps, share, h2d > 0 ? r.link_in / 1e9 * r.steps_per_s / h2d : 0.0,
         d2h > 0 ? r.link_out / 1e9 * r.steps_per_s / d2h : 0.0, (unsigned long long)r.device_rows);
 #ifndef TIER_BENCH_NO_LINK_BYTES
     std::printf(", \"host_ms_per_step\": {");

@@ -9,6 +9,8 @@
 //
 //   cmake --build build --target tier_sim && ./build/bench/tier_sim [--rows 16777216] [--batch 1048576]
 //       [--budgets 0.5,0.25,0.2,0.15,0.12,0.1] [--zipf 1.05,0.8] [--warm 3] [--steps 8] [--evict in_place|rehash]
+//       [--ties hashed|slot_order]
+// --ties slot_order: a tie at the eviction threshold cut in slot order, as the table did before (the cliff).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
   std::vector<double> budgets = {0.5, 0.25, 0.2, 0.15, 0.12, 0.1}, zipf = {1.05, 0.8};
   int warm = 3, steps = 8;
   heterps_model::Evict mode = heterps_model::Evict::kInPlace;
+  heterps_model::Ties ties = heterps_model::Ties::kHashed;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const char* v = argv[i + 1];
@@ -77,6 +80,8 @@ int main(int argc, char** argv) {
       steps = std::atoi(v);
     else if (k == "--evict" && (std::string(v) == "in_place" || std::string(v) == "rehash"))
       mode = std::string(v) == "rehash" ? heterps_model::Evict::kRehash : heterps_model::Evict::kInPlace;
+    else if (k == "--ties" && (std::string(v) == "hashed" || std::string(v) == "slot_order"))
+      ties = std::string(v) == "hashed" ? heterps_model::Ties::kHashed : heterps_model::Ties::kSlotOrder;
     else {
       std::fprintf(stderr, "tier_sim: unknown argument %s %s\n", k.c_str(), v);
       return 2;
@@ -92,8 +97,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const heterps::TableConfig cfg = heterps::TableConfig::parse("dim=64;optimizer=sgd;seed=1");
-  std::printf("{\n \"rows\": %llu, \"batch\": %llu, \"evict\": \"%s\", \"configs\": [\n", (unsigned long long)rows,
-              (unsigned long long)batch, mode == heterps_model::Evict::kRehash ? "rehash" : "in_place");
+  std::printf("{\n \"rows\": %llu, \"batch\": %llu, \"evict\": \"%s\", \"ties\": \"%s\", \"configs\": [\n",
+              (unsigned long long)rows, (unsigned long long)batch,
+              mode == heterps_model::Evict::kRehash ? "rehash" : "in_place",
+              ties == heterps_model::Ties::kHashed ? "hashed" : "slot_order");
   bool first = true;
   for (double s : zipf) {
     const heterps_bench::ZipfRanks ranks(rows, s);
@@ -106,7 +113,7 @@ int main(int argc, char** argv) {
     }
     for (double f : budgets) {
       const uint64_t max_rows = static_cast<uint64_t>(f * double(rows));
-      heterps_model::TableModel m(cfg, nullptr, max_rows, mode);
+      heterps_model::TableModel m(cfg, nullptr, max_rows, mode, ties);
       // tier_bench's warm-up: the f * rows hottest ranks pulled onto the device, 2^20 a call
       const uint64_t fill = std::min<uint64_t>(rows, 1ull << 20);
       std::vector<int64_t> hk(fill);

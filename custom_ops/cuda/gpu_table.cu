@@ -252,19 +252,20 @@ __global__ void rehash_kernel(Dev from, Dev to, int all, uint32_t* victim_count,
   for (uint32_t j = tl.lane; j < from.hstride; j += T) dst[j] = src[j];
 }
 
-// Eviction in place (slot_table.h), 1 of 3, a tile a slot: a live row scoring below `threshold` and not used by the
-// batch `protect` is a victim, up to max_victims of them (a tie at the threshold may offer more): its key, score,
-// slot and row go to the staging buffers and its count word is marked kVictim.  It reads each slot's key and
-// score, as a histogram pass of the threshold's select does; only the victims' rows move.
+// Eviction in place (slot_table.h), 1 of 3, a tile a slot: a live row the choice takes (below the n-th lowest score,
+// or at it with its key's hash under tie_cut: heterps_slots::evictable) and not used by the batch `protect` is a
+// victim, up to max_victims of them: its key, score, slot and row go to the staging buffers and its count word is
+// marked kVictim.  It reads each slot's key and score, as a histogram pass of the threshold's select does; only
+// the victims' rows move.
 template <int T>
-__global__ void mark_victims_kernel(Dev t, uint32_t threshold, uint32_t protect, uint32_t max_victims,
-                                    uint32_t* victim_count, int64_t* v_keys, uint32_t* v_scores, uint64_t* v_pos,
-                                    float* v_rows) {
+__global__ void mark_victims_kernel(Dev t, uint32_t nth, unsigned long long tie_cut, uint32_t protect,
+                                    uint32_t max_victims, uint32_t* victim_count, int64_t* v_keys, uint32_t* v_scores,
+                                    uint64_t* v_pos, float* v_rows) {
   const Tile<T> tl;
   const uint64_t i = tl.key;
   if (i >= t.cap) return;
   const int64_t key = t.keys[i];
-  if (key == kEmpty || t.scores[i] >= threshold || in_use(t, i, protect)) return;
+  if (key == kEmpty || !heterps_slots::evictable(key, t.scores[i], nth, tie_cut) || in_use(t, i, protect)) return;
   uint32_t v = 0;
   if (tl.lane == 0) v = atomicAdd(victim_count, 1u);
   v = tl.first(v);
@@ -595,7 +596,8 @@ template <class T>
 struct DevBuf {
   T* p = nullptr;
   size_t n = 0;
-  T* get(size_t want, cudaStream_t st) {
+  // clear: a new allocation is zeroed (a buffer copied whole, past what a kernel wrote, is then defined)
+  T* get(size_t want, cudaStream_t st, bool clear = false) {
     if (want > n) {
       size_t size = 1;
       while (size < want) size <<= 1;
@@ -604,6 +606,7 @@ struct DevBuf {
       n = 0;
       ck(cudaMallocAsync(reinterpret_cast<void**>(&p), size * sizeof(T), st), "cudaMallocAsync (scratch)");
       n = size;
+      if (clear) ck(cudaMemsetAsync(p, 0, size * sizeof(T), st), "memset (scratch)");
     }
     return p;
   }
@@ -637,7 +640,8 @@ struct PinnedBuf {
 };
 
 // Where a batch's misses spend host time (seconds, cumulative): heterps_gpu_table_phase_seconds' order.
-// kEvictWait: waiting for the kernel that marks the victims and copies their rows out (it overlaps the take).
+// kEvictWait: waiting for the kernel that marks the victims and copies their rows out, and for their copy to the
+// host (both overlap the take); kVictimCopy is 0 since that copy moved inside it.
 enum Phase { kDistinct, kSelect, kTake, kEvictWait, kVictimCopy, kPut, kInsert, kPhases };
 
 // Adds the seconds from its construction to its destruction to `acc`.
@@ -822,7 +826,7 @@ class GpuTable {
   uint64_t link_in_ = 0, link_out_ = 0;  // bytes over the link, to and from the device
   double phase_[kPhases] = {};
   uint32_t tick_ = 1;
-  uint64_t moves_ = 0;  // evictions and growths so far: a push's slots are looked up again after one
+  uint64_t moves_ = 0;               // evictions and growths so far: a push's slots are looked up again after one
   cudaEvent_t find_done_ = nullptr;  // the last find's kernel (evictions wait for it on the device)
   DevBuf<uint32_t> counter_, pos_, vcount_, vscores_, bins_, nsel_;
   DevBuf<uint8_t> cub_tmp_;
@@ -1033,45 +1037,58 @@ class GpuTable {
     // budget made the host tier's share of a pass, hence a step's stall, grow with the budget).
     if (count_ + incoming <= max_rows_ || count_ == 0) return Eviction();
     const uint64_t want = count_ + incoming - max_rows_;
-    uint64_t live = 0;
+    uint64_t live = 0, need = 0, ties = 0;
     uint32_t nth;
     {
       PhaseClock c(phase_[kSelect]);
-      nth = nth_lowest_score(want, &live, st);
+      nth = nth_lowest_score(want, &live, &need, &ties, st);
     }
     if (live == 0) return Eviction();
-    const uint32_t threshold = nth == UINT32_MAX ? nth : nth + 1;  // scores <= the n-th lowest
-    // Ties (LRU ticks are per batch) may offer more than wanted: the victim buffer caps the overshoot.
+    // Every row below the n-th lowest score, and of the tie at it (LRU's scores are batch ticks) the rows whose key
+    // hashes under the cut, about `need` of them, wherever they sit (slot_table.h says why not the first ones); the
+    // victim buffer caps the count.
+    const uint64_t cut = heterps_slots::tie_cut_for(need, ties);
     Eviction ev;
     ev.max_victims = want + want / 4 + 1024;
     uint32_t* vc = vcount_.get();
-    int64_t* vk = vkeys_.get(ev.max_victims, st);
-    uint32_t* vs = vscores_.get(ev.max_victims, st);
+    int64_t* vk = vkeys_.get(ev.max_victims, st, true);
+    uint32_t* vs = vscores_.get(ev.max_victims, st, true);
     uint64_t* vp = vpos_.get(ev.max_victims, st);
-    float* vr = vrows_.get(ev.max_victims * hstride_, st);
+    float* vr = vrows_.get(ev.max_victims * hstride_, st, true);
     starts_.get(ev.max_victims, st);
+    int64_t* hk = out_keys_.get(ev.max_victims);
+    uint32_t* hs = out_scores_.get(ev.max_victims);
+    float* hr = out_rows_.get(ev.max_victims * hstride_);
     // A find on another stream may still be reading rows this eviction will move.
     ck(cudaStreamWaitEvent(st, find_done_, 0), "cudaStreamWaitEvent");
     ck(cudaMemsetAsync(vc, 0, 2 * sizeof(uint32_t), st), "memset");
     with_lanes(hstride_, [&](auto tile) {
       constexpr int T = decltype(tile)::value;
       mark_victims_kernel<T><<<blocks_for(t_.cap * T), kThreads, 0, st>>>(
-          t_, threshold, tick, static_cast<uint32_t>(ev.max_victims), vc, vk, vs, vp, vr);
+          t_, nth, cut, tick, static_cast<uint32_t>(ev.max_victims), vc, vk, vs, vp, vr);
     });
     ck(cudaGetLastError(), "mark_victims_kernel");
+    // The victims' copy to the host, queued behind the mark for the buffers' whole capacity (their count is not
+    // known yet), runs while the host tier takes the incoming rows instead of after it: a quarter more bytes over a
+    // link the tiers use at a few percent of its rate, off the step's critical path.
+    ck(cudaMemcpyAsync(hk, vk, ev.max_victims * 8, cudaMemcpyDeviceToHost, st), "copy victims");
+    ck(cudaMemcpyAsync(hs, vs, ev.max_victims * 4, cudaMemcpyDeviceToHost, st), "copy victims");
+    ck(cudaMemcpyAsync(hr, vr, ev.max_victims * hstride_ * 4, cudaMemcpyDeviceToHost, st), "copy victims");
+    link_out_ += ev.max_victims * (12 + uint64_t(hstride_) * 4);
     ev.active = true;
     return ev;
   }
 
   // The n-th lowest score (1-based; n is capped at the live rows, their count stored in *live) of the live
   // slots: a radix select, 8 bits a pass from the top, each pass a histogram on the device and 256 counts
-  // read back.  The same value as ordering every live score, so the same rows are evicted.
-  uint32_t nth_lowest_score(uint64_t n, uint64_t* live, cudaStream_t st) {
+  // read back.  The same value as ordering every live score.  *ties: the live rows scoring exactly that; *need:
+  // how many of them the n lowest include.
+  uint32_t nth_lowest_score(uint64_t n, uint64_t* live, uint64_t* need, uint64_t* ties, cudaStream_t st) {
     uint32_t* bins = bins_.get();
     uint32_t* h = bins_host_.get(256);
     const unsigned blocks = static_cast<unsigned>(std::min<uint64_t>(blocks_for(t_.cap), 1024));
     uint32_t prefix = 0, high = 0;
-    *live = 0;
+    *live = *need = *ties = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
       ck(cudaMemsetAsync(bins, 0, 256 * 4, st), "memset");
       score_histogram_kernel<<<blocks, kThreads, 0, st>>>(t_, prefix, high, shift, bins);
@@ -1090,7 +1107,9 @@ class GpuTable {
       prefix |= uint32_t(b) << shift;
       high |= 255u << shift;
       n -= below;
+      *ties = h[b];  // after the last pass: the rows scoring exactly the prefix
     }
+    *need = n;
     return prefix;
   }
 
@@ -1110,6 +1129,7 @@ class GpuTable {
     ev.active = false;
     uint32_t nv = 0;
     {
+      // the mark and the victims' copy (queued by make_room); kVictimCopy stays 0: the copy is inside this wait
       PhaseClock c(phase_[kEvictWait]);
       nv = read_counter(vcount_.get(), st);
     }
@@ -1120,23 +1140,9 @@ class GpuTable {
       unmark_kernel<<<blocks_for(nv), kThreads, 0, st>>>(t_, vpos_.get(), nv);
       cudaStreamSynchronize(st);
     };
-    int64_t* hk = nullptr;
-    uint32_t* hs = nullptr;
-    float* hr = nullptr;
-    try {
-      PhaseClock c(phase_[kVictimCopy]);
-      hk = out_keys_.get(nv);
-      hs = out_scores_.get(nv);
-      hr = out_rows_.get(size_t(nv) * hstride_);
-      ck(cudaMemcpyAsync(hk, vkeys_.get(), nv * 8, cudaMemcpyDeviceToHost, st), "copy victims");
-      ck(cudaMemcpyAsync(hs, vscores_.get(), nv * 4, cudaMemcpyDeviceToHost, st), "copy victims");
-      ck(cudaMemcpyAsync(hr, vrows_.get(), size_t(nv) * hstride_ * 4, cudaMemcpyDeviceToHost, st), "copy victims");
-      ck(cudaStreamSynchronize(st), "sync");
-      link_out_ += uint64_t(nv) * (12 + hstride_ * 4);
-    } catch (...) {
-      unmark();  // every row stays on the device
-      throw;
-    }
+    int64_t* hk = out_keys_.get(nv);
+    uint32_t* hs = out_scores_.get(nv);
+    float* hr = out_rows_.get(size_t(nv) * hstride_);
     try {
       PhaseClock c(phase_[kPut]);
       host_->put_rows(hk, nv, hr, hs);  // the host tier's batch call: over its shards, on its threads
@@ -1167,9 +1173,9 @@ class GpuTable {
   void rebuild(uint64_t cap, bool all, cudaStream_t st) {
     const uint64_t vcap = all ? std::max<uint64_t>(count_, 1) : 1;
     uint32_t* vc = vcount_.get();
-    int64_t* vk = vkeys_.get(vcap, st);
-    uint32_t* vs = vscores_.get(vcap, st);
-    float* vr = vrows_.get(vcap * hstride_, st);
+    int64_t* vk = vkeys_.get(vcap, st, true);  // cleared: an eviction copies these buffers whole
+    uint32_t* vs = vscores_.get(vcap, st, true);
+    float* vr = vrows_.get(vcap * hstride_, st, true);
     Dev fresh = alloc(cap, st);
     uint32_t nv = 0;
     std::exception_ptr host_error;

@@ -33,8 +33,8 @@ int heterps_gpu_table_stats(const char* name, uint64_t* out4);
 int heterps_gpu_table_link_bytes(const char* name, uint64_t* out2);
 // Host seconds the table's batches have spent moving rows between the tiers, cumulative, in this order (n
 // at most 7): making the misses distinct, selecting the eviction threshold, taking rows from the host tier,
-// waiting for the victims to be marked and copied out, copying them, putting them into the host tier, inserting
-// the promoted rows.
+// waiting for the victims to be marked and copied to the host (behind the take), copying them (now 0: inside the
+// wait), putting them into the host tier, inserting the promoted rows.
 int heterps_gpu_table_phase_seconds(const char* name, double* out, size_t n);
 // Moves every device row to the host table (used before save): afterwards the host table is complete.
 int heterps_gpu_table_flush_to_host(const char* name);

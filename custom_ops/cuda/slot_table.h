@@ -73,6 +73,28 @@ HETERPS_HOST_DEVICE inline uint64_t claim_slot(int64_t* keys, uint64_t mask, int
   }
 }
 
+// The eviction's choice among live rows by score: every row scoring below `nth` (the want-th lowest score), and of
+// the rows scoring exactly `nth` (a tie: LRU's scores are batch ticks, so a tie is a whole batch's rows) those whose
+// key's high hash bits fall under tie_cut (of 2^32; the select sets it so that about the wanted number do).  The
+// choice among a tie must not follow the slots: taking a tie's first rows in slot order (or in the order a kernel's
+// threads arrive, which follows the slots) empties the low slots and leaves the survivors crowded in the high ones,
+// step after step, until clusters of 10^5 slots form (custom_ops/bench/tier_sim.cc: the Zipf 0.8 cliff).  The high
+// bits are independent of the home (its low bits), so a hashed choice thins every part of the table alike.
+HETERPS_HOST_DEVICE inline bool evictable(int64_t key, uint32_t score, uint32_t nth, uint64_t tie_cut) {
+  return score < nth || (score == nth && (heterps::key_hash(key) >> 32) < tie_cut);
+}
+
+// tie_cut for taking at least `need` of `ties` rows that score exactly the threshold (0 < need <= ties).  The
+// count a cut takes is binomial around its mean, so the cut aims 4 standard deviations and 64 rows above need: an
+// eviction takes a few more rows than it needs (0.6% at need = 500k) rather than leave the table over its budget.
+inline uint64_t tie_cut_for(uint64_t need, uint64_t ties) {
+  uint64_t root = 1;
+  while (root * root < need) ++root;
+  const uint64_t aim = need + 4 * root + 64;
+  if (ties == 0 || aim >= ties) return 1ull << 32;
+  return ((aim << 32) + ties - 1) / ties;
+}
+
 // Whether the victim at slot v is the first victim of its cluster; if so *start is the cluster's first slot.
 // Read-only (the marks of every victim are set before any leader is chosen).
 HETERPS_HOST_DEVICE inline bool leads_cluster(const Slots& s, uint64_t v, uint64_t* start) {

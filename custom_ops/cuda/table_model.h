@@ -10,8 +10,9 @@
 // simulating the benchmark's id streams at full size (custom_ops/bench/tier_sim.cc).
 #pragma once
 
+#include <time.h>
+
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,25 +26,48 @@
 
 namespace heterps_model {
 
+// The calling thread's CPU seconds: what the model's steps cost, without the time a loaded machine gives to others.
+inline double thread_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
 using heterps_slots::kEmpty;
 using heterps_slots::kVictim;
 
 enum class Evict { kInPlace, kRehash };  // kRehash: the table before in-place eviction (a full rebuild)
+// How a tie at the threshold is cut: kHashed, by the keys' high hash bits (slot_table.h's evictable, what the
+// kernels do); kSlotOrder, the tie's rows in slot order up to the victims' cap (the table before: the cliff).
+enum class Ties { kHashed, kSlotOrder };
+
+// Which live rows an eviction takes (besides the batch's own, never taken, and at most the victims' cap).
+struct Choice {
+  uint32_t nth = 0;
+  uint64_t cut = 0;
+  Ties ties = Ties::kHashed;
+  bool none = true;  // growth: no victim
+  bool victim(int64_t key, uint32_t score) const {
+    if (none) return false;
+    if (ties == Ties::kSlotOrder) return score <= nth;
+    return heterps_slots::evictable(key, score, nth, cut);
+  }
+};
 
 // What one eviction cost, for the benchmark and the simulation.
 struct EvictionCost {
   uint64_t victims = 0, moved = 0, leaders = 0, passes = 0, cluster_slots = 0, max_cluster = 0;
-  uint64_t slots_scanned = 0;  // the mark's scan of keys and scores (the threshold's histograms read as much)
-  uint64_t rows_rehashed = 0;  // kRehash: every row kept is copied into the new table
-  double mark_s = 0, remove_s = 0;
+  uint64_t slots_scanned = 0;       // the mark's scan of keys and scores (the threshold's histograms read as much)
+  uint64_t rows_rehashed = 0;       // kRehash: every row kept is copied into the new table
+  double mark_s = 0, remove_s = 0;  // the thread's CPU seconds (thread_seconds)
 };
 
 class TableModel {
  public:
   // max_rows: the device budget in rows (gpu_table.cu: budget / (2 x a slot's bytes)); 0 = unlimited.
   TableModel(const heterps::TableConfig& c, std::shared_ptr<heterps::SparseTable> host, uint64_t max_rows,
-             Evict mode = Evict::kInPlace)
-      : c_(c), host_(std::move(host)), max_rows_(max_rows), mode_(mode) {
+             Evict mode = Evict::kInPlace, Ties ties = Ties::kHashed)
+      : c_(c), host_(std::move(host)), max_rows_(max_rows), mode_(mode), ties_(ties) {
     hstride_ = host_ ? c.stride() : 0;
     dstride_ = (hstride_ + 3) & ~3u;
     uint64_t cap = 1024;
@@ -206,6 +230,7 @@ class TableModel {
   std::shared_ptr<heterps::SparseTable> host_;
   uint64_t max_rows_;
   Evict mode_;
+  Ties ties_;
   uint32_t hstride_, dstride_;
   uint64_t cap_ = 0, mask_ = 0, count_ = 0, evicted_ = 0, promoted_ = 0;
   uint32_t tick_ = 1;
@@ -218,9 +243,7 @@ class TableModel {
   bool lfu() const { return c_.eviction == heterps::EvictPolicy::kLFU; }
   float* row(uint64_t s) { return rows_.data() + s * dstride_; }
   const float* row(uint64_t s) const { return rows_.data() + s * dstride_; }
-  heterps_slots::Slots slots() {
-    return {keys_.data(), scores_.data(), count_word_.data(), seen_.data(), mask_};
-  }
+  heterps_slots::Slots slots() { return {keys_.data(), scores_.data(), count_word_.data(), seen_.data(), mask_}; }
 
   void alloc(uint64_t cap) {
     cap_ = cap;
@@ -304,7 +327,7 @@ class TableModel {
       if ((count_ + incoming) * 2 > cap_) {
         uint64_t cap = cap_;
         while ((count_ + incoming) * 2 > cap) cap <<= 1;
-        rehash(cap, UINT32_MAX, 0, 0, tick);  // growth: every row into a larger table, no victim
+        rehash(cap, Choice(), 0, tick);  // growth: every row into a larger table, no victim
         return true;
       }
       return false;
@@ -319,27 +342,33 @@ class TableModel {
     if (live.empty()) return false;
     const uint64_t n = std::min<uint64_t>(want, live.size());
     std::nth_element(live.begin(), live.begin() + (n - 1), live.end());
-    const uint32_t nth = live[n - 1];
-    const uint32_t threshold = nth == UINT32_MAX ? nth : nth + 1;
+    Choice ch;
+    ch.none = false;
+    ch.ties = ties_;
+    ch.nth = live[n - 1];
+    uint64_t below = 0, ties = 0;  // the radix select's last histogram gives both
+    for (uint32_t v : live) below += v < ch.nth, ties += v == ch.nth;
+    ch.cut = heterps_slots::tie_cut_for(n - below, ties);
     const uint64_t max_victims = want + want / 4 + 1024;
     if (mode_ == Evict::kRehash) {
-      rehash(cap_, threshold, max_victims, 1, tick);
+      rehash(cap_, ch, max_victims, tick);
       return true;
     }
-    evict_in_place(threshold, max_victims, tick);
+    evict_in_place(ch, max_victims, tick);
     return true;
   }
 
   // mark_victims_kernel, the victims' copy to the host tier, then elect_leaders_kernel and shift_kernel.
-  void evict_in_place(uint32_t threshold, uint64_t max_victims, uint32_t protect) {
+  void evict_in_place(const Choice& ch, uint64_t max_victims, uint32_t protect) {
     last_ = EvictionCost();
-    auto t0 = std::chrono::steady_clock::now();
+    auto t0 = thread_seconds();
     std::vector<uint64_t> vpos;
     std::vector<int64_t> vk;
     std::vector<uint32_t> vs;
     std::vector<float> vr;
     for (uint64_t s = 0; s < cap_; ++s) {
-      if (keys_[s] == kEmpty || scores_[s] >= threshold || in_use(s, protect) || vpos.size() >= max_victims) continue;
+      if (keys_[s] == kEmpty || !ch.victim(keys_[s], scores_[s]) || in_use(s, protect) || vpos.size() >= max_victims)
+        continue;
       vpos.push_back(s);
       vk.push_back(keys_[s]);
       vs.push_back(scores_[s]);
@@ -347,9 +376,9 @@ class TableModel {
       count_word_[s] = kVictim;
     }
     last_.slots_scanned = cap_;
-    auto t1 = std::chrono::steady_clock::now();
+    auto t1 = thread_seconds();
     if (host_ && !vk.empty()) host_->put_rows(vk.data(), vk.size(), vr.data(), vs.data());
-    auto t2 = std::chrono::steady_clock::now();
+    auto t2 = thread_seconds();
     const heterps_slots::Slots sl = slots();
     std::vector<uint64_t> starts;
     for (uint64_t v : vpos) {
@@ -366,20 +395,20 @@ class TableModel {
       last_.cluster_slots += cs.length();
       last_.max_cluster = std::max<uint64_t>(last_.max_cluster, cs.length());
     }
-    auto t3 = std::chrono::steady_clock::now();
+    auto t3 = thread_seconds();
     last_.victims = vpos.size();
     last_.leaders = starts.size();
-    last_.mark_s = std::chrono::duration<double>(t1 - t0).count();
-    last_.remove_s = std::chrono::duration<double>(t3 - t2).count();
+    last_.mark_s = t1 - t0;
+    last_.remove_s = t3 - t2;
     count_ -= vpos.size();
     evicted_ += vpos.size();
   }
 
-  // rehash_kernel: every slot's row into a fresh table of `cap` slots, except victims (score below threshold,
-  // not used by the batch `protect`, at most max_victims), which go to the host tier.  victims_on = 0: none.
-  void rehash(uint64_t cap, uint32_t threshold, uint64_t max_victims, int victims_on, uint32_t protect) {
+  // rehash_kernel: every slot's row into a fresh table of `cap` slots, except victims (the choice's, not used by
+  // the batch `protect`, at most max_victims), which go to the host tier.
+  void rehash(uint64_t cap, const Choice& ch, uint64_t max_victims, uint32_t protect) {
     last_ = EvictionCost();
-    auto t0 = std::chrono::steady_clock::now();
+    auto t0 = thread_seconds();
     std::vector<int64_t> ok = std::move(keys_);
     std::vector<uint32_t> os = std::move(scores_), oseen = std::move(seen_);
     std::vector<unsigned long long> ocount = std::move(count_word_);  // a push's counts go with their rows
@@ -394,7 +423,7 @@ class TableModel {
       if (ok[s] == kEmpty) continue;
       const bool busy = (lfu() ? oseen[s] : os[s]) == protect;
       const float* src = orows.data() + s * ds;
-      if (victims_on && os[s] < threshold && !busy && vk.size() < max_victims) {
+      if (ch.victim(ok[s], os[s]) && !busy && vk.size() < max_victims) {
         vk.push_back(ok[s]);
         vs.push_back(os[s]);
         if (host_) vr.insert(vr.end(), src, src + hstride_);
@@ -407,11 +436,11 @@ class TableModel {
       if (host_) std::memcpy(row(h), src, ds * 4);
       ++last_.rows_rehashed;
     }
-    auto t1 = std::chrono::steady_clock::now();
+    auto t1 = thread_seconds();
     if (host_ && !vk.empty()) host_->put_rows(vk.data(), vk.size(), vr.data(), vs.data());
     last_.victims = vk.size();
     last_.slots_scanned = ocap;
-    last_.remove_s = std::chrono::duration<double>(t1 - t0).count();
+    last_.remove_s = t1 - t0;
     count_ -= vk.size();
     evicted_ += vk.size();
   }
