@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sanitizer runs of the sparse-table core (called by .ci/run):
-#   1. ASan + UBSan build, all core tests (CTest);
+#   1. ASan + UBSan build, all core tests (CTest), the CUDA table's host model included;
 #   2. TSan build, the concurrency test.
 # Each part is skipped, with a message, when the compiler cannot link that sanitizer's runtime.
 set -euo pipefail
@@ -29,7 +29,7 @@ build() {  # $1 = build dir, $2 = sanitizer list, rest = targets
 status=0
 if have_runtime address,undefined; then
   echo "== sanitizers: ASan+UBSan core tests"
-  build build/asan address,undefined test_table test_concurrency
+  build build/asan address,undefined test_table test_concurrency test_table_model
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/asan --output-on-failure || status=1
 else

@@ -1,4 +1,5 @@
-"""The C++ core tests (CTest) and, where nvcc exists, a compile check of the CUDA table and its bench."""
+"""The C++ core tests (CTest: the core, its concurrency, the CUDA table's host model) and, where nvcc exists, a compile
+check of the CUDA table and its bench."""
 
 import os
 import shutil
@@ -23,14 +24,15 @@ def test_core_ctest():
     build = ROOT / "build" / "ctest"
     _cmake(build, "-DHETERPS_CUDA=OFF", "-DCMAKE_BUILD_TYPE=Release")
     b = subprocess.run(
-        ["cmake", "--build", str(build), "-j", JOBS, "--target", "test_table", "test_concurrency"],
+        ["cmake", "--build", str(build), "-j", JOBS, "--target", "test_table", "test_concurrency", "test_table_model"],
         capture_output=True,
         text=True,
     )
     assert b.returncode == 0, b.stdout[-4000:] + b.stderr[-4000:]
     r = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-4000:]
-    assert "100% tests passed" in r.stdout and "2 tests" in r.stdout.replace("out of 2", "2 tests")
+    assert "100% tests passed" in r.stdout and "3 tests" in r.stdout.replace("out of 3", "3 tests")
+    assert "cuda_table_model" in r.stdout  # the CUDA table's host model against the core (eviction in place)
 
 
 def _nvcc():
@@ -51,7 +53,9 @@ def test_cuda_table_compiles_for_sm80_sm90():
         ["cmake", "--build", str(build), "-j", JOBS, "--target", "table_bench", "tier_bench"],
         capture_output=True,
         text=True,
-        timeout=600,
+        # a guard against a hang, not a time limit: two architectures of the table's kernels took over 10 minutes
+        # of nvcc on this workplace's 2 CPUs while other engineers' builds and tests loaded them (load average 20-40)
+        timeout=1800,
     )
     assert b.returncode == 0, b.stdout[-6000:] + b.stderr[-4000:]
     bench = build / "bench" / "table_bench"

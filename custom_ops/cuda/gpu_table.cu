@@ -11,7 +11,8 @@
 // Host-side control flow per batch: a find kernel serves the hits and lists the misses; only when there
 // are misses does the host bring their rows in: the missed ids made distinct and sorted on the device, and,
 // when the budget needs room, the coldest rows the misses need room for (a radix select of the scores on the
-// device) evicted by a rehash into a second table kept for that, while the host tier takes the incoming rows
+// device) evicted in place (their rows copied out, their slots removed by shifting their clusters' later
+// entries back: slot_table.h, the code the host model tests), while the host tier takes the incoming rows
 // (or gives their initial rows: the same deterministic init as the CPU core).  Rows cross to and from the
 // host tier through page-locked staging buffers; the host tier takes and puts them a batch at a time, over
 // its shards on its own threads (heterps::SparseTable::take_rows / put_rows, TableConfig::host_threads).  A
@@ -42,10 +43,12 @@
 #include "heterps/hash.h"
 #include "heterps/table.h"
 #include "heterps/update_rules.h"
+#include "slot_table.h"
 
 namespace {
 
-constexpr int64_t kEmpty = INT64_MIN;
+using heterps_slots::kEmpty;
+using heterps_slots::kVictim;
 constexpr int kThreads = 256;
 constexpr unsigned long long kOccurrence = 1ull << 32;
 
@@ -71,14 +74,13 @@ struct Opt {
   float clip;  // > 0: clip each summed gradient value to [-clip, clip] (TableConfig::grad_clip)
 };
 
+// The layout's code is slot_table.h's, shared with the host model (table_model.h) that tests it on any machine.
 __device__ inline int64_t probe_find(const Dev& t, int64_t key) {
-  uint64_t h = key_hash(key) & t.mask;
-  while (true) {
-    int64_t k = t.keys[h];
-    if (k == key) return static_cast<int64_t>(h);
-    if (k == kEmpty) return -1;
-    h = (h + 1) & t.mask;
-  }
+  return heterps_slots::probe_find(t.keys, t.mask, key);
+}
+
+__device__ inline heterps_slots::Slots slots_of(const Dev& t) {
+  return {t.keys, t.scores, t.count, t.seen, t.mask};
 }
 
 // Rows used by the batch `tick` are never evicted while it runs.  LRU: the score is the tick of the last
@@ -190,13 +192,7 @@ __global__ void fill_kernel(Dev t, const int64_t* keys, const uint32_t* pos, uin
 }
 
 __device__ inline uint64_t claim_slot(const Dev& t, int64_t key) {
-  uint64_t h = key_hash(key) & t.mask;
-  while (true) {
-    unsigned long long prev = atomicCAS(reinterpret_cast<unsigned long long*>(t.keys + h),
-                                        static_cast<unsigned long long>(kEmpty), static_cast<unsigned long long>(key));
-    if (prev == static_cast<unsigned long long>(kEmpty) || prev == static_cast<unsigned long long>(key)) return h;
-    h = (h + 1) & t.mask;
-  }
+  return heterps_slots::claim_slot(t.keys, t.mask, key);
 }
 
 // Inserts distinct keys with full packed rows (host stride), all with the same score; a tile of T lanes a row
@@ -219,36 +215,34 @@ __global__ void insert_kernel(Dev t, const int64_t* keys, const float* rows, uin
   for (uint32_t j = tl.lane; j < t.hstride; j += T) dst[j] = src[j];
 }
 
-// Rebuild into `to` (grow, or drop victims): rows scoring below `threshold` (all rows with `all`), except
-// those used by the current batch (`protect`), go to the staging buffers (key, score, packed row) for the
-// host tier, at most max_victims of them; the rest are re-inserted.  A tile of T lanes a slot, as above.
+// Rebuild into `to`, a larger table (a table without a budget grows), or with `all` every row to the staging
+// buffers (key, score, packed row) for the host tier (flush_to_host).  A push's counts go with their rows.  A
+// tile of T lanes a slot, as above.  Evicting tables do not rebuild: see mark_victims_kernel.
 template <int T>
-__global__ void rehash_kernel(Dev from, Dev to, uint32_t threshold, int all, uint32_t protect, uint32_t max_victims,
-                              uint32_t* victim_count, int64_t* v_keys, uint32_t* v_scores, float* v_rows) {
+__global__ void rehash_kernel(Dev from, Dev to, int all, uint32_t* victim_count, int64_t* v_keys, uint32_t* v_scores,
+                              float* v_rows) {
   const Tile<T> tl;
   const uint64_t i = tl.key;
   if (i >= from.cap) return;
   const int64_t key = from.keys[i];
   if (key == kEmpty) return;
   const uint32_t score = from.scores[i];
-  uint32_t v = UINT32_MAX;
-  if (all || (score < threshold && !in_use(from, i, protect))) {
-    if (tl.lane == 0) v = atomicAdd(victim_count, 1u);
-    v = tl.first(v);
-  }
   float* dst;
-  if (v < max_victims) {
+  if (all) {
+    uint32_t v = 0;
     if (tl.lane == 0) {
+      v = atomicAdd(victim_count, 1u);
       v_keys[v] = key;
       v_scores[v] = score;
     }
+    v = tl.first(v);
     dst = v_rows + size_t(v) * from.hstride;
   } else {
     unsigned long long s = 0;
     if (tl.lane == 0) {
-      s = claim_slot(to, key);
+      s = heterps_slots::claim_slot(to.keys, to.mask, key);
       to.scores[s] = score;
-      to.count[s] = 0;
+      to.count[s] = from.count[i];
       to.seen[s] = from.seen[i];
     }
     s = __shfl_sync(tl.mask, s, 0, T);
@@ -256,6 +250,75 @@ __global__ void rehash_kernel(Dev from, Dev to, uint32_t threshold, int all, uin
   }
   const float* src = from.rows + i * from.dstride;
   for (uint32_t j = tl.lane; j < from.hstride; j += T) dst[j] = src[j];
+}
+
+// Eviction in place (slot_table.h), 1 of 3, a tile a slot: a live row the choice takes (below the n-th lowest score,
+// or at it with its key's hash under tie_cut: heterps_slots::evictable) and not used by the batch `protect` is a
+// victim, up to max_victims of them: its key, score, slot and row go to the staging buffers and its count word is
+// marked kVictim.  It reads each slot's key and score, as a histogram pass of the threshold's select does; only
+// the victims' rows move.
+template <int T>
+__global__ void mark_victims_kernel(Dev t, uint32_t nth, unsigned long long tie_cut, uint32_t protect,
+                                    uint32_t max_victims, uint32_t* victim_count, int64_t* v_keys, uint32_t* v_scores,
+                                    uint64_t* v_pos, float* v_rows) {
+  const Tile<T> tl;
+  const uint64_t i = tl.key;
+  if (i >= t.cap) return;
+  const int64_t key = t.keys[i];
+  if (key == kEmpty || !heterps_slots::evictable(key, t.scores[i], nth, tie_cut) || in_use(t, i, protect)) return;
+  uint32_t v = 0;
+  if (tl.lane == 0) v = atomicAdd(victim_count, 1u);
+  v = tl.first(v);
+  if (v >= max_victims) return;
+  if (tl.lane == 0) {
+    v_keys[v] = key;
+    v_scores[v] = t.scores[i];
+    v_pos[v] = i;
+    t.count[i] = kVictim;
+  }
+  const float* src = t.rows + i * t.dstride;
+  float* dst = v_rows + size_t(v) * t.hstride;
+  for (uint32_t j = tl.lane; j < t.hstride; j += T) dst[j] = src[j];
+}
+
+// 2 of 3, once the victims are in the host tier: the first victim of each cluster leads its removal (read-only).
+__global__ void elect_leaders_kernel(Dev t, const uint64_t* v_pos, uint32_t nv, uint32_t* n_leaders, uint64_t* starts) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= nv) return;
+  uint64_t start;
+  if (heterps_slots::leads_cluster(slots_of(t), v_pos[i], &start)) starts[atomicAdd(n_leaders, 1u)] = start;
+}
+
+// 3 of 3, a tile a leader: lane 0 walks the cluster (ClusterShift moves the metadata), the tile copies each moved
+// row, each lane its own units, so a row that a later move reads was written by the lane that reads it.
+template <int T>
+__global__ void shift_kernel(Dev t, const uint64_t* starts, const uint32_t* n_leaders) {
+  const Tile<T> tl;
+  if (tl.key >= *n_leaders) return;  // whole tiles leave together
+  heterps_slots::ClusterShift cs(slots_of(t), starts[tl.key]);
+  while (true) {
+    unsigned long long from = 0, to = 0;
+    int more = 0;
+    if (tl.lane == 0) {
+      heterps_slots::Move m{0, 0};
+      more = cs.next(&m) ? 1 : 0;
+      from = m.from;
+      to = m.to;
+    }
+    more = __shfl_sync(tl.mask, more, 0, T);
+    if (!more) break;
+    from = __shfl_sync(tl.mask, from, 0, T);
+    to = __shfl_sync(tl.mask, to, 0, T);
+    const float* src = t.rows + from * t.dstride;
+    float* dst = t.rows + to * t.dstride;
+    for (uint32_t j = tl.lane; j < t.hstride; j += T) dst[j] = src[j];
+  }
+}
+
+// An eviction given up before its victims were removed (the host tier could not take them): the marks go.
+__global__ void unmark_kernel(Dev t, const uint64_t* v_pos, uint32_t nv) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < nv) t.count[v_pos[i]] = 0;
 }
 
 // The eviction threshold's radix select, one pass: a histogram of 8 bits of the live slots' scores (bits
@@ -319,15 +382,16 @@ __global__ void push_prepare_kernel(Dev t, const int64_t* __restrict__ keys, siz
   }
 }
 
-// After the misses were inserted: their slots and occurrences (pos = null: every id, after a rebuild
-// moved the rows and cleared the counts).
-__global__ void push_resolve_kernel(Dev t, const int64_t* keys, const uint32_t* pos, uint32_t m, int64_t* slot_of) {
+// After the misses were inserted: their slots, and with `count` their occurrences (pos = null: every id, without
+// counting, after an eviction or a growth moved rows: the counts went with their rows).
+__global__ void push_resolve_kernel(Dev t, const int64_t* keys, const uint32_t* pos, uint32_t m, int64_t* slot_of,
+                                    int count) {
   uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= m) return;
   const uint32_t p = pos ? pos[i] : i;
   const int64_t s = probe_find(t, keys[p]);
   slot_of[p] = s;
-  if (s >= 0) atomicAdd(&t.count[s], kOccurrence);
+  if (count && s >= 0) atomicAdd(&t.count[s], kOccurrence);
 }
 
 // A rejected batch: the counts go back to 0.
@@ -524,20 +588,29 @@ inline void ck(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw CudaError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
 }
 
+// Grow-only device scratch, in powers of two (a batch larger than any before reallocates a buffer at most log2
+// times over the table's life, not at every new maximum), through the stream-ordered allocator: cudaFree and
+// cudaMalloc wait for the whole device, cudaFreeAsync / cudaMallocAsync only take their place on the stream.
+// The fixed-size ones (counters, histogram bins) are taken at construction.
 template <class T>
-struct DevBuf {  // grow-only device scratch
+struct DevBuf {
   T* p = nullptr;
   size_t n = 0;
-  T* get(size_t want) {
+  // clear: a new allocation is zeroed (a buffer copied whole, past what a kernel wrote, is then defined)
+  T* get(size_t want, cudaStream_t st, bool clear = false) {
     if (want > n) {
-      if (p) cudaFree(p);
+      size_t size = 1;
+      while (size < want) size <<= 1;
+      if (p) ck(cudaFreeAsync(p, st), "cudaFreeAsync (scratch)");
       p = nullptr;
       n = 0;
-      ck(cudaMalloc(&p, std::max<size_t>(want, 1) * sizeof(T)), "cudaMalloc (scratch)");
-      n = want;
+      ck(cudaMallocAsync(reinterpret_cast<void**>(&p), size * sizeof(T), st), "cudaMallocAsync (scratch)");
+      n = size;
+      if (clear) ck(cudaMemsetAsync(p, 0, size * sizeof(T), st), "memset (scratch)");
     }
     return p;
   }
+  T* get() const { return p; }  // sized already
   ~DevBuf() {
     if (p) cudaFree(p);
   }
@@ -567,7 +640,9 @@ struct PinnedBuf {
 };
 
 // Where a batch's misses spend host time (seconds, cumulative): heterps_gpu_table_phase_seconds' order.
-enum Phase { kDistinct, kSelect, kTake, kRehashWait, kVictimCopy, kPut, kInsert, kPhases };
+// kEvictWait: waiting for the kernel that marks the victims and copies their rows out, and for their copy to the
+// host (both overlap the take); kVictimCopy is 0 since that copy moved inside it.
+enum Phase { kDistinct, kSelect, kTake, kEvictWait, kVictimCopy, kPut, kInsert, kPhases };
 
 // Adds the seconds from its construction to its destruction to `acc`.
 struct PhaseClock {
@@ -596,11 +671,20 @@ class GpuTable {
     if (max_rows_)
       while (cap < 2 * max_rows_) cap <<= 1;
     t_ = alloc(cap, nullptr);
+    counter_.get(2, nullptr);
+    vcount_.get(2, nullptr);  // victims marked, leaders elected
+    bins_.get(256, nullptr);
+    nsel_.get(1, nullptr);
+    bins_host_.get(256);
+    ck(cudaMallocHost(&pinned_, 2 * sizeof(uint32_t)), "cudaMallocHost");
+    ck(cudaEventCreateWithFlags(&find_done_, cudaEventDisableTiming), "cudaEventCreate");
+    ck(cudaEventRecord(find_done_, nullptr), "cudaEventRecord");
+    ck(cudaStreamSynchronize(nullptr), "sync");
   }
   ~GpuTable() {
     release(t_);
-    release(spare_);
     if (pinned_) cudaFreeHost(pinned_);
+    if (find_done_) cudaEventDestroy(find_done_);
   }
 
   std::mutex mu;
@@ -609,8 +693,8 @@ class GpuTable {
     if (n == 0) return;
     ck(cudaSetDevice(device_), "cudaSetDevice");
     const uint32_t tick = ++tick_;
-    uint32_t* cnt = counter_.get(2);
-    uint32_t* pos = pos_.get(n);
+    uint32_t* cnt = counter_.get();
+    uint32_t* pos = pos_.get(n, st);
     ck(cudaMemsetAsync(cnt, 0, 2 * sizeof(uint32_t), st), "memset");
     with_tile(out, [&](auto tile, auto unit) {
       constexpr int T = decltype(tile)::value;
@@ -633,9 +717,9 @@ class GpuTable {
     if (n == 0) return;
     ck(cudaSetDevice(device_), "cudaSetDevice");
     const uint32_t tick = ++tick_;
-    uint32_t* flags = counter_.get(2);  // misses, a gradient not finite
-    uint32_t* pos = pos_.get(n);
-    int64_t* slot_of = slots_.get(n);
+    uint32_t* flags = counter_.get();  // misses, a gradient not finite
+    uint32_t* pos = pos_.get(n, st);
+    int64_t* slot_of = slots_.get(n, st);
     ck(cudaMemsetAsync(flags, 0, 2 * sizeof(uint32_t), st), "memset");
     with_tile(grads, [&](auto, auto unit) {
       using V = typename decltype(unit)::type;
@@ -650,24 +734,23 @@ class GpuTable {
       throw heterps::TableError("a gradient is not finite; the batch was not applied");
     }
     if (f[0]) {
-      // A rebuild while making room moves every row and clears the counts: then every id is looked up
-      // again, else only the misses.
-      const uint64_t rebuilds = rebuilds_;
-      bool moved;
+      // Making room may move rows (an eviction shifts entries back, a growth rehashes), their counts with them:
+      // then every id's slot is looked up again.  The misses' occurrences are counted once they are in.
+      const uint64_t moves = moves_;
       try {
-        moved = bring_in(keys, pos, f[0], tick, st);
+        bring_in(keys, pos, f[0], tick, st);
       } catch (...) {
         // The batch is not applied: the occurrences the prepare pass counted go back to 0 (else the next push of
         // those rows would wait for occurrences that never come, and leave their gradients in the accumulator).
-        // After a rebuild the counts are those of a new table, which the rebuild cleared.
-        if (rebuilds_ == rebuilds) {
-          push_reset_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, slot_of, n);
-          cudaStreamSynchronize(st);
-        }
+        if (moves_ != moves)
+          push_resolve_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, keys, nullptr, uint32_t(n), slot_of, 0);
+        push_reset_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, slot_of, n);
+        cudaStreamSynchronize(st);
         throw;
       }
-      const uint32_t m = moved ? static_cast<uint32_t>(n) : f[0];
-      push_resolve_kernel<<<blocks_for(m), kThreads, 0, st>>>(t_, keys, moved ? nullptr : pos, m, slot_of);
+      if (moves_ != moves)
+        push_resolve_kernel<<<blocks_for(n), kThreads, 0, st>>>(t_, keys, nullptr, uint32_t(n), slot_of, 0);
+      push_resolve_kernel<<<blocks_for(f[0]), kThreads, 0, st>>>(t_, keys, pos, f[0], slot_of, 1);
       ck(cudaGetLastError(), "push_resolve_kernel");
     }
     const Opt o{c_.optimizer, c_.lr, c_.beta1, c_.beta2, c_.epsilon, c_.grad_clip};
@@ -705,6 +788,9 @@ class GpuTable {
       find_kernel<T, V><<<blocks_for(n * T), kThreads, 0, st>>>(t_, keys, n, out, found, 0, 0, nullptr, nullptr);
     });
     ck(cudaGetLastError(), "find_kernel");
+    // find does not wait for its kernel; an eviction on another stream waits for it on the device (it moves
+    // rows in place) instead of the host waiting for the whole device.
+    ck(cudaEventRecord(find_done_, st), "cudaEventRecord");
   }
 
   void stats(uint64_t* out4) {
@@ -726,7 +812,7 @@ class GpuTable {
 
   void flush_to_host() {
     ck(cudaSetDevice(device_), "cudaSetDevice");
-    if (count_) rebuild(t_.cap, 0, /*all=*/true, count_, nullptr);
+    if (count_) rebuild(t_.cap, /*all=*/true, nullptr);
   }
 
  private:
@@ -740,16 +826,14 @@ class GpuTable {
   uint64_t link_in_ = 0, link_out_ = 0;  // bytes over the link, to and from the device
   double phase_[kPhases] = {};
   uint32_t tick_ = 1;
-  // The rebuild's second table, kept between evictions: an eviction rebuilds at the same capacity, and the peak
-  // is two tables either way; keeping it saves a cudaMalloc/cudaFree pair (which synchronises) and clearing the
-  // accumulator (zero in a retired table: between pushes it is zero everywhere).
-  Dev spare_;
-  uint64_t rebuilds_ = 0;
+  uint64_t moves_ = 0;               // evictions and growths so far: a push's slots are looked up again after one
+  cudaEvent_t find_done_ = nullptr;  // the last find's kernel (evictions wait for it on the device)
   DevBuf<uint32_t> counter_, pos_, vcount_, vscores_, bins_, nsel_;
   DevBuf<uint8_t> cub_tmp_;
   DevBuf<int64_t> slots_;
   uint32_t* pinned_ = nullptr;  // 2 words of page-locked host memory for counters read back each batch
   DevBuf<int64_t> mkeys_, sorted_, vkeys_;
+  DevBuf<uint64_t> vpos_, starts_;  // the victims' slots, the clusters' first slots
   DevBuf<float> rows_in_, vrows_;
   // Host staging (page-locked): promoted rows (keys, rows, scores), evicted rows, and the eviction pass's
   // copies of the whole score and key arrays.
@@ -820,7 +904,7 @@ class GpuTable {
       throw;
     }
     fill_empty_kernel<<<blocks_for(cap), kThreads, 0, st>>>(d.keys, cap);
-    // Every array defined once, here: a table reused as the rebuild's spare keeps them so.
+    // Every array defined once, here.
     ck(cudaMemsetAsync(d.scores, 0, cap * 4, st), "memset");
     ck(cudaMemsetAsync(d.count, 0, cap * 8, st), "memset");
     ck(cudaMemsetAsync(d.seen, 0, cap * 4, st), "memset");
@@ -841,30 +925,28 @@ class GpuTable {
   // Two device words, read once the stream has done everything before (one copy, one sync).
   std::array<uint32_t, 2> read_counters(const uint32_t* dev, cudaStream_t st) {
     ck(cudaGetLastError(), "kernel launch");
-    if (!pinned_) ck(cudaMallocHost(&pinned_, 2 * sizeof(uint32_t)), "cudaMallocHost");
     ck(cudaMemcpyAsync(pinned_, dev, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, st), "copy counters");
     ck(cudaStreamSynchronize(st), "sync");
     return {pinned_[0], pinned_[1]};
   }
 
-  uint32_t read_counter(uint32_t* cnt, cudaStream_t st) {
-    uint32_t m = 0;
+  uint32_t read_counter(const uint32_t* cnt, cudaStream_t st) {
     ck(cudaGetLastError(), "kernel launch");
-    ck(cudaMemcpyAsync(&m, cnt, sizeof(uint32_t), cudaMemcpyDeviceToHost, st), "copy counter");
+    ck(cudaMemcpyAsync(pinned_, cnt, sizeof(uint32_t), cudaMemcpyDeviceToHost, st), "copy counter");
     ck(cudaStreamSynchronize(st), "sync");
-    return m;
+    return pinned_[0];
   }
 
   // Rows for the keys at pos[0..m) that are not on the device: from the host tier (or initial rows).
-  // Returns whether making room rebuilt the table (every row moved to a new slot).
   //
   // The misses' keys are made distinct and sorted on the device (the order the host tier takes them in);
-  // an eviction, when the budget needs one, is launched before the host takes the incoming rows, so the
-  // device rehashes while the host works.  The two touch different ids (victims are resident, the incoming
-  // rows are not), so the order is the one of a take after the put.  Rows taken from the host tier are put
-  // back if anything after the take fails: a failed batch loses no row.
-  bool bring_in(const int64_t* keys, const uint32_t* pos, uint32_t m, uint32_t tick, cudaStream_t st) {
-    int64_t* mk = mkeys_.get(m);
+  // when the budget needs room, the kernel that marks the victims and copies their rows out is launched before
+  // the host takes the incoming rows, so the device works while the host does.  The two touch different ids
+  // (victims are resident, the incoming rows are not), so the order is the one of a take after the put.  The
+  // victims leave the device only once the host tier holds them; rows taken from the host tier are put back if
+  // anything after the take fails: a failed batch loses no row.
+  void bring_in(const int64_t* keys, const uint32_t* pos, uint32_t m, uint32_t tick, cudaStream_t st) {
+    int64_t* mk = mkeys_.get(m, st);
     gather_keys_kernel<<<blocks_for(m), kThreads, 0, st>>>(keys, pos, m, mk);
     ck(cudaGetLastError(), "gather_keys_kernel");
     std::unique_ptr<PhaseClock> clock = std::make_unique<PhaseClock>(phase_[kDistinct]);
@@ -878,8 +960,8 @@ class GpuTable {
     ck(cudaStreamSynchronize(st), "sync");
     clock.reset();
     link_out_ += u * 8;
-    const uint64_t rebuilds = rebuilds_;
-    Rebuild room = make_room(u, tick, st);  // launched, not finished: its staging buffers are out_*, not these
+    float* dr = rows_in_.get(u * hstride_, st);  // before the take: nothing to put back if it fails
+    Eviction room = make_room(u, tick, st);      // launched, not finished: its staging buffers are out_*, not these
     float* rows = nullptr;
     try {
       rows = in_rows_.get(u * hstride_);
@@ -890,14 +972,13 @@ class GpuTable {
       throw;
     }
     try {
-      finish(room, st);
+      evict(room, st);
       // Rows of the current batch are never evicted, so a batch touching more rows than the budget holds
       // cannot be served: the table must stay at most ~90% full for probing to terminate.
       if (max_rows_ && (count_ + u) * 10 > t_.cap * 9)
         throw heterps::TableError("a batch touches more distinct ids than the device budget holds (" +
                                   std::to_string(max_rows_) + " rows); split the batch or raise memory_budget_bytes");
       PhaseClock c(phase_[kInsert]);
-      float* dr = rows_in_.get(u * hstride_);
       ck(cudaMemcpyAsync(dr, rows, u * hstride_ * 4, cudaMemcpyHostToDevice, st), "copy rows");
       link_in_ += u * hstride_ * 4;
       with_lanes(hstride_, [&](auto tile) {
@@ -919,66 +1000,95 @@ class GpuTable {
     }
     count_ += u;
     promoted_ += u;
-    return rebuilds_ != rebuilds;
   }
 
   // Sorts keys[0..m) on the device and moves the distinct ones to its front; returns how many.
   uint64_t distinct_sorted(int64_t* keys, uint32_t m, cudaStream_t st) {
     if (m > static_cast<uint32_t>(INT32_MAX))
       throw heterps::TableError("a batch of " + std::to_string(m) + " misses: split it (at most 2^31 - 1 a batch)");
-    int64_t* sorted = sorted_.get(m);
-    uint32_t* nsel = nsel_.get(1);
+    int64_t* sorted = sorted_.get(m, st);
+    uint32_t* nsel = nsel_.get();
     size_t sort_bytes = 0, unique_bytes = 0;
     ck(cub::DeviceRadixSort::SortKeys(nullptr, sort_bytes, keys, sorted, int(m), 0, 64, st), "sort (size)");
     ck(cub::DeviceSelect::Unique(nullptr, unique_bytes, sorted, keys, nsel, int(m), st), "unique (size)");
-    uint8_t* tmp = cub_tmp_.get(std::max(sort_bytes, unique_bytes));
+    uint8_t* tmp = cub_tmp_.get(std::max(sort_bytes, unique_bytes), st);
     ck(cub::DeviceRadixSort::SortKeys(tmp, sort_bytes, keys, sorted, int(m), 0, 64, st), "sort");
     ck(cub::DeviceSelect::Unique(tmp, unique_bytes, sorted, keys, nsel, int(m), st), "unique");
     return read_counter(nsel, st);
   }
 
-  // A rebuild launched on the stream: `fresh` fills while the host works; finish() hands its victims to the
-  // host tier and makes it the table, abandon() drops it (t_ still holds every row).
-  struct Rebuild {
+  // An eviction launched on the stream (its victims being marked and copied out while the host works); evict()
+  // hands them to the host tier and removes them in place, abandon() unmarks them.
+  struct Eviction {
     bool active = false;
-    Dev fresh;
     uint64_t max_victims = 0;
   };
 
-  Rebuild make_room(uint64_t incoming, uint32_t tick, cudaStream_t st) {
-    if (max_rows_ == 0) {
+  Eviction make_room(uint64_t incoming, uint32_t tick, cudaStream_t st) {
+    if (max_rows_ == 0) {  // no budget: the table grows (a rehash into a larger one), nothing leaves it
       if ((count_ + incoming) * 2 > t_.cap) {
         uint64_t cap = t_.cap;
         while ((count_ + incoming) * 2 > cap) cap <<= 1;
-        rebuild(cap, 0, false, 0, st);
+        rebuild(cap, false, st);
       }
-      return Rebuild();
+      return Eviction();
     }
     // Evict the coldest rows this batch's misses need room for, no more (issue 42: a pass of an eighth of the
     // budget made the host tier's share of a pass, hence a step's stall, grow with the budget).
-    if (count_ + incoming <= max_rows_ || count_ == 0) return Rebuild();
+    if (count_ + incoming <= max_rows_ || count_ == 0) return Eviction();
     const uint64_t want = count_ + incoming - max_rows_;
-    uint64_t live = 0;
+    uint64_t live = 0, need = 0, ties = 0;
     uint32_t nth;
     {
       PhaseClock c(phase_[kSelect]);
-      nth = nth_lowest_score(want, &live, st);
+      nth = nth_lowest_score(want, &live, &need, &ties, st);
     }
-    if (live == 0) return Rebuild();
-    const uint32_t threshold = nth == UINT32_MAX ? nth : nth + 1;  // scores <= the n-th lowest
-    // Ties (LRU ticks are per batch) may select more than wanted: the victim buffer caps the overshoot.
-    return start_rebuild(t_.cap, threshold, false, want + want / 4 + 1024, st, tick);
+    if (live == 0) return Eviction();
+    // Every row below the n-th lowest score, and of the tie at it (LRU's scores are batch ticks) the rows whose key
+    // hashes under the cut, about `need` of them, wherever they sit (slot_table.h says why not the first ones); the
+    // victim buffer caps the count.
+    const uint64_t cut = heterps_slots::tie_cut_for(need, ties);
+    Eviction ev;
+    ev.max_victims = want + want / 4 + 1024;
+    uint32_t* vc = vcount_.get();
+    int64_t* vk = vkeys_.get(ev.max_victims, st, true);
+    uint32_t* vs = vscores_.get(ev.max_victims, st, true);
+    uint64_t* vp = vpos_.get(ev.max_victims, st);
+    float* vr = vrows_.get(ev.max_victims * hstride_, st, true);
+    starts_.get(ev.max_victims, st);
+    int64_t* hk = out_keys_.get(ev.max_victims);
+    uint32_t* hs = out_scores_.get(ev.max_victims);
+    float* hr = out_rows_.get(ev.max_victims * hstride_);
+    // A find on another stream may still be reading rows this eviction will move.
+    ck(cudaStreamWaitEvent(st, find_done_, 0), "cudaStreamWaitEvent");
+    ck(cudaMemsetAsync(vc, 0, 2 * sizeof(uint32_t), st), "memset");
+    with_lanes(hstride_, [&](auto tile) {
+      constexpr int T = decltype(tile)::value;
+      mark_victims_kernel<T><<<blocks_for(t_.cap * T), kThreads, 0, st>>>(
+          t_, nth, cut, tick, static_cast<uint32_t>(ev.max_victims), vc, vk, vs, vp, vr);
+    });
+    ck(cudaGetLastError(), "mark_victims_kernel");
+    // The victims' copy to the host, queued behind the mark for the buffers' whole capacity (their count is not
+    // known yet), runs while the host tier takes the incoming rows instead of after it: a quarter more bytes over a
+    // link the tiers use at a few percent of its rate, off the step's critical path.
+    ck(cudaMemcpyAsync(hk, vk, ev.max_victims * 8, cudaMemcpyDeviceToHost, st), "copy victims");
+    ck(cudaMemcpyAsync(hs, vs, ev.max_victims * 4, cudaMemcpyDeviceToHost, st), "copy victims");
+    ck(cudaMemcpyAsync(hr, vr, ev.max_victims * hstride_ * 4, cudaMemcpyDeviceToHost, st), "copy victims");
+    link_out_ += ev.max_victims * (12 + uint64_t(hstride_) * 4);
+    ev.active = true;
+    return ev;
   }
 
   // The n-th lowest score (1-based; n is capped at the live rows, their count stored in *live) of the live
   // slots: a radix select, 8 bits a pass from the top, each pass a histogram on the device and 256 counts
-  // read back.  The same value as ordering every live score, so the same rows are evicted.
-  uint32_t nth_lowest_score(uint64_t n, uint64_t* live, cudaStream_t st) {
-    uint32_t* bins = bins_.get(256);
+  // read back.  The same value as ordering every live score.  *ties: the live rows scoring exactly that; *need:
+  // how many of them the n lowest include.
+  uint32_t nth_lowest_score(uint64_t n, uint64_t* live, uint64_t* need, uint64_t* ties, cudaStream_t st) {
+    uint32_t* bins = bins_.get();
     uint32_t* h = bins_host_.get(256);
     const unsigned blocks = static_cast<unsigned>(std::min<uint64_t>(blocks_for(t_.cap), 1024));
     uint32_t prefix = 0, high = 0;
-    *live = 0;
+    *live = *need = *ties = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
       ck(cudaMemsetAsync(bins, 0, 256 * 4, st), "memset");
       score_histogram_kernel<<<blocks, kThreads, 0, st>>>(t_, prefix, high, shift, bins);
@@ -997,134 +1107,112 @@ class GpuTable {
       prefix |= uint32_t(b) << shift;
       high |= 255u << shift;
       n -= below;
+      *ties = h[b];  // after the last pass: the rows scoring exactly the prefix
     }
+    *need = n;
     return prefix;
   }
 
-  // Re-inserts every row into a table of `cap` slots, except victims (see rehash_kernel), at most
-  // max_victims of them, which go to the host tier.
-  void rebuild(uint64_t cap, uint32_t threshold, bool all, uint64_t max_victims, cudaStream_t st,
-               uint32_t protect = 0) {
-    Rebuild r = start_rebuild(cap, threshold, all, max_victims, st, protect);
-    finish(r, st);
-  }
-
-  Rebuild start_rebuild(uint64_t cap, uint32_t threshold, bool all, uint64_t max_victims, cudaStream_t st,
-                        uint32_t protect = 0) {
-    // the victims' buffers first: a table taken and then lost to their allocation's failure would leak
-    uint32_t* vc = vcount_.get(1);
-    const uint64_t vcap = std::max<uint64_t>(1, max_victims);
-    int64_t* vk = vkeys_.get(vcap);
-    uint32_t* vs = vscores_.get(vcap);
-    float* vr = vrows_.get(vcap * hstride_);
-    Rebuild r;
-    r.fresh = empty_table(cap, st);
-    r.max_victims = max_victims;
-    r.active = true;
-    try {
-      ck(cudaMemsetAsync(vc, 0, 4, st), "memset");
-      with_lanes(hstride_, [&](auto tile) {
-        constexpr int T = decltype(tile)::value;
-        rehash_kernel<T><<<blocks_for(t_.cap * T), kThreads, 0, st>>>(
-            t_, r.fresh, threshold, all ? 1 : 0, protect, static_cast<uint32_t>(max_victims), vc, vk, vs, vr);
-      });
-      ck(cudaGetLastError(), "rehash_kernel");
-    } catch (...) {
-      abandon(r, st);
-      throw;
-    }
-    return r;
-  }
-
-  void abandon(Rebuild& r, cudaStream_t st) {
-    if (!r.active) return;
+  void abandon(Eviction& ev, cudaStream_t st) {
+    if (!ev.active) return;
+    ev.active = false;
+    const uint32_t nv = static_cast<uint32_t>(std::min<uint64_t>(read_counter(vcount_.get(), st), ev.max_victims));
+    if (nv) unmark_kernel<<<blocks_for(nv), kThreads, 0, st>>>(t_, vpos_.get(), nv);
     cudaStreamSynchronize(st);
-    retire(r.fresh);  // t_ still holds every row
-    r.active = false;
   }
 
-  void finish(Rebuild& r, cudaStream_t st) {
-    if (!r.active) return;
-    r.active = false;
-    Dev fresh = r.fresh;
+  // The victims' rows to the host tier, then their slots removed in place (elect_leaders_kernel, shift_kernel):
+  // the cost is the victims and their clusters, not the table.  Until the host tier holds them they stay on the
+  // device, so a failure before keeps every row there.
+  void evict(Eviction& ev, cudaStream_t st) {
+    if (!ev.active) return;
+    ev.active = false;
     uint32_t nv = 0;
+    {
+      // the mark and the victims' copy (queued by make_room); kVictimCopy stays 0: the copy is inside this wait
+      PhaseClock c(phase_[kEvictWait]);
+      nv = read_counter(vcount_.get(), st);
+    }
+    nv = static_cast<uint32_t>(std::min<uint64_t>(nv, ev.max_victims));
+    if (nv == 0) return;
+    std::exception_ptr host_error;
+    auto unmark = [&] {
+      unmark_kernel<<<blocks_for(nv), kThreads, 0, st>>>(t_, vpos_.get(), nv);
+      cudaStreamSynchronize(st);
+    };
+    int64_t* hk = out_keys_.get(nv);
+    uint32_t* hs = out_scores_.get(nv);
+    float* hr = out_rows_.get(size_t(nv) * hstride_);
     try {
-      PhaseClock c(phase_[kRehashWait]);
-      nv = read_counter(vcount_.get(1), st);
+      PhaseClock c(phase_[kPut]);
+      host_->put_rows(hk, nv, hr, hs);  // the host tier's batch call: over its shards, on its threads
+    } catch (const heterps::TableError&) {
+      // put_rows puts every row, then reports a bad spilled record of another id that its compaction met:
+      // the victims are in the host tier, so the eviction completes and the error is raised after it.
+      host_error = std::current_exception();
     } catch (...) {
-      retire(fresh);
+      unmark();  // anything else (no memory): every row stays on the device
       throw;
     }
-    nv = static_cast<uint32_t>(std::min<uint64_t>(nv, r.max_victims));
-    // The victims are in `fresh` nowhere and in t_ still: until the host tier holds them, t_ stays the table.
-    std::exception_ptr host_error;
-    if (nv) {
-      int64_t* hk = nullptr;
-      uint32_t* hs = nullptr;
-      float* hr = nullptr;
-      try {
-        PhaseClock c(phase_[kVictimCopy]);
-        hk = out_keys_.get(nv);
-        hs = out_scores_.get(nv);
-        hr = out_rows_.get(size_t(nv) * hstride_);
-        ck(cudaMemcpyAsync(hk, vkeys_.get(nv), nv * 8, cudaMemcpyDeviceToHost, st), "copy victims");
-        ck(cudaMemcpyAsync(hs, vscores_.get(nv), nv * 4, cudaMemcpyDeviceToHost, st), "copy victims");
-        ck(cudaMemcpyAsync(hr, vrows_.get(size_t(nv) * hstride_), size_t(nv) * hstride_ * 4, cudaMemcpyDeviceToHost,
-                           st),
-           "copy victims");
-        ck(cudaStreamSynchronize(st), "sync");
-        link_out_ += uint64_t(nv) * (12 + hstride_ * 4);
-      } catch (...) {
-        retire(fresh);  // keep t_, which still holds every row
-        throw;
-      }
-      try {
-        PhaseClock c(phase_[kPut]);
-        host_->put_rows(hk, nv, hr, hs);  // the host tier's batch call: over its shards, on its threads
-      } catch (const heterps::TableError&) {
-        // put_rows puts every row, then reports a bad spilled record of another id that its compaction met:
-        // the victims are in the host tier, so the rebuild completes and the error is raised after it.
-        host_error = std::current_exception();
-      } catch (...) {
-        retire(fresh);  // anything else (no memory): keep t_, which still holds every row
-        throw;
-      }
-    }
-    Dev old = t_;
-    t_ = fresh;
-    retire(old);
-    ++rebuilds_;
+    uint32_t* n_leaders = vcount_.get() + 1;  // zeroed with the victims' count
+    elect_leaders_kernel<<<blocks_for(nv), kThreads, 0, st>>>(t_, vpos_.get(), nv, n_leaders, starts_.get());
+    ck(cudaGetLastError(), "elect_leaders_kernel");
+    with_lanes(hstride_, [&](auto tile) {
+      constexpr int T = decltype(tile)::value;
+      shift_kernel<T><<<blocks_for(uint64_t(nv) * T), kThreads, 0, st>>>(t_, starts_.get(), n_leaders);
+    });
+    ck(cudaGetLastError(), "shift_kernel");
+    ++moves_;
     count_ -= nv;
     evicted_ += nv;
     if (host_error) std::rethrow_exception(host_error);
   }
 
-  // A table of `cap` empty slots: the spare when it has that capacity (keys emptied, counts cleared: a
-  // rebuild during a push leaves counts in the table it replaces), else a new allocation.
-  Dev empty_table(uint64_t cap, cudaStream_t st) {
-    if (spare_.cap == cap) {
-      // A find on another stream may still read it (find does not synchronise): wait, as cudaFree did when
-      // every rebuild freed the table it replaced.
-      ck(cudaDeviceSynchronize(), "sync before reusing the spare table");
-      Dev d = spare_;
-      spare_ = Dev();
-      fill_empty_kernel<<<blocks_for(cap), kThreads, 0, st>>>(d.keys, cap);
-      ck(cudaMemsetAsync(d.count, 0, cap * 8, st), "memset");
-      return d;
+  // Every row into a new table of `cap` slots (a table without a budget grows), or with `all` every row to the
+  // host tier (flush_to_host), the new table then empty.  Not on an evicting table's step path.
+  void rebuild(uint64_t cap, bool all, cudaStream_t st) {
+    const uint64_t vcap = all ? std::max<uint64_t>(count_, 1) : 1;
+    uint32_t* vc = vcount_.get();
+    int64_t* vk = vkeys_.get(vcap, st, true);  // cleared: an eviction copies these buffers whole
+    uint32_t* vs = vscores_.get(vcap, st, true);
+    float* vr = vrows_.get(vcap * hstride_, st, true);
+    Dev fresh = alloc(cap, st);
+    uint32_t nv = 0;
+    std::exception_ptr host_error;
+    try {
+      ck(cudaStreamWaitEvent(st, find_done_, 0), "cudaStreamWaitEvent");
+      ck(cudaMemsetAsync(vc, 0, 4, st), "memset");
+      with_lanes(hstride_, [&](auto tile) {
+        constexpr int T = decltype(tile)::value;
+        rehash_kernel<T><<<blocks_for(t_.cap * T), kThreads, 0, st>>>(t_, fresh, all ? 1 : 0, vc, vk, vs, vr);
+      });
+      ck(cudaGetLastError(), "rehash_kernel");
+      nv = read_counter(vc, st);
+      if (nv) {
+        int64_t* hk = out_keys_.get(nv);
+        uint32_t* hs = out_scores_.get(nv);
+        float* hr = out_rows_.get(size_t(nv) * hstride_);
+        ck(cudaMemcpyAsync(hk, vk, nv * 8, cudaMemcpyDeviceToHost, st), "copy rows");
+        ck(cudaMemcpyAsync(hs, vs, nv * 4, cudaMemcpyDeviceToHost, st), "copy rows");
+        ck(cudaMemcpyAsync(hr, vr, size_t(nv) * hstride_ * 4, cudaMemcpyDeviceToHost, st), "copy rows");
+        ck(cudaStreamSynchronize(st), "sync");
+        link_out_ += uint64_t(nv) * (12 + hstride_ * 4);
+        try {
+          host_->put_rows(hk, nv, hr, hs);
+        } catch (const heterps::TableError&) {
+          host_error = std::current_exception();  // every row is in: complete, then raise (as evict does)
+        }
+      }
+    } catch (...) {
+      release(fresh);  // t_ still holds every row
+      throw;
     }
-    release(spare_);  // another capacity (growth): free it before allocating
-    return alloc(cap, st);
-  }
-
-  // A table out of use (not t_) becomes the spare if t_ has its capacity (an eviction's rebuild), else is
-  // freed.  Between pushes its accumulator is zero everywhere, as empty_table relies on.
-  void retire(Dev& d) {
-    if (d.cap != 0 && d.cap == t_.cap && d.keys != t_.keys && spare_.cap == 0) {
-      spare_ = d;
-      d = Dev();
-    } else {
-      release(d);
-    }
+    release(t_);
+    t_ = fresh;
+    ++moves_;
+    count_ -= nv;
+    evicted_ += nv;
+    if (host_error) std::rethrow_exception(host_error);
   }
 };
 

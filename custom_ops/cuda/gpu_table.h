@@ -13,8 +13,8 @@ const char* heterps_gpu_last_error(void);
 // Get or create the device table `name` from a core config string (same keys as the CPU table;
 // memory_budget_bytes bounds the device-resident rows, the overflow goes to the host table of the same
 // config, which itself spills to ssd_dir).  Device memory: a table of budget / (2 x a slot's bytes) rows holds
-// twice that many slots (rounded up to a power of two), and once it has evicted, a second table of the same
-// size is kept for the next eviction's rehash (the peak of a rehash either way): up to about 4x the budget.
+// twice that many slots (rounded up to a power of two): 1 to 2 times the budget, plus the batches' staging
+// buffers.  Evictions remove rows in place; only a table without a budget rehashes (into a larger one) to grow.
 int heterps_gpu_table_open(const char* name, const char* config, int device);
 int heterps_gpu_table_drop(const char* name);
 // keys: device int64[n]; out: device float[n * dim].  Missing rows are created (same deterministic init
@@ -33,7 +33,8 @@ int heterps_gpu_table_stats(const char* name, uint64_t* out4);
 int heterps_gpu_table_link_bytes(const char* name, uint64_t* out2);
 // Host seconds the table's batches have spent moving rows between the tiers, cumulative, in this order (n
 // at most 7): making the misses distinct, selecting the eviction threshold, taking rows from the host tier,
-// waiting for the rehash, copying the victims, putting them into the host tier, inserting the promoted rows.
+// waiting for the victims to be marked and copied to the host (behind the take), copying them (now 0: inside the
+// wait), putting them into the host tier, inserting the promoted rows.
 int heterps_gpu_table_phase_seconds(const char* name, double* out, size_t n);
 // Moves every device row to the host table (used before save): afterwards the host table is complete.
 int heterps_gpu_table_flush_to_host(const char* name);
