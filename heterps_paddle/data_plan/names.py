@@ -1,0 +1,84 @@
+"""A data file's content name, ``<base name>:<bytes>:<digest>``: its one format and its one parser.
+
+runtime/file_identity.py names a local file so; the data plan reads a shard's bytes from it; a checkpoint taken
+inside a pass records the shards done by it.  The digest is one of:
+
+- ``s-<sha256 hex>``: of the file's size and sampled blocks (its first and last 64 KiB and evenly spaced 64 KiB
+  blocks between: :data:`SAMPLED_BLOCKS` in all; the whole file when it is no larger), so that a file of 10 GB is
+  named in milliseconds, without reading it whole;
+- ``<sha256 hex>``: of the whole file, as an earlier version named files.  Still read (a checkpoint naming files so
+  resumes): such a name never equals a sampled one, so the files it names are trained again, once.
+
+A name that is none of these (a path: a file that is not local, ``hdfs://...``) is a shard of unknown bytes, 1.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+SAMPLED_PREFIX = "s-"  # the digest of sampled blocks, as opposed to an earlier version's digest of the whole file
+SAMPLE_BLOCK = 64 << 10  # bytes of a sampled block
+SAMPLED_BLOCKS = 16  # blocks a sampled digest reads: the first, the last and evenly spaced ones between
+_HEX = frozenset("0123456789abcdef")
+
+
+class ContentName(NamedTuple):
+    """A parsed content name: the file's base name, its bytes, and the digest (with its prefix, as written)."""
+
+    base: str
+    size: int
+    digest: str
+
+    @property
+    def sampled(self) -> bool:
+        return self.digest.startswith(SAMPLED_PREFIX)
+
+    def __str__(self) -> str:
+        return f"{self.base}:{self.size}:{self.digest}"
+
+
+def _is_sha256(text: str) -> bool:
+    return len(text) == 64 and all(c in _HEX for c in text)
+
+
+def parse(name: str) -> ContentName | None:
+    """``name`` as a content name, or None when it is not one (a path)."""
+    parts = name.rsplit(":", 2)  # the base name may hold ':'; the size and digest never do
+    if len(parts) != 3:
+        return None
+    base, size, digest = parts
+    if not size.isdigit() or not size.isascii():
+        return None
+    if not (_is_sha256(digest) or (digest.startswith(SAMPLED_PREFIX) and _is_sha256(digest[len(SAMPLED_PREFIX) :]))):
+        return None
+    return ContentName(base, int(size), digest)
+
+
+def content_name(base: str, size: int, sampled_sha256: str) -> str:
+    """The content name of a file of base name ``base`` and ``size`` bytes, its sampled blocks' digest
+    ``sampled_sha256`` (64 hex digits)."""
+    if not _is_sha256(sampled_sha256):
+        raise ValueError(f"not a SHA-256 hex digest: {sampled_sha256!r}")
+    return str(ContentName(base, size, SAMPLED_PREFIX + sampled_sha256))
+
+
+def is_content_name(name: str) -> bool:
+    """Whether ``name`` names a file by content (sampled or whole-file digest), not by path."""
+    return parse(name) is not None
+
+
+def size_of(name: str) -> int:
+    """A shard's bytes, from its content name; 1 for a name by path (a file that is not local: all such shards
+    count alike)."""
+    parsed = parse(name)
+    return 1 if parsed is None else parsed.size
+
+
+def sample_offsets(size: int) -> list[int]:
+    """Where a sampled digest reads its blocks in a file of ``size`` bytes: every block of a file of at most
+    :data:`SAMPLED_BLOCKS` blocks, else the first, the last and evenly spaced ones between (each block
+    :data:`SAMPLE_BLOCK` bytes, the last one ending at the file's end)."""
+    if size <= SAMPLE_BLOCK * SAMPLED_BLOCKS:
+        return list(range(0, size, SAMPLE_BLOCK))
+    last = size - SAMPLE_BLOCK
+    return [last * k // (SAMPLED_BLOCKS - 1) for k in range(SAMPLED_BLOCKS)]
