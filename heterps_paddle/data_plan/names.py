@@ -14,12 +14,15 @@ A name that is none of these (a path: a file that is not local, ``hdfs://...``) 
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 SAMPLED_PREFIX = "s-"  # the digest of sampled blocks, as opposed to an earlier version's digest of the whole file
 SAMPLE_BLOCK = 64 << 10  # bytes of a sampled block
 SAMPLED_BLOCKS = 16  # blocks a sampled digest reads: the first, the last and evenly spaced ones between
-_HEX = frozenset("0123456789abcdef")
+# the size and digest never hold ':'; the base name may (the name is split from the right)
+_NAME = re.compile(r"(.*):([0-9]+):((?:s-)?[0-9a-f]{64})", re.DOTALL)
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class ContentName(NamedTuple):
@@ -37,27 +40,16 @@ class ContentName(NamedTuple):
         return f"{self.base}:{self.size}:{self.digest}"
 
 
-def _is_sha256(text: str) -> bool:
-    return len(text) == 64 and all(c in _HEX for c in text)
-
-
 def parse(name: str) -> ContentName | None:
     """``name`` as a content name, or None when it is not one (a path)."""
-    parts = name.rsplit(":", 2)  # the base name may hold ':'; the size and digest never do
-    if len(parts) != 3:
-        return None
-    base, size, digest = parts
-    if not size.isdigit() or not size.isascii():
-        return None
-    if not (_is_sha256(digest) or (digest.startswith(SAMPLED_PREFIX) and _is_sha256(digest[len(SAMPLED_PREFIX) :]))):
-        return None
-    return ContentName(base, int(size), digest)
+    match = _NAME.fullmatch(name)
+    return None if match is None else ContentName(match[1], int(match[2]), match[3])
 
 
 def content_name(base: str, size: int, sampled_sha256: str) -> str:
     """The content name of a file of base name ``base`` and ``size`` bytes, its sampled blocks' digest
     ``sampled_sha256`` (64 hex digits)."""
-    if not _is_sha256(sampled_sha256):
+    if not _SHA256.fullmatch(sampled_sha256):
         raise ValueError(f"not a SHA-256 hex digest: {sampled_sha256!r}")
     return str(ContentName(base, size, SAMPLED_PREFIX + sampled_sha256))
 

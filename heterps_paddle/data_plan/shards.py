@@ -8,8 +8,9 @@ shard: it is counted, never handed out.
 
 Every request costs O(log n) or amortised O(1) in the pass's shards, whatever the trainers: each figure a rule
 reads (the bytes free, each trainer's bytes in hand, the paces of the trainers still in the pass) is a running
-total kept as the copies move, and the next shard comes off a heap (its trainer's own files first, by the order
-they were first offered, then every trainer's), whose entries a name no longer free leaves lazily.
+total kept as the copies move, and the next shard comes off its trainer's heap of its own files (by the order
+they were first offered; an entry of a name no longer free leaves it lazily), then off a tree of the names with a
+free copy (free_index.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import heapq
 from typing import Any, Iterator, Mapping
 
 from heterps_paddle.data_plan.bounds import MAX_SHARDS, DataPlanError
+from heterps_paddle.data_plan.free_index import FreeIndex
 from heterps_paddle.data_plan.names import size_of
 
 # The longest a call trains once paces are known: each call costs Paddle 0.1-0.3 s of its own (its trainer's end
@@ -111,7 +113,8 @@ class PassShards:
         for trainer, rate in paces.rates.items():
             self.pace_changed(trainer, None, rate)
         self._own: dict[int, list[tuple[int, str]]] = {}  # trainer -> heap of its names that may be free
-        self._pool: list[tuple[int, str]] = []  # heap of every name that may be free
+        self._free = FreeIndex()  # the indices of the names with a free copy
+        self._by_index: list[Shard] = []
         self._done_sorted: list[str] | None = None
 
     # -- the running totals -------------------------------------------------------------------------------------
@@ -130,15 +133,22 @@ class PassShards:
 
     def _queue(self, shard: Shard, trainers: Iterator[int] | list[int]) -> None:
         entry = (shard.index, shard.name)
-        heapq.heappush(self._pool, entry)
         for trainer in trainers:
             heapq.heappush(self._own.setdefault(trainer, []), entry)
+
+    def _new_shard(self, name: str) -> Shard:
+        shard = self.shards[name] = Shard(len(self.shards), name)
+        self._by_index.append(shard)
+        return shard
 
     def _change(self, shard: Shard, sign: int, was_free: int = 0) -> None:
         """Before (``sign`` -1) and after (+1) a change to ``shard``: the totals; after, a name free again queued."""
         self._count(shard, sign)
-        if sign > 0 and shard.free() > 0 and was_free == 0:
-            self._queue(shard, list(shard.paths))
+        if sign > 0:
+            free = shard.free()
+            self._free.set(shard.index, free > 0)
+            if free > 0 and was_free == 0:
+                self._queue(shard, list(shard.paths))
 
     def pace_changed(self, trainer: int, old: float | None, new: float) -> None:
         """The plan measured ``trainer``'s pace ``new`` (it was ``old``)."""
@@ -172,7 +182,7 @@ class PassShards:
                 if size_of(name) == 0:
                     self.empty[name] = None
                     continue
-                shard = self.shards[name] = Shard(len(self.shards), name)
+                shard = self._new_shard(name)
             if self.total_shards >= MAX_SHARDS:
                 raise DataPlanError(f"pass {self.number}: over {MAX_SHARDS} shards")
             was_free, new_offerer = shard.free(), trainer not in shard.paths
@@ -194,7 +204,7 @@ class PassShards:
             if shard is None:  # not offered (yet): kept, for the done list and for an offer to come
                 if size_of(name) == 0:
                     continue
-                shard = self.shards[name] = Shard(len(self.shards), name)
+                shard = self._new_shard(name)
             if count > shard.done_before:
                 self._change(shard, -1)
                 shard.done_before = count
@@ -281,19 +291,24 @@ class PassShards:
     def _next(
         self, trainer: int | None, taken: dict[str, str], put_back: list[tuple[list[tuple[int, str]], tuple[int, str]]]
     ) -> Shard | None:
-        """The next shard free for ``trainer`` (None: any trainer's), not among ``taken``, left on its heap: its own
-        files first, then every trainer's.  Entries of names no longer free leave their heap; those of names in
-        this call or unreadable to it are set aside in ``put_back``, for the heap again after the take."""
-        heaps = [self._pool] if trainer is None else [self._own.get(trainer, []), self._pool]
-        for heap in heaps:
-            while heap:
-                shard = self.shards[heap[0][1]]
-                if shard.free() == 0:
-                    heapq.heappop(heap)
-                elif shard.name in taken or (trainer is not None and trainer in shard.unreadable):
-                    put_back.append((heap, heapq.heappop(heap)))
-                else:
-                    return shard
+        """The next shard free for ``trainer`` (None: any trainer's), not among ``taken``: its own files first (off
+        its heap, whose entries of names no longer free leave it; those in this call are set aside in
+        ``put_back``, for the heap again after the take), then every trainer's by the order first offered."""
+        heap = self._own.get(trainer, []) if trainer is not None else []
+        while heap:
+            shard = self.shards[heap[0][1]]
+            if shard.free() == 0 or trainer in shard.unreadable:
+                heapq.heappop(heap)
+            elif shard.name in taken:
+                put_back.append((heap, heapq.heappop(heap)))
+            else:
+                return shard
+        index = self._free.first_from(0)
+        while index is not None:
+            shard = self._by_index[index]
+            if shard.name not in taken and (trainer is None or trainer not in shard.unreadable):
+                return shard
+            index = self._free.first_from(index + 1)
         return None
 
     def _hand(self, trainer: int, shard: Shard) -> None:
@@ -485,7 +500,7 @@ class PassShards:
             for name, count in names_held.items():
                 held[name] = held.get(name, 0) + count
         for name, copies, done, done_before, paths, unreadable in value["shards"]:
-            shard = p.shards[name] = Shard(len(p.shards), name)
+            shard = p._new_shard(name)
             shard.copies, shard.done, shard.done_before, shard.held = copies, done, done_before, held.get(name, 0)
             shard.paths = {int(t): path for t, path in paths.items()}
             shard.unreadable = list(unreadable)
@@ -495,7 +510,7 @@ class PassShards:
             p.unreadable_pairs += len(unreadable)
             if shard.free():
                 entry = (shard.index, name)
-                p._pool.append(entry)
+                p._free.set(shard.index, True)
                 for trainer in shard.paths:
                     p._own.setdefault(trainer, []).append(entry)
         for trainer, names_held in p.held_by.items():
