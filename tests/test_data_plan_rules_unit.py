@@ -3,6 +3,7 @@ never guessed nor lost, empty files are skipped, every fault is an answer, every
 done list come in pages, and the state survives its JSON request by request."""
 
 import json
+import os
 import random
 
 import pytest
@@ -289,3 +290,41 @@ def test_many_shards_and_trainers_are_each_trained_as_often_as_offered():
         offer(plan, t, mine, trainers=trainers)
     trained = sum(pull_all(plan, trainers).values(), [])
     assert len(trained) == sum(counts.values()) and {n: trained.count(n) for n in counts} == counts
+
+
+def test_plan_files_answer_as_one_plan_across_processes_and_compact(tmp_path, monkeypatch):
+    """Two processes' views of a plan kept in files (journal.py: a snapshot and a journal of requests), each
+    replaying the other's lines: they answer as one plan in memory, through compactions to a new snapshot."""
+    from heterps_paddle.data_plan import journal
+
+    monkeypatch.setattr(journal, "COMPACT_BYTES", 2000)
+    views = [journal.PlanFiles(str(tmp_path)), journal.PlanFiles(str(tmp_path))]
+    kept, held = DataPlan(), {}
+    generations = set()
+    for k, message in enumerate(_random_requests(11)):
+        t = message.get("trainer")
+        if message["do"] == "finish":
+            message["shards"] = held.get(t, [])
+        if message["do"] == "give_back":
+            message["shard"], message["unreadable"] = (held.get(t) or ["none"])[0], False
+        reply = views[k % 2].answer(message)
+        assert reply == kept.answer(message), message
+        generations.add(views[k % 2].generation)
+        if "shards" in reply and message["do"] == "take":
+            held[t] = [n for n, _ in reply["shards"]]
+        elif message["do"] in ("finish", "give_back") and "error" not in reply:
+            held[t] = [] if message["do"] == "finish" else held[t][1:]
+    assert len(generations) > 2  # compacted, and each view followed
+    fresh = journal.PlanFiles(str(tmp_path))
+    assert fresh.answer({"do": "done", "pass": 2}) == kept.answer({"do": "done", "pass": 2})
+    assert set(os.listdir(tmp_path)) == {"data-plan.json", f"data-plan.{fresh.generation}.requests"}
+
+
+def test_the_scale_bench_drives_every_simulated_trainer_to_each_pass_end_within_the_line_limit():
+    from heterps_paddle.control import MAX_LINE
+    from heterps_paddle.tools.bench import data_scale
+
+    report = data_scale.simulate(300, 7)
+    assert [p["ended"] for p in report["passes"]] == [7, 7]
+    assert report["longest_line"] < MAX_LINE and report["requests"]["take"] >= 300 // data_scale.WANT
+    assert report["files_board"]["journal"]["request_p50_ms"] > 0
