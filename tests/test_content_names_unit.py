@@ -12,9 +12,9 @@ SHA = "ab" * 32
 
 def test_one_parser_reads_sampled_and_whole_file_names_and_refuses_paths():
     sampled = names.parse(f"part:0001:12:s-{SHA}")  # a base name may hold ':'
-    assert sampled == ("part:0001", 12, f"s-{SHA}") and sampled.sampled
+    assert sampled == ("part:0001", 12, f"s-{SHA}", None, None) and sampled.sampled
     old = names.parse(f"part-1:34:{SHA}")
-    assert old == ("part-1", 34, SHA) and not old.sampled
+    assert old == ("part-1", 34, SHA, None, None) and not old.sampled
     for path in ("/data/part-1", "hdfs://c/day:1", f"x:1a:{SHA}", f"x:12:s-{SHA[:-1]}", f"x:12:S-{SHA}"):
         assert names.parse(path) is None and names.size_of(path) == 1
     assert names.size_of(f"e:0:s-{SHA}") == 0

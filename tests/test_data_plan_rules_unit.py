@@ -328,3 +328,35 @@ def test_the_scale_bench_drives_every_simulated_trainer_to_each_pass_end_within_
     assert [p["ended"] for p in report["passes"]] == [7, 7]
     assert report["longest_line"] < MAX_LINE and report["requests"]["take"] >= 300 // data_scale.WANT
     assert report["files_board"]["journal"]["request_p50_ms"] > 0
+
+
+def test_a_file_larger_than_a_range_is_cut_into_ranges_where_the_trainers_read_them_and_resumed_by_range():
+    from heterps_paddle.data_plan import names as content
+
+    big, small = name("day-1", 2 << 30), name("day-2", 1000)  # 2 GiB: eight ranges of 256 MiB
+    plan = DataPlan()
+    reply = offer(plan, 0, [big, small], trainers=1, ranges=True)
+    assert (reply["files"], reply["shards"]) == (2, 9)
+    trained = pull_all(plan, 1)[0]
+    pieces = [content.parse(n) for n in trained if n != small]
+    assert [(p.start, p.end) for p in pieces] == [(k << 28, (k + 1) << 28) for k in range(8)]
+    assert all(p.file == big and content.size_of(str(p)) == 1 << 28 for p in pieces)
+    # a resume goes by ranges: those done before are not handed out again
+    again = DataPlan()
+    offer(again, 0, [big, small], trainers=1, ranges=True, done_before=trained[:5])
+    assert sorted(pull_all(again, 1)[0]) == sorted(trained[5:])
+    # where the trainers do not read ranges (the runtime says so), a file is one shard
+    whole = DataPlan()
+    assert offer(whole, 0, [big], trainers=1)["shards"] == 1
+
+
+def test_range_names_parse_within_their_file_only():
+    from heterps_paddle.data_plan import names as content
+
+    file = name("f", 100)
+    assert content.parse(f"{file}@10-60") == ("f", 100, f"s-{DIGEST}", 10, 60)
+    assert content.size_of(f"{file}@10-60") == 50 and content.size_of(file) == 100
+    for bad in (f"{file}@60-10", f"{file}@0-101", f"{file}@5-5"):
+        assert content.parse(bad) is None
+    assert content.ranges(file, 40) == [f"{file}@0-40", f"{file}@40-80", f"{file}@80-100"]
+    assert content.ranges(file, 100) == [file] and content.ranges("/a/path", 1) == ["/a/path"]

@@ -255,7 +255,7 @@ def test_a_pass_keeps_the_scripts_split_where_it_cannot_be_pulled_and_says_why()
 
 
 class PlanBoard:
-    """The data plan as the coordinator serves it, in this process (data_plan.py)."""
+    """The data plan as the coordinator serves it, in this process (data_plan/)."""
 
     def __init__(self):
         self.plan = DataPlan()

@@ -9,7 +9,10 @@ inside a pass records the shards done by it.  The digest is one of:
 - ``<sha256 hex>``: of the whole file, as an earlier version named files.  Still read (a checkpoint naming files so
   resumes): such a name never equals a sampled one, so the files it names are trained again, once.
 
-A name that is none of these (a path: a file that is not local, ``hdfs://...``) is a shard of unknown bytes, 1.
+A shard may be a byte range of a large file: ``<content name>@<start>-<end>``, the lines that begin in
+``[start, end)`` (a line begins at 0 or after a newline; the runtime's range reader finds them), of ``end - start``
+bytes.  A name that is none of these (a path: a file that is not local, ``hdfs://...``) is a shard of unknown
+bytes, 1.
 """
 
 from __future__ import annotations
@@ -21,29 +24,58 @@ SAMPLED_PREFIX = "s-"  # the digest of sampled blocks, as opposed to an earlier 
 SAMPLE_BLOCK = 64 << 10  # bytes of a sampled block
 SAMPLED_BLOCKS = 16  # blocks a sampled digest reads: the first, the last and evenly spaced ones between
 # the size and digest never hold ':'; the base name may (the name is split from the right)
-_NAME = re.compile(r"(.*):([0-9]+):((?:s-)?[0-9a-f]{64})", re.DOTALL)
+_NAME = re.compile(r"(.*):([0-9]+):((?:s-)?[0-9a-f]{64})(?:@([0-9]+)-([0-9]+))?", re.DOTALL)
+RANGE_BYTES = 256 << 20  # a file larger than this is cut into ranges of it, where the trainers read ranges
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class ContentName(NamedTuple):
-    """A parsed content name: the file's base name, its bytes, and the digest (with its prefix, as written)."""
+    """A parsed content name: the file's base name, its bytes, the digest (with its prefix, as written), and the
+    byte range ``[start, end)`` of the file when it names a range of it (None: the whole file)."""
 
     base: str
     size: int
     digest: str
+    start: int | None = None
+    end: int | None = None
 
     @property
     def sampled(self) -> bool:
         return self.digest.startswith(SAMPLED_PREFIX)
 
-    def __str__(self) -> str:
+    @property
+    def file(self) -> str:
+        """The whole file's name."""
         return f"{self.base}:{self.size}:{self.digest}"
+
+    @property
+    def shard_bytes(self) -> int:
+        """The shard's bytes: the range's, else the file's."""
+        return self.size if self.start is None or self.end is None else self.end - self.start
+
+    def __str__(self) -> str:
+        return self.file if self.start is None else f"{self.file}@{self.start}-{self.end}"
 
 
 def parse(name: str) -> ContentName | None:
-    """``name`` as a content name, or None when it is not one (a path)."""
+    """``name`` as a content name (of a file or of a byte range of it), or None when it is not one (a path, or a
+    range outside its file)."""
     match = _NAME.fullmatch(name)
-    return None if match is None else ContentName(match[1], int(match[2]), match[3])
+    if match is None:
+        return None
+    if match[4] is None:
+        return ContentName(match[1], int(match[2]), match[3])
+    size, start, end = int(match[2]), int(match[4]), int(match[5])
+    return ContentName(match[1], size, match[3], start, end) if start < end <= size else None
+
+
+def ranges(name: str, range_bytes: int = RANGE_BYTES) -> list[str]:
+    """The shards of the file ``name``: itself when it is at most ``range_bytes`` (or no content name, or a range
+    already), else its ranges of ``range_bytes`` (the last one shorter), in order."""
+    parsed = parse(name)
+    if parsed is None or parsed.start is not None or parsed.size <= range_bytes:
+        return [name]
+    return [f"{name}@{s}-{min(s + range_bytes, parsed.size)}" for s in range(0, parsed.size, range_bytes)]
 
 
 def content_name(base: str, size: int, sampled_sha256: str) -> str:
@@ -63,7 +95,7 @@ def size_of(name: str) -> int:
     """A shard's bytes, from its content name; 1 for a name by path (a file that is not local: all such shards
     count alike)."""
     parsed = parse(name)
-    return 1 if parsed is None else parsed.size
+    return 1 if parsed is None else parsed.shard_bytes
 
 
 def sample_offsets(size: int) -> list[int]:

@@ -6,7 +6,8 @@ an exception out of :meth:`DataPlan.answer` (the coordinator would drop the trai
 The requests (docs/data-plan.md describes the rules):
 
 - ``offer`` ``trainers``, ``files`` (``[name, path]`` pairs), ``done_before`` (the copies a checkpoint the round
-  resumed from holds, a name once a copy), ``held_before``; paged with ``page`` (from 0) of ``pages`` (1 when
+  resumed from holds, a name once a copy), ``held_before``, ``ranges`` (true: the trainer reads byte ranges of a
+  file, and a file over names.RANGE_BYTES is its ranges, each a shard); paged with ``page`` (from 0) of ``pages`` (1 when
   absent): pages are appended as they come, the offer complete with the last.  The reply carries the pass's figures
   (files, shards, files more than one trainer offered, empty files skipped, trainers that offered).
 - ``take`` ``want`` (the trainer's reader threads): ``shards``, ``wait``, ``meet`` or ``end``.  ``least`` (an
@@ -156,7 +157,10 @@ class DataPlan:
         for name in resumed:
             counted[name] = record.done_before[name] = record.done_before.get(name, 0) + 1
         shards.add_done_before(counted)
-        shards.add_files(trainer, files)
+        cut = message.get("ranges", False)
+        if not isinstance(cut, bool):
+            raise DataPlanError(f"data plan: malformed request: 'ranges' is {cut!r}, not a boolean")
+        shards.add_files(trainer, files, cut)
         # a pass resumed inside: a checkpoint inside it is named after the one resumed from (K of S grows)
         shards.held_at = max(shards.held_at, held_before)
         if record.complete:

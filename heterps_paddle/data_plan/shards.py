@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping
 
 from heterps_paddle.data_plan.bounds import MAX_SHARDS, DataPlanError
 from heterps_paddle.data_plan.free_index import FreeIndex
-from heterps_paddle.data_plan.names import size_of
+from heterps_paddle.data_plan.names import parse, ranges, size_of
 
 # The longest a call trains once paces are known: each call costs Paddle 0.1-0.3 s of its own (its trainer's end
 # flushes the parameter-server client, which sleeps 100 ms first: docs/data-plan.md), 1-3% of a call of 10 s.
@@ -42,12 +42,14 @@ class Shard:
     """One content name of a pass: ``copies`` offered, ``done`` this round, ``done_before`` by the checkpoint the
     round resumed from, ``held`` in trainers' hands; ``paths``: where each trainer that offered it sees it."""
 
-    __slots__ = ("index", "name", "size", "paths", "copies", "done", "done_before", "held", "unreadable")
+    __slots__ = ("index", "name", "size", "first", "paths", "copies", "done", "done_before", "held", "unreadable")
 
     def __init__(self, index: int, name: str) -> None:
         self.index = index
         self.name = name
-        self.size = size_of(name)
+        parsed = parse(name)
+        self.size = 1 if parsed is None else parsed.shard_bytes
+        self.first = parsed is None or not parsed.start  # a whole file, or its first range (a file, counted once)
         self.paths: dict[int, str] = {}
         self.copies = 0
         self.done = 0
@@ -174,9 +176,12 @@ class PassShards:
     def opened(self) -> bool:
         return len(self.offered) == self.trainers
 
-    def add_files(self, trainer: int, files: list[tuple[str, str]]) -> None:
-        """Trainer ``trainer``'s files (a page of its offer): a copy of each name each time it lists it."""
-        for name, path in files:
+    def add_files(self, trainer: int, files: list[tuple[str, str]], cut: bool = False) -> None:
+        """Trainer ``trainer``'s files (a page of its offer): a copy of each name each time it lists it; ``cut``
+        (the trainer reads byte ranges): a file over :data:`~heterps_paddle.data_plan.names.RANGE_BYTES` is its
+        ranges, a copy of each."""
+        pieces = [(piece, path) for name, path in files for piece in ranges(name)] if cut else files
+        for name, path in pieces:
             shard = self.shards.get(name)
             if shard is None:
                 if size_of(name) == 0:
@@ -187,7 +192,7 @@ class PassShards:
                 raise DataPlanError(f"pass {self.number}: over {MAX_SHARDS} shards")
             was_free, new_offerer = shard.free(), trainer not in shard.paths
             self._change(shard, -1)
-            if not shard.copies:
+            if not shard.copies and shard.first:
                 self.files += 1
             shard.copies += 1
             shard.paths.setdefault(trainer, path)
@@ -505,7 +510,7 @@ class PassShards:
             shard.paths = {int(t): path for t, path in paths.items()}
             shard.unreadable = list(unreadable)
             p._count(shard, +1)
-            p.files += 1 if copies else 0
+            p.files += 1 if copies and shard.first else 0
             p.done_shards += done
             p.unreadable_pairs += len(unreadable)
             if shard.free():
