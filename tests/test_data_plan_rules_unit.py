@@ -189,8 +189,8 @@ def test_every_count_size_and_pass_number_is_bounded_and_named(message, error):
 def test_shards_over_the_bound_are_refused(monkeypatch):
     monkeypatch.setattr(shards, "MAX_SHARDS", 3)
     plan = DataPlan()
-    offer(plan, 0, ["a", "b"])
-    refused = plan.answer({"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "files": [["c", "/c"], ["d", "/d"]]})
+    offer(plan, 0, ["a", "a"])
+    refused = plan.answer({"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "files": [["a", "/a"], ["b", "/b"]]})
     assert "pass 1: over 3 shards" in refused["error"]
 
 
@@ -360,3 +360,13 @@ def test_range_names_parse_within_their_file_only():
         assert content.parse(bad) is None
     assert content.ranges(file, 40) == [f"{file}@0-40", f"{file}@40-80", f"{file}@80-100"]
     assert content.ranges(file, 100) == [file] and content.ranges("/a/path", 1) == ["/a/path"]
+
+
+def test_names_said_done_and_empty_files_are_bounded_too(monkeypatch):
+    monkeypatch.setattr(shards, "MAX_SHARDS", 2)
+    plan = DataPlan()
+    refused = plan.answer({"do": "offer", "pass": 1, "trainers": 1, "trainer": 0, "done_before": ["a", "b", "c"]})
+    assert "over 2 names" in refused["error"]
+    empty = [[name(f"e{k}", 0), f"/e{k}"] for k in range(3)]
+    refused = DataPlan().answer({"do": "offer", "pass": 1, "trainers": 1, "trainer": 0, "files": empty})
+    assert "over 2 empty files" in refused["error"]

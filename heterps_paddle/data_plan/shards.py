@@ -139,6 +139,8 @@ class PassShards:
             heapq.heappush(self._own.setdefault(trainer, []), entry)
 
     def _new_shard(self, name: str) -> Shard:
+        if len(self.shards) >= MAX_SHARDS:
+            raise DataPlanError(f"pass {self.number}: over {MAX_SHARDS} names")
         shard = self.shards[name] = Shard(len(self.shards), name)
         self._by_index.append(shard)
         return shard
@@ -185,6 +187,8 @@ class PassShards:
             shard = self.shards.get(name)
             if shard is None:
                 if size_of(name) == 0:
+                    if len(self.empty) >= MAX_SHARDS:
+                        raise DataPlanError(f"pass {self.number}: over {MAX_SHARDS} empty files")
                     self.empty[name] = None
                     continue
                 shard = self._new_shard(name)
