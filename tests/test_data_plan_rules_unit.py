@@ -2,6 +2,7 @@
 never guessed nor lost, empty files are skipped, every fault is an answer, every request is bounded, offers and the
 done list come in pages, and the state survives its JSON request by request."""
 
+import collections
 import json
 import os
 import random
@@ -289,7 +290,7 @@ def test_many_shards_and_trainers_are_each_trained_as_often_as_offered():
             counts[n] = counts.get(n, 0) + 1
         offer(plan, t, mine, trainers=trainers)
     trained = sum(pull_all(plan, trainers).values(), [])
-    assert len(trained) == sum(counts.values()) and {n: trained.count(n) for n in counts} == counts
+    assert collections.Counter(trained) == counts
 
 
 def test_plan_files_answer_as_one_plan_across_processes_and_compact(tmp_path, monkeypatch):
@@ -323,7 +324,9 @@ def test_plan_files_answer_as_one_plan_across_processes_and_compact(tmp_path, mo
 def test_the_scale_bench_drives_every_simulated_trainer_to_each_pass_end_within_the_line_limit():
     from heterps_paddle.control import MAX_LINE
     from heterps_paddle.tools.bench import data_scale
+    from heterps_paddle.tools.cli import build_parser
 
+    assert build_parser().parse_args(["bench", "data", "--scale", "--json"]).scale is True
     report = data_scale.simulate(300, 7)
     assert [p["ended"] for p in report["passes"]] == [7, 7]
     assert report["longest_line"] < MAX_LINE and report["requests"]["take"] >= 300 // data_scale.WANT
