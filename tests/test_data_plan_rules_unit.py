@@ -322,11 +322,14 @@ def test_plan_files_answer_as_one_plan_across_processes_and_compact(tmp_path, mo
 
 
 def test_the_scale_bench_drives_every_simulated_trainer_to_each_pass_end_within_the_line_limit():
-    from heterps_paddle.control import MAX_LINE
-    from heterps_paddle.tools.bench import data_scale
-    from heterps_paddle.tools.cli import build_parser
+    import argparse
 
-    assert build_parser().parse_args(["bench", "data", "--scale", "--json"]).scale is True
+    from heterps_paddle.control import MAX_LINE
+    from heterps_paddle.tools.bench import data, data_scale
+
+    parser = argparse.ArgumentParser()
+    data.add_arguments(parser)
+    assert parser.parse_args(["--scale", "--json"]).scale is True
     report = data_scale.simulate(300, 7)
     assert [p["ended"] for p in report["passes"]] == [7, 7]
     assert report["longest_line"] < MAX_LINE and report["requests"]["take"] >= 300 // data_scale.WANT
