@@ -376,3 +376,17 @@ def test_names_said_done_and_empty_files_are_bounded_too(monkeypatch):
     empty = [[name(f"e{k}", 0), f"/e{k}"] for k in range(3)]
     refused = DataPlan().answer({"do": "offer", "pass": 1, "trainers": 1, "trainer": 0, "files": empty})
     assert "over 2 empty files" in refused["error"]
+
+
+def test_a_file_every_one_of_many_trainers_offered_is_handed_out_as_often_without_a_push_to_each_ones_heap():
+    """Each trainer offers the file after the others took every copy so far: each copy comes free with its offer,
+    and goes on the offering trainer's own heap only, past a few offerers (else a thousand pushes a copy)."""
+    trainers = 3 * shards.QUEUED_OFFERERS
+    plan = DataPlan()
+    for t in range(trainers):
+        offer(plan, t, ["f", f"own-{t}"], trainers=trainers)
+        assert ask(plan, do="take", trainer=t, want=2)["shards"] == [["f", f"/h{t}/f"], [f"own-{t}", f"/h{t}/own-{t}"]]
+    assert max(len(heap) for heap in plan.passes[1]._own.values()) <= shards.QUEUED_OFFERERS + 2
+    for t in range(trainers):
+        ask(plan, do="finish", trainer=t, shards=["f", f"own-{t}"])
+    assert ask(plan, do="done")["done"].count("f") == trainers

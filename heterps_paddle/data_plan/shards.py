@@ -16,7 +16,7 @@ free copy (free_index.py).
 from __future__ import annotations
 
 import heapq
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from heterps_paddle.data_plan.bounds import MAX_SHARDS, DataPlanError
 from heterps_paddle.data_plan.free_index import FreeIndex
@@ -25,6 +25,7 @@ from heterps_paddle.data_plan.names import parse, ranges, size_of
 # The longest a call trains once paces are known: each call costs Paddle 0.1-0.3 s of its own (its trainer's end
 # flushes the parameter-server client, which sleeps 100 ms first: docs/data-plan.md), 1-3% of a call of 10 s.
 CALL_S = 10.0
+QUEUED_OFFERERS = 16  # a name free again goes back on its offerers' own heaps where it has at most this many
 
 
 class Paces:
@@ -133,9 +134,14 @@ class PassShards:
             only = next(iter(shard.paths))
             self.sole_unfinished[only] = self.sole_unfinished.get(only, 0) + sign
 
-    def _queue(self, shard: Shard, trainers: Iterator[int] | list[int]) -> None:
+    def _queue(self, shard: Shard) -> None:
+        """A name free again on its offerers' own heaps: where it has few (a file every one of a thousand trainers
+        offered would cost a thousand pushes each time a copy came free), it stays in the tree of free names
+        alone, which hands it out in the same order and at the trainer's own path."""
+        if len(shard.paths) > QUEUED_OFFERERS:
+            return
         entry = (shard.index, shard.name)
-        for trainer in trainers:
+        for trainer in shard.paths:
             heapq.heappush(self._own.setdefault(trainer, []), entry)
 
     def _new_shard(self, name: str) -> Shard:
@@ -152,7 +158,7 @@ class PassShards:
             free = shard.free()
             self._free.set(shard.index, free > 0)
             if free > 0 and was_free == 0:
-                self._queue(shard, list(shard.paths))
+                self._queue(shard)
 
     def pace_changed(self, trainer: int, old: float | None, new: float) -> None:
         """The plan measured ``trainer``'s pace ``new`` (it was ``old``)."""
@@ -201,7 +207,7 @@ class PassShards:
             shard.copies += 1
             shard.paths.setdefault(trainer, path)
             self._change(shard, +1, was_free)
-            if new_offerer and shard.free() > 0 and was_free > 0:
+            if new_offerer and shard.free() > 0 and (was_free > 0 or len(shard.paths) > QUEUED_OFFERERS):
                 heapq.heappush(self._own.setdefault(trainer, []), (shard.index, name))
         self._done_sorted = None
 
