@@ -1,6 +1,6 @@
-"""The job's data plan (heterps_paddle/data_plan.py): the union of the trainers' files by content, shards handed
-out as trainers ask, a checkpoint inside a pass at a shard boundary, and both places it is kept (the coordinator's
-board, a files board under a lock)."""
+"""The job's data plan (heterps_paddle/data_plan/): the multiset of the trainers' offers, shards handed out as
+trainers ask, a checkpoint inside a pass at a shard boundary, and both places it is kept (the coordinator's board, a
+files board under a lock).  The rules of paces, empty files, bounds and pages: tests/test_data_plan_rules_unit.py."""
 
 import json
 import multiprocessing
@@ -27,19 +27,23 @@ def files(prefix, names):
     return [[name, f"/{prefix}/{name}"] for name in names]
 
 
-def test_a_pass_starts_at_the_first_offer_and_ends_once_every_trainer_offered_with_the_union_by_content():
+def test_a_pass_starts_at_the_first_offer_and_ends_once_every_trainer_offered_with_the_multiset_of_offers():
+    """A file two trainers offered is two shards (as plain Paddle trains a file two trainers were given twice)."""
     plan = DataPlan()
     offer(plan, 1, 0, files("a", ["f1", "f2"]))
     assert ask(plan, do="take", trainer=0, want=3) == {"shards": [["f1", "/a/f1"], ["f2", "/a/f2"]]}
     ask(plan, do="finish", trainer=0, shards=["f1", "f2"])
     assert "1 trainer(s) to offer their files" in ask(plan, do="take", trainer=0)["wait"]  # not its end yet
-    # trainer 1 sees f2 (trained already) and f3 under its own path: one shard more
-    assert offer(plan, 1, 1, files("b", ["f2", "f3"]))["shards"] == 3
-    assert ask(plan, do="take", trainer=1) == {"shards": [["f3", "/b/f3"]]}
+    # trainer 1 offers f2 (a copy: trained again, by whoever is free) and f3, under its own paths
+    reply = offer(plan, 1, 1, files("b", ["f2", "f3"]))
+    assert (reply["files"], reply["shards"], reply["shared_files"], reply["offered"]) == (3, 4, 1, 2)
+    assert ask(plan, do="take", trainer=1) == {"shards": [["f2", "/b/f2"]]}
+    assert ask(plan, do="take", trainer=0) == {"shards": [["f3", "/b/f3"]]}
+    ask(plan, do="finish", trainer=0, shards=["f3"])
     assert ask(plan, do="take", trainer=0) == {"end": 1}
-    ask(plan, do="finish", trainer=1, shards=["f3"])
+    ask(plan, do="finish", trainer=1, shards=["f2"])
     assert ask(plan, do="take", trainer=1) == {"end": 1}
-    assert ask(plan, do="done")["done"] == ["f1", "f2", "f3"]
+    assert ask(plan, do="done")["done"] == ["f1", "f2", "f2", "f3"]
 
 
 def test_a_fast_trainer_takes_more_and_each_shard_is_trained_once():
@@ -129,6 +133,8 @@ def test_no_checkpoint_inside_a_pass_a_trainer_ended():
     offer(plan, 1, 0, files("a", ["f1"]))
     offer(plan, 1, 1, files("a", ["f1", "f2", "f3"]))
     ask(plan, do="take", trainer=1, want=3)
+    assert ask(plan, do="take", trainer=0) == {"shards": [["f1", "/a/f1"]]}  # f1's second copy
+    ask(plan, do="finish", trainer=0, shards=["f1"])
     assert ask(plan, do="take", trainer=0) == {"end": 1}
     assert ask(plan, do="hold", trainer=1, ask="x")["refused"].startswith("a trainer ended the pass")
 
@@ -180,7 +186,7 @@ def test_the_coordinators_board_answers_the_round_and_refuses_another_rounds_pro
     reply = board.answer(
         {"op": "shards", "do": "offer", "pass": 1, "trainers": 1, "trainer": 0, "files": [["n", "/p"]], "launch": "L1"}
     )
-    assert reply == {"ok": True, "shards": 1}
+    assert reply["ok"] is True and reply["shards"] == 1
     refused = board.answer({"op": "shards", "do": "take", "pass": 1, "trainer": 0, "launch": "L0"})
     assert "another round" in refused["error"]
     assert board.answer({"op": "shards", "do": "take", "pass": 1, "trainer": 0, "launch": "L1"}) == {
@@ -215,7 +221,8 @@ def test_a_files_board_hands_each_shard_to_one_of_two_processes(tmp_path):
     got = [out.get(timeout=120), out.get(timeout=120)]
     for p in procs:
         p.join(60)
-    assert sorted(got[0] + got[1]) == [f"f{k:03d}" for k in range(60)]
+    # each offered all 60: 120 shards, each name trained twice, by whoever was free
+    assert sorted(got[0] + got[1]) == sorted([f"f{k:03d}" for k in range(60)] * 2)
     with pytest.raises(rendezvous.RendezvousError, match="pass 9 was not offered"):
         rendezvous.FileBoard(str(tmp_path)).shards({"do": "take", "pass": 9, "trainer": 0})
 
@@ -227,7 +234,7 @@ def test_a_slow_trainer_takes_no_shard_it_would_still_train_when_the_others_have
     names = [f"f{k:02d}:100:{digest}" for k in range(14)]
     plan = DataPlan()
     offer(plan, 1, 0, files("a", names))
-    offer(plan, 1, 1, files("a", names))
+    offer(plan, 1, 1, [])
     (fast,) = ask(plan, do="take", trainer=0, now=0.0)["shards"]
     (slow,) = ask(plan, do="take", trainer=1, now=0.0)["shards"]
     ask(plan, do="finish", trainer=0, shards=[fast[0]], now=1.0)  # 100 bytes/s
@@ -238,11 +245,10 @@ def test_a_slow_trainer_takes_no_shard_it_would_still_train_when_the_others_have
         ((name, _),) = ask(plan, do="take", trainer=0, now=now - 1.0)["shards"]
         ask(plan, do="finish", trainer=0, shards=[name], now=now)
     # now 8 left (the slow one's in hand too, for the fast one's count: 9 x 100 bytes / 100 a second = 9 s) ...
-    assert plan.passes[1].rates == {0: 100.0, 1: 10.0}
-    left = [n for n in names if plan.passes[1]._free(n)]
-    assert len(left) == 8
+    assert plan.paces.rates == {0: 100.0, 1: 10.0}
+    assert plan.passes[1].free_shards == 8
     # ... the slow one asking next (its shard in hand done) would need 10 s for one, the fast one 8 s for all: end
-    held = [n for n, who in plan.passes[1].doing.items() if who == 1]
+    held = list(plan.passes[1].held_by[1])
     ask(plan, do="finish", trainer=1, shards=held, now=20.0)
     assert ask(plan, do="take", trainer=1, now=20.0) == {"end": 1}
     taken = 0
@@ -255,14 +261,14 @@ def test_a_slow_trainer_takes_no_shard_it_would_still_train_when_the_others_have
 def test_each_trainers_pace_goes_on_into_the_next_pass():
     digest = "0" * 64
     plan = DataPlan()
-    for trainer in (0, 1):
-        offer(plan, 1, trainer, files("a", [f"f{k}:100:{digest}" for k in range(4)]))
+    offer(plan, 1, 0, files("a", [f"f{k}:100:{digest}" for k in range(4)]))
+    offer(plan, 1, 1, [])
     for trainer, seconds in ((0, 1.0), (1, 10.0)):
         ((name, _),) = ask(plan, do="take", trainer=trainer, now=0.0)["shards"]
         ask(plan, do="finish", trainer=trainer, shards=[name], now=seconds)
     offer(plan, 2, 0, files("a", [f"g{k}:100:{digest}" for k in range(3)]))
     offer(plan, 2, 1, [])
-    assert plan.passes[2].rates == {0: 100.0, 1: 10.0}
+    assert plan.paces.rates == {0: 100.0, 1: 10.0}
     # the slow one's first shard of pass 2 would take it 10 s, the fast one 3 s for all: it takes none
     assert ask(plan, do="take", trainer=1, **{"pass": 2}) == {"end": 2}
 
@@ -275,12 +281,10 @@ def test_small_shards_are_handed_out_by_the_call_of_ten_seconds_but_the_tail_one
     plan = DataPlan()
     offer(plan, 1, 0, files("a", names))
     offer(plan, 1, 1, [])
-    assert len(ask(plan, do="take", trainer=0, now=0.0)["shards"]) == 1  # no pace known yet
-    (first,) = plan.passes[1].doing
-    ask(plan, do="finish", trainer=0, shards=[first], now=1.0)
-    assert len(ask(plan, do="take", trainer=1, now=0.0)["shards"]) == 1
-    (second,) = [n for n, who in plan.passes[1].doing.items() if who == 1]
-    ask(plan, do="finish", trainer=1, shards=[second], now=1.0)
+    (first,) = ask(plan, do="take", trainer=0, now=0.0)["shards"]  # no pace known yet: one
+    ask(plan, do="finish", trainer=0, shards=[first[0]], now=1.0)
+    (second,) = ask(plan, do="take", trainer=1, now=0.0)["shards"]
+    ask(plan, do="finish", trainer=1, shards=[second[0]], now=1.0)
     calls = []
     while True:
         reply = ask(plan, do="take", trainer=0, now=10.0)
@@ -319,7 +323,7 @@ def test_the_coordinators_board_hands_each_shard_to_one_of_many_threads():
     for thread in threads:
         thread.join(60)
     everything = [n for shards in taken.values() for n in shards]
-    assert sorted(everything) == names
+    assert sorted(everything) == sorted(names * 8)  # every trainer offered every file: 8 copies of each
 
 
 def test_a_checkpoint_inside_a_resumed_pass_counts_only_this_rounds_shards_and_follows_the_one_resumed_from():
@@ -340,13 +344,10 @@ def test_a_checkpoint_inside_a_resumed_pass_counts_only_this_rounds_shards_and_f
     assert ask(plan2, do="hold", trainer=0, ask="x") == {"held": 2}  # "a" and "b", of the pass's 3: 0 < K < S
 
 
-def test_a_call_takes_shards_enough_for_the_scripts_progress_lines():
-    """Paddle prints a call's progress every print_period batches of that call: the trainer asks for the bytes of
-    that many batches at least, where the pass has them."""
+def test_a_call_is_no_larger_for_the_scripts_progress_lines():
+    """``least`` (an earlier version's least bytes of a call, the script's print_period of batches) is accepted and
+    not used: a trainer whose pace is unknown takes one shard a reader thread."""
     digest = "0" * 64
     plan = DataPlan()
     offer(plan, 1, 0, files("a", [f"f{k}:100:{digest}" for k in range(5)]), trainers=1)
-    (taken,) = [ask(plan, do="take", trainer=0, least=250)["shards"]]
-    assert len(taken) == 3
-    ask(plan, do="finish", trainer=0, shards=[n for n, _ in taken])
-    assert len(ask(plan, do="take", trainer=0, least=0)["shards"]) == 1
+    assert len(ask(plan, do="take", trainer=0, least=250)["shards"]) == 1

@@ -255,7 +255,7 @@ def test_a_pass_keeps_the_scripts_split_where_it_cannot_be_pulled_and_says_why()
 
 
 class PlanBoard:
-    """The data plan as the coordinator serves it, in this process (data_plan.py)."""
+    """The data plan as the coordinator serves it, in this process (data_plan/)."""
 
     def __init__(self):
         self.plan = DataPlan()
@@ -270,9 +270,10 @@ class PlanBoard:
         return reply
 
 
-def pulled_pass(monkeypatch, tmp_path, choice, files, peer=None, on_meet=None):
-    """One pass of trainer 0 of two through PassCheckpoints.run_pass and its hook, on a data plan both offered
-    ``files`` to (``peer(board)`` acts as trainer 1 first): the files each train_from_dataset ran, the points the
+def pulled_pass(monkeypatch, tmp_path, choice, files, peer=None, on_meet=None, peer_files=()):
+    """One pass of trainer 0 of two through PassCheckpoints.run_pass and its hook, its script's files ``files``, on a
+    data plan trainer 1 offered ``peer_files`` to (a pass is the multiset of the offers: a file both offered would be
+    two shards; ``peer(board)`` acts as trainer 1 first): the files each train_from_dataset ran, the points the
     trainers met at with the shards done there, the list the hooks' ends saw and the script's list after."""
     from heterps_paddle.runtime import launch_checkpoints, pulled_pass, seam
     from heterps_paddle.runtime.file_identity import name_of
@@ -284,7 +285,7 @@ def pulled_pass(monkeypatch, tmp_path, choice, files, peer=None, on_meet=None):
     passes.pulling, passes.puller = True, pulled_pass.Puller(board, 2, 0)
     resumed = sorted(passes.done_before(files)) if choice.at.slice else []  # trainer 1's, as trainer 0's
     offer = {"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "done_before": resumed}
-    board.shards({**offer, "files": [[name_of(f), f] for f in files]})
+    board.shards({**offer, "files": [[name_of(f), f] for f in peer_files]})
     board.first_take = peer
     met = []
 
@@ -318,14 +319,16 @@ def test_a_pass_is_pulled_shard_by_shard_with_a_checkpoint_between_two_when_aske
     files = data_files(tmp_path / "data", 6)
     choice = cc.Choice(str(tmp_path), None, cc.Progress(0))
     taken = {}
+    # trainer 1's script gave it part-0, trainer 0's the rest
+    mine, peers = files[1:], files[:1]
 
     def peer_takes_one(board):  # trainer 1 holds part-0 while trainer 0 trains the rest
         taken["shard"] = board.shards({"do": "take", "pass": 1, "trainer": 1})["shards"][0][0]
 
-    ran, met, seen, after = pulled_pass(monkeypatch, tmp_path, choice, files, peer_takes_one)
+    ran, met, seen, after = pulled_pass(monkeypatch, tmp_path, choice, mine, peer_takes_one, peer_files=peers)
     assert ran == [[f] for f in files[1:]] and taken["shard"] == name_of(files[0])
     assert met == [(cc.Progress(1), [])]  # the pass's end only: nothing asked
-    assert seen == files[1:] and after == files  # the hooks' ends count the files trained here; the script's list kept
+    assert seen == files[1:] and after == mine  # the hooks' ends count the files trained here; the script's list kept
 
     # a leave asks for a checkpoint while trainer 1 holds a shard: the trainers meet once both hold none, at K of
     # the pass's 6 shards, K the shards done or in hand at the ask; then the pass goes on
@@ -342,7 +345,7 @@ def test_a_pass_is_pulled_shard_by_shard_with_a_checkpoint_between_two_when_aske
         assert "meet" in board.shards({"do": "take", "pass": 1, "trainer": 1})
         os.remove(os.path.join(sync, cc.ASKED))
 
-    ran, met, _, _ = pulled_pass(monkeypatch, tmp_path, choice, files, peer_asks, peer_meets)
+    ran, met, _, _ = pulled_pass(monkeypatch, tmp_path, choice, mine, peer_asks, peer_meets, peer_files=peers)
     # trainer 0 trained part-1 when it read the ask, trainer 1 held part-0: both done at the meeting
     assert met[0] == (cc.Progress(0, 2, 6), sorted(name_of(f) for f in files[:2])) and met[-1] == (cc.Progress(1), [])
     assert ran == [[f] for f in files[1:]]
@@ -424,7 +427,7 @@ def test_a_shard_at_another_trainers_path_is_trained_only_where_that_path_holds_
         1, seam.DatasetCall(None, FakeProgram(), dataset, None, {}), lambda c: ran.append(list(c.dataset.filelist))
     )
     assert ran == [[here[1]]] and trained.paths == (here[1],)  # its own file; the other given back, untrained
-    assert board.plan.passes[1].unreadable == {name_of(there): [0]}
+    assert board.plan.passes[1].shards[name_of(there)].unreadable == [0]
 
 
 def test_a_call_is_to_train_the_batches_of_the_scripts_print_period(tmp_path):

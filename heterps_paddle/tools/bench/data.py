@@ -161,11 +161,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per job (default 900)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (kept anyway on a failure)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="instead: the data plan alone at 1k-100k shards and 10-1,000 simulated trainers (tools/bench/data_scale.py)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from heterps_paddle.data.generator import generate
-    from heterps_paddle.tools.bench import adapt
+    from heterps_paddle.tools.bench import adapt, data_scale
+
+    if args.scale:
+        return data_scale.run(args)
 
     if args.passes < 1 or args.rows < 160 or args.batch < 1:
         raise HeterPSError("bench data: --passes must be >= 1, --rows >= 160, --batch >= 1")
