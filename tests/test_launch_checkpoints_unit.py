@@ -427,13 +427,104 @@ def test_a_shard_at_another_trainers_path_is_trained_only_where_that_path_holds_
     assert board.plan.passes[1].unreadable == {name_of(there): [0]}
 
 
-def test_a_call_is_to_train_the_batches_of_the_scripts_print_period(tmp_path):
+def test_every_call_keeps_the_scripts_reader_threads_and_one_of_only_empty_files_is_not_run(tmp_path):
+    """Paddle lowers a dataset's thread_num to the files of a call, and a heterogeneous pipeline's kept trainer
+    instance refuses another count (issue 60): a call of fewer files than threads is padded with an empty file."""
     from heterps_paddle.runtime import pulled_pass, seam
 
-    files = data_files(tmp_path / "data", 2)  # part-0: 1 line of 6 bytes
+    files = data_files(tmp_path / "data", 4)
+    board = PlanBoard()
+    board.shards({"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "files": []})
     dataset = FakeDataset(files)
-    dataset.proto_desc = type("Desc", (), {"batch_size": 32})()
-    call = seam.DatasetCall(None, FakeProgram(), dataset, None, {"fetch_list": ["loss"], "print_period": 10})
-    assert pulled_pass.progress_bytes(call, files) == 10 * 32 * 6
-    quiet = seam.DatasetCall(None, FakeProgram(), dataset, None, {"print_period": 10})
-    assert pulled_pass.progress_bytes(quiet, files) == 0  # nothing fetched, nothing printed
+    dataset.thread_num = 3
+    ran = []
+    _, trained = pulled_pass.Puller(board, 2, 0).run_pass(
+        1,
+        seam.DatasetCall(None, FakeProgram(), dataset, None, {}),
+        lambda c: ran.append((list(c.dataset.filelist), c.dataset.thread_num)),
+    )
+    assert all(len(listed) == 3 and threads == 3 for listed, threads in ran), ran
+    real = [f for listed, _ in ran for f in listed if f in files]
+    pads = {f for listed, _ in ran for f in listed if f not in files}
+    assert sorted(real) == files and sorted(trained.paths) == files and dataset.thread_num == 3
+    assert len(pads) == 1 and os.path.getsize(pads.pop()) == 0  # one empty file of this process's pads them
+
+    # a call handed only empty files (Spark's empty part files) trains nothing: Paddle is not called
+    empty = [str(tmp_path / f"empty-{k}") for k in range(2)]
+    for path in empty:
+        open(path, "w").close()
+    board = PlanBoard()
+    board.shards({"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "files": []})
+    ran.clear()
+    _, trained = pulled_pass.Puller(board, 2, 0).run_pass(
+        1, seam.DatasetCall(None, FakeProgram(), FakeDataset(empty), None, {}), ran.append
+    )
+    assert ran == [] and sorted(trained.paths) == empty and trained.calls == 0
+    assert len(board.plan.answer({"do": "done", "pass": 1})["done"]) == 2
+
+
+def test_a_running_calls_progress_is_told_where_the_plan_takes_it_and_once_where_not(tmp_path, monkeypatch):
+    import time
+
+    from heterps_paddle.rendezvous import RendezvousError
+    from heterps_paddle.runtime import meter, pulled_pass, seam
+
+    class Meter:
+        def call_samples(self):
+            return 2
+
+    class Board(PlanBoard):
+        """A plan without the progress request (as before issue 60), or one that takes it."""
+
+        def __init__(self, takes):
+            super().__init__()
+            self.takes, self.told = takes, []
+
+        def shards(self, message):
+            if message["do"] == "progress":
+                self.told.append(message)
+                if not self.takes:
+                    raise RendezvousError("the data plan: data plan: unknown request 'progress'")
+                return {"ok": True}
+            return super().shards(message)
+
+    monkeypatch.setattr(meter, "_current", Meter())
+    monkeypatch.setattr(pulled_pass, "PROGRESS_S", 0.01)
+    files = data_files(tmp_path / "data", 3)  # part-2: 3 lines; the meter's running call has trained 2 of them
+    for takes in (False, True):
+        board = Board(takes)
+        board.shards({"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "files": []})
+        puller = pulled_pass.Puller(board, 2, 0)
+        call = seam.DatasetCall(None, FakeProgram(), FakeDataset(files[2:]), None, {})
+        puller.run_pass(1, call, lambda c: time.sleep(0.3))
+        if takes:
+            per_line = os.path.getsize(files[2]) / 3
+            assert board.told and board.told[0] == {
+                "do": "progress",
+                "pass": 1,
+                "bytes": int(2 * per_line),
+                "trainer": 0,
+            }
+            assert puller.reports
+        else:  # said once, silently: no more is told, and the pass went on
+            assert len(board.told) == 1 and not puller.reports
+
+
+def test_a_pulled_pass_prints_its_progress_where_its_calls_are_too_short_for_paddles_lines(tmp_path, monkeypatch):
+    from heterps_paddle.runtime import pulled_pass, seam
+
+    files = data_files(tmp_path / "data", 3)  # 1, 2 and 3 lines
+    dataset = FakeDataset(files)
+    dataset.proto_desc = type("Desc", (), {"batch_size": 1})()
+    said = []
+    monkeypatch.setattr(pulled_pass.logger, "info", lambda text, *args: said.append(text % args))
+    call = seam.DatasetCall(None, FakeProgram(), dataset, None, {"fetch_list": ["loss"], "print_period": 5})
+    progress = pulled_pass.PassProgress(2, call, threads=1)
+    for path in files:
+        progress.called([path])
+    # 6 batches after the third call, past 5; none of the calls had 5 batches for Paddle's own line
+    assert said == ["data plan: pass 2: 6 batches (6 samples) trained here so far"]
+    quiet = pulled_pass.PassProgress(2, seam.DatasetCall(None, FakeProgram(), dataset, None, {"print_period": 5}), 1)
+    for path in files:
+        quiet.called([path])  # nothing fetched: Paddle prints nothing either
+    assert len(said) == 1
