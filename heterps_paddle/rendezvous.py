@@ -90,9 +90,9 @@ class Board(Protocol):
 
 DATA_PLAN_FILE = "data-plan.state"  # a files board's data plan (data_plan.py), read and written under its lock
 # The bounds of a data plan request (shards_request_refused): what no job reaches, and a request past it is refused
-MAX_TRAINERS = 10_000  # stage 1 CPU trainers of a round
-MAX_PASS = 10_000_000  # a pass's number
-MAX_WANT = 4_096  # shards one take asks for (one a reader thread)
+MAX_TRAINERS = 100_000  # stage 1 CPU trainers of a round
+MAX_PASS = 1 << 31  # a pass's number
+MAX_WANT = 1024  # shards one take asks for (one a reader thread)
 MAX_NAMES = 1_000_000  # names in one request (an offer's files, the shards done before, a call's shards)
 MAX_BYTES = 1 << 62  # a progress report's bytes
 

@@ -528,3 +528,20 @@ def test_a_pulled_pass_prints_its_progress_where_its_calls_are_too_short_for_pad
     for path in files:
         quiet.called([path])  # nothing fetched: Paddle prints nothing either
     assert len(said) == 1
+
+
+def test_the_pass_is_logged_once_at_the_offer_as_the_plans_answer_gives_it(tmp_path, monkeypatch):
+    from heterps_paddle.runtime import pulled_pass
+
+    files = data_files(tmp_path / "data", 2)
+    (tmp_path / "data" / "empty").write_text("")
+    said = []
+    monkeypatch.setattr(pulled_pass.logger, "info", lambda text, *args: said.append(text % args))
+    figures = {"files": 9, "shards": 18, "shared_files": 9, "empty_files": 1}
+    pulled_pass.say_offer(3, {"ok": True, **figures}, [*files, str(tmp_path / "data" / "empty")])
+    pulled_pass.say_offer(3, {"ok": True, "shards": 4}, files)  # a plan whose answer has no figures
+    assert said == [
+        "data plan: pass 3: 3 files offered here (1 empty); the pass: 9 files, 18 shards, 9 offered by more than one "
+        "trainer, 1 empty (skipped)",
+        "data plan: pass 3: 2 files offered here; 4 shards offered so far",
+    ]

@@ -288,10 +288,11 @@ def say_offer(number: int, reply: Mapping[str, Any], files: list[str]) -> None:
     shards, those offered by more than one trainer, the empty ones) where it does, else the shards offered so far."""
     empty = sum(1 for path in files if is_empty(path))
     here = f"{len(files)} files offered here" + (f" ({empty} empty)" if empty else "")
-    if all(key in reply for key in ("files", "shards", "shared")):
+    shared, empty_files = reply.get("shared", reply.get("shared_files")), reply.get("empty", reply.get("empty_files"))
+    if "files" in reply and "shards" in reply and shared is not None:
         whole = (
-            f"the pass: {reply['files']} files, {reply['shards']} shards, {reply['shared']} offered by more than one "
-            "trainer" + (f", {reply['empty']} empty" if "empty" in reply else "")
+            f"the pass: {reply['files']} files, {reply['shards']} shards, {shared} offered by more than one trainer"
+            + (f", {empty_files} empty (skipped)" if empty_files is not None else "")
         )
     else:
         whole = f"{reply.get('shards', '?')} shards offered so far"
