@@ -331,9 +331,22 @@ class PassCheckpoints:
 
     def done_in_plan(self, number: int) -> list[str]:
         """Trainer 0 at a checkpoint inside pass ``number``: the shards the data plan says done (every trainer
-        holds none then), named by content."""
+        holds none then), named by content, a name once a copy done; asked a page at a time (``from``, ``next``:
+        the whole list would pass the control line's limit at a few thousand shards), a plan without pages answers
+        the whole list at once."""
         assert self.puller is not None
-        return list(self.puller.ask({"do": "done", "pass": number})["done"])
+        for _ in range(3):  # the list cannot change while the trainers meet: a total that does, asked again
+            done: list[str] = []
+            at: int | None = 0
+            totals = set()
+            while at is not None:
+                reply = self.puller.ask({"do": "done", "pass": number, "from": at})
+                done.extend(reply["done"])
+                totals.add(reply.get("total"))
+                at = reply.get("next")
+            if len(totals) == 1:
+                return done
+        raise CheckpointError(f"{seam.identity()}: pass {number}'s shards done changed while the trainers met")
 
     def meet(self, executor: Any, at: Progress, done_in_plan: Callable[[], list[str]] | None = None) -> None:
         """At a pass's end, or between two calls of a pulled pass: the barrier (every trainer gets trainer 0's

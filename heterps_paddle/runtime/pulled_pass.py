@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import tempfile
 import threading
@@ -40,6 +41,7 @@ from heterps_paddle.runtime.file_identity import name_of
 
 POLL_S = (0.05, 1.0)  # a wait's first poll of the data plan, and its longest (each poll a connection across hosts)
 PROGRESS_S = 1.0  # a running call's progress told to the data plan at most this often
+PAGE_BYTES = 3 << 18  # an offer's names and paths a request (768 KiB as JSON): the control line is 1 MiB at most
 # Ops that write to the parameter servers: a train_from_dataset pass whose program runs one trains the model (an
 # evaluation program, fleet.evaluation.forward_only_program or the whole model's forward pass, has none).
 WRITE_OPS = frozenset(
@@ -118,16 +120,17 @@ class Puller:
         files, threads = list(dataset.filelist), int(getattr(dataset, "thread_num", 1) or 1)
         offered = [[name_of(path), path] for path in files]
         own = set(files)
-        reply = self.ask(
-            {
+        pages = offer_pages(sorted(done_before), offered)
+        for page, (done_page, files_page) in enumerate(pages):
+            offer = {
                 "do": "offer",
                 "pass": number,
                 "trainers": self.trainers,
-                "files": offered,
-                "done_before": sorted(done_before),
+                "files": files_page,
+                "done_before": done_page,
                 "held_before": held_before,
             }
-        )
+            reply = self.ask(offer if len(pages) == 1 else {**offer, "page": page, "pages": len(pages)})
         say_offer(number, reply, files)
         progress = PassProgress(number, call, threads)
         result: Any = None
@@ -254,6 +257,26 @@ class Puller:
             logger.warning("data plan: pass %d: shard %s at %s: %s; given back", number, name, path, why)
             self.ask({"do": "give_back", "pass": number, "shard": name, "unreadable": True})
         return readable
+
+
+def offer_pages(done_before: list[str], offered: list[list[str]]) -> list[tuple[list[str], list[list[str]]]]:
+    """An offer cut into pages whose request stays under the control line's limit (control.MAX_LINE; each page's
+    names and paths at most :data:`PAGE_BYTES` as JSON): ``done_before`` first (a copy done before must be counted
+    before any file is handed out), then the files; one page where all fit."""
+    pages: list[tuple[list[str], list[list[str]]]] = [([], [])]
+    size = 0
+    items: list[str | list[str]] = [*done_before, *offered]
+    for item in items:
+        cost = len(json.dumps(item)) + 2
+        if size + cost > PAGE_BYTES and (pages[-1][0] or pages[-1][1]):
+            pages.append(([], []))
+            size = 0
+        if isinstance(item, str):
+            pages[-1][0].append(item)
+        else:
+            pages[-1][1].append(item)
+        size += cost
+    return pages
 
 
 def is_empty(path: str) -> bool:
