@@ -7,12 +7,12 @@ trainers) and the 2-stage split (stage 1: 2 CPU trainers with the embedding laye
 trainer with the fc layers, loss and AUC).  Measured here (2 cores): one-stage 0.8039 vs split 0.8035
 held-out AUC, ~20 s and ~39 s.
 
-Both read a QueueDataset of 3 reader threads (PaddleRec's ``runner.thread_num``) over passes of 8 files.  The
-split runs under the data plan's default (runtime/pulled_pass.py: its two CPU trainers pull their shards): at least
-one call of a pass is handed fewer files than threads, which the heterogeneous pipeline's kept trainer instance
-refused before such calls were padded (issue 60: ``change Dataset thread_num is not supported``).  The split's script
-gives every trainer all 8 files (PaddleRec's ``runner.split_file_list: False``), as which plain Paddle trains each
-file once a trainer, 16 a pass.
+Both read a QueueDataset of 3 reader threads (PaddleRec's ``runner.thread_num``) over passes of 8 files, and the
+script gives every trainer all 8 (PaddleRec's ``runner.split_file_list: False``): plain Paddle (the one-stage job,
+which sets no strategy.heterps) trains each file once a trainer, 16 a pass.  The split runs under the data plan's
+default (runtime/pulled_pass.py: its two CPU trainers pull their shards): at least one call of a pass is handed fewer
+files than threads, which the heterogeneous pipeline's kept trainer instance refused before such calls were padded
+(issue 60: ``change Dataset thread_num is not supported``).
 """
 
 import json
@@ -47,6 +47,8 @@ OVERRIDES = [
     "print_period=1000",
     "-o",
     f"thread_num={THREADS}",
+    "-o",
+    "split_file_list=false",
     "-o",
     "model_config={sparse_feature_dim: 9, fc_sizes: [64, 64], learning_rate: 0.003}",
 ]
@@ -84,8 +86,7 @@ def jobs(tmp_path_factory, heterps_cache):
             # as PaddleRec's trainer saves it (runner.model_save_path)
             r = launch(
                 launch_arguments(load_plan(str(plan)), 1, gpu_available=False),
-                [*argv, "-o", f"model_save_path={tmp / 'model'}", "-o", "split_file_list=false"]
-                + ["--heterps", "--heterps-config", f"plan={plan}"],
+                [*argv, "-o", f"model_save_path={tmp / 'model'}", "--heterps", "--heterps-config", f"plan={plan}"],
                 log_dir,
                 timeout=JOB_TIMEOUT_S,
             )
