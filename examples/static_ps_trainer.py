@@ -40,6 +40,9 @@ RUN_KEYS = {
     "batch_size": (int, True),
     "epochs": (int, False),  # 0 only with init_model_path: evaluate the model the servers start from
     "thread_num": (int, True),
+    # as PaddleRec's runner.split_file_list: each worker trains its share of the files (true, the default here), or
+    # every worker all of them (false: PaddleRec's own default; a pass then trains each file once a worker)
+    "split_file_list": (bool, False),
     "print_period": (int, True),
     "model_config": (dict, False),
     "seed": (int, False),
@@ -212,7 +215,8 @@ def main(argv=None):
         fleet.load_inference_model(args.eval_model, mode=0)  # dense values into this process and the servers
     train_src, test_src = data_files(config)
     skip = bool(config.get("skip_malformed", False))
-    train_files, train_report = data.prepare_multislot(data.shard(train_src, worker_index, worker_num), skip)
+    mine = data.shard(train_src, worker_index, worker_num) if config.get("split_file_list", True) else list(train_src)
+    train_files, train_report = data.prepare_multislot(mine, skip)
     report_malformed(train_report, "training data")
     batch_size = int(config["batch_size"])
     thread_num = int(config.get("thread_num", 1))

@@ -27,7 +27,7 @@ import re
 import socket
 import threading
 import time
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Collection, Mapping, Protocol
 
 from heterps_paddle import control, settings
 from heterps_paddle.errors import HeterPSError
@@ -89,6 +89,47 @@ class Board(Protocol):
 
 
 DATA_PLAN_FILE = "data-plan.state"  # a files board's data plan (data_plan.py), read and written under its lock
+# The bounds of a data plan request (shards_request_refused): what no job reaches, and a request past it is refused
+MAX_TRAINERS = 100_000  # stage 1 CPU trainers of a round
+MAX_PASS = 1 << 31  # a pass's number
+MAX_WANT = 1024  # shards one take asks for (one a reader thread)
+MAX_NAMES = 1_000_000  # names in one request (an offer's files, the shards done before, a call's shards)
+MAX_BYTES = 1 << 62  # a progress report's bytes
+
+
+def _count(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def shards_request_refused(message: Mapping[str, Any], passes: Collection[int], trainers: int | None) -> str | None:
+    """Why a data plan request is refused before the plan reads it (None: it is not), on either board: its pass a
+    number of 1..MAX_PASS, a new one at most one past the newest the plan holds (two far-off pass numbers would end
+    the plan's passes); an offer for the round's ``trainers`` (None: 1..MAX_TRAINERS) and a trainer an index of
+    them; its counts and lists bounded."""
+    do, number = message.get("do"), message.get("pass")
+    if not isinstance(do, str) or len(do) > 32:
+        return "the data plan: a request without a short name (do)"
+    if not isinstance(number, int) or not _count(number, 1, MAX_PASS):
+        return f"the data plan: {do}: pass {repr(number)[:20]} is not a number of 1..{MAX_PASS}"
+    if do == "offer" and passes and number not in passes and number > max(passes) + 1:
+        return f"the data plan: offer of pass {number}: the newest pass is {max(passes)} (a new one comes next)"
+    offered = message.get("trainers", trainers)
+    if do == "offer" and not _count(offered, trainers or 1, trainers or MAX_TRAINERS):
+        has = f"the round has {trainers}" if trainers else f"1..{MAX_TRAINERS}"
+        return f"the data plan: offer of pass {number}: {str(offered)[:20]} trainers ({has})"
+    if not _count(message.get("trainer"), 0, (trainers or MAX_TRAINERS) - 1):
+        return f"the data plan: {do}: trainer {repr(message.get('trainer'))[:20]} is not one of the round's"
+    if "want" in message and not _count(message["want"], 1, MAX_WANT):
+        return f"the data plan: take: {str(message['want'])[:20]} shards wanted (1..{MAX_WANT})"
+    if "bytes" in message and not _count(message["bytes"], 0, MAX_BYTES):
+        return f"the data plan: progress: {str(message['bytes'])[:20]} bytes"
+    for key in ("files", "done_before", "shards"):
+        value = message.get(key)
+        if isinstance(value, (list, tuple)) and len(value) > MAX_NAMES:
+            return f"the data plan: {do}: {len(value)} {key}, over {MAX_NAMES}"
+    if "held_before" in message and not _count(message["held_before"], 0, MAX_NAMES):
+        return f"the data plan: offer: held_before {str(message['held_before'])[:20]}"
+    return None
 
 
 class FileBoard:
@@ -132,7 +173,10 @@ class FileBoard:
                     plan = DataPlan.from_json(json.load(f))
             except FileNotFoundError:
                 plan = DataPlan()
-            reply = plan.answer(message)
+            # this launch's trainers, as Paddle's launcher told every process of it (one host: all of them)
+            listed = os.environ.get("PADDLE_TRAINERS_NUM", "")
+            refused = shards_request_refused(message, list(plan.passes), int(listed) if listed.isdigit() else None)
+            reply = {"error": refused} if refused else plan.answer(message)
             if "error" not in reply and message.get("do") != "done":
                 write_atomic(path, json.dumps(plan.to_json()))
         if "error" in reply:
@@ -194,8 +238,10 @@ class RemoteBoard:
         return dict(request(self.endpoint, {"op": "entries", "prefix": prefix})["entries"])
 
     def shards(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        """A data plan request (data_plan.py), answered by the coordinator."""
-        return request(self.endpoint, {**message, "op": "shards", "launch": launch_id()})
+        """A data plan request (data_plan.py), answered by the coordinator, which takes it only from a host of the
+        round (its launch id and this host's address: launch/board.py) for the trainers that host runs."""
+        host = os.environ.get("POD_IP", "")
+        return request(self.endpoint, {**message, "op": "shards", "launch": launch_id(), "host": host})
 
 
 def board(env: Mapping[str, str] | None = None) -> Board | None:

@@ -1,7 +1,10 @@
 """The control port under fuzz (launch/coordinator.py, heterps_paddle/control.py), without Paddle: random bytes,
 random JSON values, truncated and huge lines from peers that prove nothing, and random request sequences from a peer
 that proved the key but is none of the job's hosts.  Whatever they send, the coordinator never raises, nothing
-hangs (every case ends within its timeout), and the genuine members still join, start and end the job."""
+hangs (every case ends within its timeout), and the genuine members still join, start and end the job.  Among the
+requests, the data plan's (``shards``): garbage fields, no launch id or another round's, this round's for a host that
+is none of the round's or for a trainer its host does not run, absurd counts and pass numbers; the round's plan
+holds nothing they could not have sent as the trainers of A and B (launch/board.py)."""
 
 import json
 import os
@@ -44,8 +47,33 @@ stranger_sends = st.one_of(
     st.just(json.dumps({"op": "auth", "nonce": "00", "proof": "00" * 32}).encode() + b"\n"),
     st.just(json.dumps({"op": "join", "host": A, "digest": "d"}).encode() + b"\n"),
 )
-ops = st.sampled_from(["round", "put", "get", "entries", "log", "join", "beat", "done", "failed", "abort", "end", "?"])
+ops = st.sampled_from(
+    ["round", "put", "get", "entries", "log", "join", "beat", "done", "failed", "abort", "end", "shards", "?"]
+)
 hosts = st.sampled_from([STRANGER, "", "x" * 300]) | st.integers() | st.none()
+LAUNCH = "@this-round@"  # replaced by the round's launch id as a case sends it: requests that pass the first check
+absurd = st.sampled_from([0, 1, 2, 3, -1, 10**9, 10**30, True, 1.5, "1"]) | st.integers()
+shard_names = st.lists(st.lists(st.text(max_size=12), min_size=2, max_size=2), max_size=4)
+shards_requests = st.fixed_dictionaries(
+    {
+        "op": st.just("shards"),
+        "do": st.sampled_from(["offer", "take", "finish", "give_back", "hold", "done", "progress"]),
+    },
+    optional={
+        "launch": st.sampled_from([LAUNCH, LAUNCH, "0" * 16, ""]) | st.none() | st.integers(),
+        "host": st.sampled_from([A, B, STRANGER]) | hosts,
+        "pass": absurd,
+        "trainer": absurd,
+        "trainers": absurd,
+        "want": absurd,
+        "bytes": absurd,
+        "files": shard_names,
+        "shards": st.lists(st.text(max_size=12), max_size=4),
+        "shard": st.text(max_size=12),
+        "done_before": st.lists(st.text(max_size=12), max_size=3),
+        "ask": st.text(max_size=8),
+    },
+)
 requests = st.fixed_dictionaries(
     {"op": ops},
     optional={
@@ -61,12 +89,21 @@ requests = st.fixed_dictionaries(
 )
 # a proven peer holds the key: it is inside the job, so a join in a genuine host's name is not fuzz (it would take
 # that host's seat, as any holder of the key could); everything else is
-proven_sends = st.lists(st.one_of(requests.map(lambda r: json.dumps(r).encode() + b"\n"), malformed), max_size=5)
+proven_sends = st.lists(
+    st.one_of(
+        requests.map(lambda r: json.dumps(r).encode() + b"\n"),
+        shards_requests.map(lambda r: json.dumps(r).encode() + b"\n"),
+        malformed,
+    ),
+    max_size=5,
+)
 
 
 def start_coordinator(lines):
     port = free_port_block(A, 1)
-    job = HostsJob(f"{A}:{port}", A, A, "d", {A: True, B: True}, file_hosts=(A, B), plan_writer=A)
+    job = HostsJob(
+        f"{A}:{port}", A, A, "d", {A: True, B: True}, file_hosts=(A, B), plan_writer=A, trainers={A: (0,), B: (1,)}
+    )
     return Coordinator(job, lines.append, KEY, settle_s=0.1).start()
 
 
@@ -136,7 +173,13 @@ def run_case(attacks):
     coord.say = say
     started = time.monotonic()
     try:
-        threads = [threading.Thread(target=attack, args=(coord.job.endpoint, chunks)) for attack, chunks in attacks]
+        ours = coord.launch_id.encode()
+        threads = [
+            threading.Thread(
+                target=attack, args=(coord.job.endpoint, [c.replace(LAUNCH.encode(), ours) for c in chunks])
+            )
+            for attack, chunks in attacks
+        ]
         for thread in threads:
             thread.start()
         genuine_job(coord.job.endpoint)
@@ -146,6 +189,9 @@ def run_case(attacks):
         assert coord.ended and coord.aborted is None
         assert not errors, errors
         assert time.monotonic() - started < 2 * CASE_S
+        # whatever the round's plan took, it took as the round's two trainers would: two of them in every pass
+        with coord.board.data_plan_lock:
+            assert all(shards.trainers == 2 for shards in coord.board.data_plan.passes.values())
     finally:
         coord.close(wait_s=0.1, late_joiners_s=0.0)
 

@@ -11,6 +11,7 @@ from conftest import REPO, run_cli
 
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.launch.hosts import host_round
+from heterps_paddle.launch.job import JOB_ENV, HostsJob
 from heterps_paddle.launch.options import OptionsError, parse
 from heterps_paddle.launch.placement import SERVER_RULE_DEFAULT, SERVER_RULE_FILE, expand, expand_files
 from heterps_paddle.planning.hosts import hosts_from_dict, hosts_to_dict, load_hosts
@@ -263,6 +264,9 @@ def test_heterps_launch_finds_its_part_from_its_address(tmp_path, capsys):
         "-x",
     ]
     assert "this host is 127.0.0.3 (cpu): CPU trainer 0" in capsys.readouterr().out
+    # the coordinator takes each trainer's data plan requests from its host only (launch/board.py)
+    assert expanded.job.trainers == {"127.0.0.2": (), "127.0.0.3": (0,)}
+    assert HostsJob.from_env({JOB_ENV: expanded.job.to_json()}) == expanded.job
     # --host wins over POD_IP, wherever it stands before the script; the same arguments on every host
     server = host_round(parse(argv[:3] + ["--host", "127.0.0.2"] + argv[3:]), {"POD_IP": "127.0.0.3"})
     assert server.options.launcher_argv() == expanded.options.launcher_argv() and server.env == {"POD_IP": "127.0.0.2"}

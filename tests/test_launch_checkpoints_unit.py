@@ -430,13 +430,158 @@ def test_a_shard_at_another_trainers_path_is_trained_only_where_that_path_holds_
     assert board.plan.passes[1].shards[name_of(there)].unreadable == [0]
 
 
-def test_a_call_is_to_train_the_batches_of_the_scripts_print_period(tmp_path):
+def test_every_call_keeps_the_scripts_reader_threads_and_one_of_only_empty_files_is_not_run(tmp_path):
+    """Paddle lowers a dataset's thread_num to the files of a call, and a heterogeneous pipeline's kept trainer
+    instance refuses another count (issue 60): a call of fewer files than threads is padded with an empty file."""
     from heterps_paddle.runtime import pulled_pass, seam
 
-    files = data_files(tmp_path / "data", 2)  # part-0: 1 line of 6 bytes
+    files = data_files(tmp_path / "data", 4)
+    board = PlanBoard()
+    board.shards({"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "files": []})
     dataset = FakeDataset(files)
-    dataset.proto_desc = type("Desc", (), {"batch_size": 32})()
-    call = seam.DatasetCall(None, FakeProgram(), dataset, None, {"fetch_list": ["loss"], "print_period": 10})
-    assert pulled_pass.progress_bytes(call, files) == 10 * 32 * 6
-    quiet = seam.DatasetCall(None, FakeProgram(), dataset, None, {"print_period": 10})
-    assert pulled_pass.progress_bytes(quiet, files) == 0  # nothing fetched, nothing printed
+    dataset.thread_num = 3
+    ran = []
+    _, trained = pulled_pass.Puller(board, 2, 0).run_pass(
+        1,
+        seam.DatasetCall(None, FakeProgram(), dataset, None, {}),
+        lambda c: ran.append((list(c.dataset.filelist), c.dataset.thread_num)),
+    )
+    assert all(len(listed) == 3 and threads == 3 for listed, threads in ran), ran
+    real = [f for listed, _ in ran for f in listed if f in files]
+    pads = {f for listed, _ in ran for f in listed if f not in files}
+    assert sorted(real) == files and sorted(trained.paths) == files and dataset.thread_num == 3
+    assert len(pads) == 1 and os.path.getsize(pads.pop()) == 0  # one empty file of this process's pads them
+
+    # a call handed only empty files (Spark's empty part files) trains nothing: Paddle is not called
+    empty = [str(tmp_path / f"empty-{k}") for k in range(2)]
+    for path in empty:
+        open(path, "w").close()
+    board = PlanBoard()
+    board.shards({"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "files": []})
+    ran.clear()
+    _, trained = pulled_pass.Puller(board, 2, 0).run_pass(
+        1, seam.DatasetCall(None, FakeProgram(), FakeDataset(empty), None, {}), ran.append
+    )
+    # (a plan that skips empty files hands none of them out: the pass ends as well, nothing run)
+    assert ran == [] and set(trained.paths) <= set(empty) and trained.calls == 0
+
+
+def test_a_running_calls_progress_is_told_where_the_plan_takes_it_and_once_where_not(tmp_path, monkeypatch):
+    import time
+
+    from heterps_paddle.rendezvous import RendezvousError
+    from heterps_paddle.runtime import meter, pulled_pass, seam
+
+    class Meter:
+        def call_samples(self):
+            return 2
+
+    class Board(PlanBoard):
+        """A plan without the progress request (as before issue 60), or one that takes it."""
+
+        def __init__(self, takes):
+            super().__init__()
+            self.takes, self.told = takes, []
+
+        def shards(self, message):
+            if message["do"] == "progress":
+                self.told.append(message)
+                if not self.takes:
+                    raise RendezvousError("the data plan: data plan: unknown request 'progress'")
+                return {"ok": True}
+            return super().shards(message)
+
+    monkeypatch.setattr(meter, "_current", Meter())
+    monkeypatch.setattr(pulled_pass, "PROGRESS_S", 0.01)
+    files = data_files(tmp_path / "data", 3)  # part-2: 3 lines; the meter's running call has trained 2 of them
+    for takes in (False, True):
+        board = Board(takes)
+        board.shards({"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "files": []})
+        puller = pulled_pass.Puller(board, 2, 0)
+        call = seam.DatasetCall(None, FakeProgram(), FakeDataset(files[2:]), None, {})
+        puller.run_pass(1, call, lambda c: time.sleep(0.3))
+        if takes:
+            per_line = os.path.getsize(files[2]) / 3
+            assert board.told and board.told[0] == {
+                "do": "progress",
+                "pass": 1,
+                "bytes": int(2 * per_line),
+                "trainer": 0,
+            }
+            assert puller.reports
+        else:  # said once, silently: no more is told, and the pass went on
+            assert len(board.told) == 1 and not puller.reports
+
+
+def test_a_pulled_pass_prints_its_progress_where_its_calls_are_too_short_for_paddles_lines(tmp_path, monkeypatch):
+    from heterps_paddle.runtime import pulled_pass, seam
+
+    files = data_files(tmp_path / "data", 3)  # 1, 2 and 3 lines
+    dataset = FakeDataset(files)
+    dataset.proto_desc = type("Desc", (), {"batch_size": 1})()
+    said = []
+    monkeypatch.setattr(pulled_pass.logger, "info", lambda text, *args: said.append(text % args))
+    call = seam.DatasetCall(None, FakeProgram(), dataset, None, {"fetch_list": ["loss"], "print_period": 5})
+    progress = pulled_pass.PassProgress(2, call, threads=1)
+    for path in files:
+        progress.called([path])
+    # 6 batches after the third call, past 5; none of the calls had 5 batches for Paddle's own line
+    assert said == ["data plan: pass 2: 6 batches (6 samples) trained here so far"]
+    quiet = pulled_pass.PassProgress(2, seam.DatasetCall(None, FakeProgram(), dataset, None, {"print_period": 5}), 1)
+    for path in files:
+        quiet.called([path])  # nothing fetched: Paddle prints nothing either
+    assert len(said) == 1
+
+
+def test_the_pass_is_logged_once_at_the_offer_as_the_plans_answer_gives_it(tmp_path, monkeypatch):
+    from heterps_paddle.runtime import pulled_pass
+
+    files = data_files(tmp_path / "data", 2)
+    (tmp_path / "data" / "empty").write_text("")
+    said = []
+    monkeypatch.setattr(pulled_pass.logger, "info", lambda text, *args: said.append(text % args))
+    figures = {"files": 9, "shards": 18, "shared_files": 9, "empty_files": 1}
+    pulled_pass.say_offer(3, {"ok": True, **figures}, [*files, str(tmp_path / "data" / "empty")])
+    pulled_pass.say_offer(3, {"ok": True, "shards": 4}, files)  # a plan whose answer has no figures
+    assert said == [
+        "data plan: pass 3: 3 files offered here (1 empty); the pass: 9 files, 18 shards, 9 offered by more than one "
+        "trainer, 1 empty (skipped)",
+        "data plan: pass 3: 2 files offered here; 4 shards offered so far",
+    ]
+
+
+def test_an_offer_and_the_shards_done_come_in_pages_under_the_control_lines_limit(tmp_path, monkeypatch):
+    import json
+
+    from heterps_paddle.runtime import launch_checkpoints, pulled_pass
+
+    done = [f"d{k}:1:" + "0" * 64 for k in range(5)]
+    offered = [[f"f{k}:1:" + "0" * 64, f"/data/part-{k}"] for k in range(40)]
+    assert pulled_pass.offer_pages(done, offered) == [(done, offered)]  # all fit: one page, as before pages
+    monkeypatch.setattr(pulled_pass, "PAGE_BYTES", 400)
+    pages = pulled_pass.offer_pages(done, offered)
+    assert len(pages) > 3 and all(len(json.dumps(page)) < 400 + 200 for page in pages)
+    assert [n for d, _ in pages for n in d] == done and [p for _, f in pages for p in f] == offered
+    # the shards done before come first: no page before the last of them holds a file
+    last_done = max(i for i, (d, _) in enumerate(pages) if d)
+    assert not any(f for _, f in pages[:last_done]) and not pages[last_done + 1][0]
+
+    class Paged:
+        """A plan answering ``done`` two names a page (``next``), as issue 60's plan does."""
+
+        def __init__(self, names):
+            self.names, self.asked = names, []
+
+        def ask(self, message):
+            at = message["from"]
+            self.asked.append(at)
+            following = at + 2 if at + 2 < len(self.names) else None
+            return {"done": self.names[at : at + 2], "next": following, "total": len(self.names)}
+
+    names = ["a", "a", "b", "c", "d"]  # a file trained as two of its copies is named twice
+    choice = cc.Choice(str(tmp_path), None, cc.Progress(0))
+    passes = launch_checkpoints.PassCheckpoints(choice, (1.0, "passes"))
+    passes.puller = Paged(names)
+    assert passes.done_in_plan(1) == names and passes.puller.asked == [0, 2, 4]
+    passes.puller = type("Whole", (), {"ask": lambda self, message: {"done": names, "shards": 5}})()
+    assert passes.done_in_plan(1) == names  # a plan without pages: the whole list at once

@@ -3,6 +3,7 @@ machine, spoken to over its own protocol on a loopback port, by genuine members 
 strangers.  The rules themselves: tests/test_launch_machine.py."""
 
 import json
+import re
 import socket
 import time
 from dataclasses import replace
@@ -31,6 +32,7 @@ def coordinator(lines, next_round=None, restarts=2, retries=0, checkpoint_dir=No
         connect_retries=retries,
         file_hosts=(A, B, C),
         plan_writer=A,
+        trainers={A: (0,), B: (1,)},
     )
     return Coordinator(
         job, lines.append, KEY, restarts=restarts, next_round=next_round, checkpoint_dir=checkpoint_dir, settle_s=0.2
@@ -327,6 +329,77 @@ def test_the_board_plan_is_written_once_a_round_by_its_writer_and_records_are_bo
             assert json.loads(reader.readline()) == {"value": {"x": 1}}
     finally:
         coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
+def test_the_data_plan_takes_a_trainers_requests_only_from_its_host_of_this_round():
+    """The ``shards`` op (launch/board.py): this round's launch id, a host of the round, a trainer that host runs,
+    counts and pass numbers bounded; each refusal names why, and the plan still serves the round's trainers."""
+    from heterps_paddle import rendezvous
+
+    coord = coordinator([], restarts=0)
+    digest = "0" * 64
+    files = [[f"f{k}:10:{digest}", f"/d/f{k}"] for k in range(2)]
+    try:
+
+        def shards(**message):
+            request = {"op": "shards", "launch": coord.launch_id, "pass": 1, **message}
+            conn, reader = connect(coord.job.endpoint, {k: v for k, v in request.items() if v is not None})
+            with conn, reader:
+                return json.loads(reader.readline())
+
+        offer = {"do": "offer", "trainers": 2, "files": files}
+        assert "error" not in shards(host=A, trainer=0, **offer)
+        refused = {
+            "a request without a launch id": shards(launch=None, host=A, trainer=0, do="take"),
+            "a process of another round (launch 0000000000000000)": shards(
+                launch="0" * 16, host=A, trainer=0, do="take"
+            ),
+            f"{D!r} is not a host of this round": shards(host=D, trainer=0, do="take"),
+            "'None' is not a host of this round": shards(trainer=0, do="take"),
+            f"{A} does not run trainer 1 (it runs 0)": shards(host=A, trainer=1, do="take"),
+            f"{B} does not run trainer 0 (it runs 1)": shards(host=B, trainer=0, do="finish", shards=[files[0][0]]),
+            "1000000000 trainers (the round has 2)": shards(host=B, trainer=1, **{**offer, "trainers": 10**9}),
+            "offer of pass 9: the newest pass is 1": shards(host=B, trainer=1, **{**offer, "pass": 9}),
+            f"pass 0 is not a number of 1..{rendezvous.MAX_PASS}": shards(host=A, trainer=0, do="take", **{"pass": 0}),
+            "pass '1' is not a number": shards(host=A, trainer=0, do="take", **{"pass": "1"}),
+            "pass True is not a number": shards(host=A, trainer=0, do="take", **{"pass": True}),
+            f"take: 1000000 shards wanted (1..{rendezvous.MAX_WANT})": shards(host=A, trainer=0, do="take", want=10**6),
+            "progress: -1 bytes": shards(host=A, trainer=0, do="progress", bytes=-1),
+        }
+        for why, answer in refused.items():
+            assert why in answer.get("error", ""), (why, answer)
+        # none of them reached the plan: it still serves the round's two trainers, each from its host
+        assert "error" not in shards(host=B, trainer=1, **offer)
+        taken = shards(host=A, trainer=0, do="take", want=1)
+        assert [name for name, _ in taken["shards"]] == [files[0][0]], taken
+        assert "error" not in shards(host=A, trainer=0, do="finish", shards=[files[0][0]])
+        assert "error" not in shards(host=B, trainer=1, **{**offer, "pass": 2})  # the next pass may come
+        with coord.board.data_plan_lock:
+            assert sorted(coord.board.data_plan.passes) == [1, 2]
+    finally:
+        coord.close(wait_s=0.1, late_joiners_s=0.0)
+
+
+def test_a_one_host_data_plan_has_the_same_bounds(tmp_path, monkeypatch):
+    """rendezvous.FileBoard: the launch's trainers as Paddle's launcher told them, pass numbers and counts bounded."""
+    from heterps_paddle import rendezvous
+
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+    board = rendezvous.FileBoard(str(tmp_path))
+    offer = {"do": "offer", "pass": 1, "trainers": 2, "trainer": 0, "files": [["f", "/d/f"]]}
+    assert "error" not in board.shards(offer)
+    for message, why in (
+        ({**offer, "trainers": 10**9}, "1000000000 trainers (the round has 2)"),
+        ({**offer, "trainer": 5}, "trainer 5 is not one of the round's"),
+        ({**offer, "pass": 3}, "offer of pass 3: the newest pass is 1"),
+        ({**offer, "pass": -1}, "pass -1 is not a number"),
+        ({"do": "take", "pass": 1, "trainer": 0, "want": 0}, "0 shards wanted"),
+        ({"do": "finish", "pass": 1, "trainer": 0, "shards": ["f"] * (rendezvous.MAX_NAMES + 1)}, "shards, over"),
+    ):
+        with pytest.raises(rendezvous.RendezvousError, match=re.escape(why)):
+            board.shards(message)
+    assert board.shards({"do": "take", "pass": 1, "trainer": 0})  # the plan goes on
+    assert "error" not in board.shards({**offer, "trainer": 1, "files": []})
 
 
 def test_console_lines_come_only_from_proven_members_and_are_escaped():

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from heterps_paddle import control, rendezvous
 from heterps_paddle.data_plan import DataPlan
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.launch.control_server import printable
 from heterps_paddle.rendezvous import BoardStore
 
 MAX_RECORD = control.MAX_LINE  # a board record (one line)
@@ -25,9 +26,14 @@ PLAN_KEY = rendezvous.PLAN_KEY
 class Board:
     """One round's board: ``plan_writer`` is the host that may write its plan record."""
 
-    def __init__(self, plan_writer: str, launch: str | None = None):
+    def __init__(
+        self, plan_writer: str, launch: str | None = None, trainers: Mapping[str, Sequence[int]] | None = None
+    ):
         self.plan_writer = plan_writer
         self.launch = launch  # the round's launch id: a process of an earlier round writes nothing here
+        # each host of the round -> the stage 1 CPU trainers it runs (their indices): the data plan takes a
+        # trainer's requests only from its host (None: a board of no launch's round, which binds no sender)
+        self.trainers = None if trainers is None else {h: tuple(ranks) for h, ranks in trainers.items()}
         self.store = BoardStore()
         self.data_plan = DataPlan()  # the round's passes' shards, handed to the trainers (data_plan.py)
         self.data_plan_lock = threading.Lock()  # the coordinator answers each connection in a thread of its own
@@ -36,11 +42,13 @@ class Board:
         """A board request (put / get / entries, or the data plan's), as the rules allow; an error answer names
         what was refused."""
         if message.get("op") == "shards":
-            sender = message.get("launch")
-            if self.launch is not None and isinstance(sender, str) and sender != self.launch:
-                return {"error": f"the data plan: a process of another round (launch {sender:.16})"}
+            refused = self.sender_refused(message)
+            if refused is not None:
+                return {"error": refused}
             with self.data_plan_lock:  # one request at a time: a shard is handed to one trainer
-                return self.data_plan.answer(message)
+                trainers = None if self.trainers is None else sum(len(r) for r in self.trainers.values())
+                refused = rendezvous.shards_request_refused(message, list(self.data_plan.passes), trainers)
+                return {"error": refused} if refused is not None else self.data_plan.answer(message)
         if message.get("op") == "put":
             key, host = message.get("key"), message.get("host")
             sender = message.get("launch")
@@ -63,6 +71,25 @@ class Board:
             return self.store.answer(message)
         except (KeyError, HeterPSError) as exc:
             return {"error": str(exc)}
+
+    def sender_refused(self, message: Mapping[str, Any]) -> str | None:
+        """Why a data plan request is not this round's to send (None: it is): a process of another round; and where
+        the round's hosts are known, a request without the round's launch id, from a host not of the round, or for
+        a trainer its host does not run."""
+        sender = message.get("launch")
+        if self.launch is not None and isinstance(sender, str) and sender != self.launch:
+            return f"the data plan: a process of another round (launch {printable(sender)[:16]})"
+        if self.trainers is None:
+            return None
+        if sender is None:
+            return "the data plan: a request without a launch id (only this round's processes send it)"
+        host, trainer = message.get("host"), message.get("trainer")
+        if not isinstance(host, str) or host not in self.trainers:
+            return f"the data plan: {printable(str(host))[:64]!r} is not a host of this round"
+        if isinstance(trainer, bool) or trainer not in self.trainers[host]:
+            runs = ", ".join(map(str, self.trainers[host])) or "none"
+            return f"the data plan: {host} does not run trainer {printable(str(trainer))[:20]} (it runs {runs})"
+        return None
 
     def get(self, key: str) -> Any | None:
         return self.store.answer({"op": "get", "key": key})["value"]

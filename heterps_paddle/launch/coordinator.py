@@ -105,7 +105,7 @@ class Coordinator:
         self.machine = m.first_job(rules, first_round(job), time.monotonic())
         self.planned: RoundPlan | None = None  # the plan a NextRound action starts
         self.launch_id = uuid.uuid4().hex[:16]
-        self.board = Board(job.plan_writer, self.launch_id)
+        self.board = Board(job.plan_writer, self.launch_id, job.trainers)
         # each host's connection: the round's members, the spares (who they are is the machine's)
         self.members: dict[str, Peer] = {}
         self.spares: dict[str, Peer] = {}
@@ -466,7 +466,7 @@ class Coordinator:
         self.planned = None
         self.members = {}
         self.launch_id = uuid.uuid4().hex[:16]
-        self.board = Board(self.job.plan_writer, self.launch_id)
+        self.board = Board(self.job.plan_writer, self.launch_id, self.job.trainers)
 
     def _log_measured(self) -> None:
         """A ``measured`` record of each host type timed for the round's plan (fleet/host_measure.py), once."""

@@ -90,6 +90,11 @@ def job_of(expansion: Expansion, address: str, restarts: int = 0) -> HostsJob:
         coordinator=expansion.servers[0].address,
         digest=expansion.digest(),
         members={p.host.address: any(q.role == "trainer" for q in p.processes) for p in expansion.parts if p.processes},
+        trainers={
+            p.host.address: tuple(q.rank for q in p.processes if q.role == "trainer")
+            for p in expansion.parts
+            if p.processes
+        },
         restarts=restarts,
         connect_retries=int(cast(int, settings.get("HETERPS_CONNECT_RETRIES"))),
         key_file=control.key_path(hosts.source, hosts.key_file),

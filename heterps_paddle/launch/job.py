@@ -45,6 +45,9 @@ class HostsJob:
     event_log: str = ""  # this host's event log (launch/event_log.py): the job's records streamed here go to it
     # every host of the hosts file: (address, type, units), what the job pays for while it holds the host
     held: tuple[tuple[str, str, int], ...] = ()
+    # every host of the round -> the stage 1 CPU trainers it runs (PADDLE_TRAINER_ID): the data plan takes a
+    # trainer's requests from its host only (launch/board.py)
+    trainers: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def key(self) -> bytes:
         return control.load_key(self.key_file)
@@ -54,7 +57,7 @@ class HostsJob:
         return self.host == self.coordinator
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self) | {"members": dict(self.members)})
+        return json.dumps(asdict(self) | {"members": dict(self.members), "trainers": dict(self.trainers)})
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> HostsJob | None:
@@ -68,6 +71,7 @@ class HostsJob:
                 "file_hosts": tuple(fields.get("file_hosts", ())),
                 "devices": tuple(fields.get("devices", ())),
                 "held": tuple((str(a), str(t), int(u)) for a, t, u in fields.get("held", ())),
+                "trainers": {str(h): tuple(int(r) for r in ranks) for h, ranks in fields.get("trainers", {}).items()},
             }
         )
 

@@ -184,9 +184,10 @@ class PassCheckpoints:
         self.root = choice.root
         self.resumed_from = choice.path
         self.skip = choice.passes_done
-        # a checkpoint taken inside a pass: where in the next pass, and the shards of it done (named by content)
+        # a checkpoint taken inside a pass: where in the next pass, and the shards of it done (named by content; a
+        # name repeats where a file offered by N trainers was trained as more than one of its N shards)
         self.resumed_at = choice.at
-        self.resumed_files = frozenset(choice.files_done)
+        self.resumed_files = tuple(choice.files_done)
         self.every, self.unit = every
         self.pulling = False  # whether the data plan's puller was looked for (once fleet is up)
         self.puller: pulled_pass.Puller | None = None
@@ -277,7 +278,7 @@ class PassCheckpoints:
                 number,
                 call,
                 run,
-                self.done_before(files) if resumed else frozenset(),
+                self.done_before(files) if resumed else [],
                 self.resumed_at.slice if resumed else 0,
                 wanted=lambda: self.wanted(puller.index),
                 meet=lambda hold, shards: self.meet(
@@ -296,7 +297,7 @@ class PassCheckpoints:
             )
         if not resumed:
             return run(call)
-        todo = [f for f in files if not done_here(f, self.resumed_files)]  # by content: other hosts' paths
+        todo = [f for f in files if not done_here(f, frozenset(self.resumed_files))]  # by content: other hosts' paths
         logger.info(
             "checkpoint: pass %d goes on from %s: %d of its %d files here trained already, left out",
             number,
@@ -307,11 +308,12 @@ class PassCheckpoints:
         call.dataset.set_filelist(todo)  # the files this pass trains here
         return run(call) if todo else None
 
-    def done_before(self, files: list[str]) -> frozenset[str]:
-        """The shards of the pass resumed inside that its checkpoint holds, by content: a checkpoint of an earlier
-        version names its files by path, which this trainer's files are matched against."""
-        named = frozenset(n for n in self.resumed_files if is_identity(n))
-        return named | frozenset(name_of(f) for f in files if f in self.resumed_files)
+    def done_before(self, files: list[str]) -> list[str]:
+        """The shards of the pass resumed inside that its checkpoint holds, by content, each as often as the
+        checkpoint names it (a file offered by N trainers is N shards): a checkpoint of an earlier version names its
+        files by path, which this trainer's files are matched against."""
+        by_path = {f: name_of(f) for f in set(files) if f in self.resumed_files}
+        return [n if is_identity(n) else by_path[n] for n in self.resumed_files if is_identity(n) or n in by_path]
 
     def wanted(self, index: int) -> str | None:
         """Between two calls of a pulled pass: a checkpoint asked for (any trainer reads the ask), or due by
@@ -329,9 +331,22 @@ class PassCheckpoints:
 
     def done_in_plan(self, number: int) -> list[str]:
         """Trainer 0 at a checkpoint inside pass ``number``: the shards the data plan says done (every trainer
-        holds none then), named by content."""
+        holds none then), named by content, a name once a copy done; asked a page at a time (``from``, ``next``:
+        the whole list would pass the control line's limit at a few thousand shards), a plan without pages answers
+        the whole list at once."""
         assert self.puller is not None
-        return list(self.puller.ask({"do": "done", "pass": number})["done"])
+        for _ in range(3):  # the list cannot change while the trainers meet: a total that does, asked again
+            done: list[str] = []
+            at: int | None = 0
+            totals = set()
+            while at is not None:
+                reply = self.puller.ask({"do": "done", "pass": number, "from": at})
+                done.extend(reply["done"])
+                totals.add(reply.get("total"))
+                at = reply.get("next")
+            if len(totals) == 1:
+                return done
+        raise CheckpointError(f"{seam.identity()}: pass {number}'s shards done changed while the trainers met")
 
     def meet(self, executor: Any, at: Progress, done_in_plan: Callable[[], list[str]] | None = None) -> None:
         """At a pass's end, or between two calls of a pulled pass: the barrier (every trainer gets trainer 0's
@@ -362,7 +377,8 @@ class PassCheckpoints:
         if decision.kind is None:
             return
         started = time.monotonic()
-        done = set(done_in_plan()) if at.slice and index == 0 and done_in_plan is not None else set()
+        # the plan's done shards as it lists them: a name repeats for a file trained as more than one shard
+        done = sorted(done_in_plan()) if at.slice and index == 0 and done_in_plan is not None else []
         if not scheduled:
             # asked for at a point that was not due: every trainer's pushes answered before the servers save
             push_queues.flush_pushes(runtime, f"checkpoint {at.where} (asked for)")
@@ -370,7 +386,7 @@ class PassCheckpoints:
             if index == 0:
                 for other in range(1, trainers):
                     barrier.wait(at, f"flushed.{other}", f"CPU trainer {other}")
-        self.save(executor, at, decision, barrier, (trainers, index), started, tuple(sorted(done)))
+        self.save(executor, at, decision, barrier, (trainers, index), started, tuple(done))
         if decision.hold_s > 0:
             self.hold(at, decision.hold_s)
 

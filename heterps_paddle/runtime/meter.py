@@ -198,6 +198,22 @@ class Meter:
     def _counted(self, dataset: Any) -> int | None:
         return dataset_samples(dataset)
 
+    def call_samples(self) -> int | None:
+        """The running call's samples so far, as the model's AUC op counted them (never more than its lines); None
+        when no call runs or the model has no such op (the data plan's ``progress``: runtime/pulled_pass.py)."""
+        with self.lock:
+            if self.call_from is None or self.count is None:
+                return None
+            return self._running() - self.done_in_pass
+
+
+# this process's meter (a stage 1 CPU trainer's: the data plan reads its running call's count), None without one
+_current: Meter | None = None
+
+
+def current() -> Meter | None:
+    return _current
+
 
 # this process's line count of each data file it read (the next epoch reads the same files; a split pass's end and
 # the meter both ask for the same pass's count)
@@ -206,7 +222,11 @@ _LINES: dict[tuple[str, int, float], int] = {}
 
 def dataset_samples(dataset: Any) -> int | None:
     """The samples of a pass over ``dataset``'s files (None: no files to count), counted once per file."""
-    files = list(getattr(dataset, "filelist", []) or [])
+    return dataset_samples_of(list(getattr(dataset, "filelist", []) or []))
+
+
+def dataset_samples_of(files: list[str]) -> int | None:
+    """The samples of ``files`` (None: no files to count), counted once per file."""
     if not files:
         return None
     try:
@@ -360,8 +380,9 @@ def install(ctx: seam.ProcessContext) -> None:
         return
     every = float(cast(float, settings.get("HETERPS_METER_S")))
     if ctx.role == "trainer":
+        global _current
         index = int(os.environ.get("PADDLE_TRAINER_ID", "0") or 0)
-        meter = Meter(1, "trainer", index, board, every).start()
+        meter = _current = Meter(1, "trainer", index, board, every).start()
         ctx.dataset_hooks["meter"] = meter.pass_hook
         ctx.call_hooks["meter"] = meter.call_hook
     else:

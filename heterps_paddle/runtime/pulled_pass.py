@@ -4,7 +4,13 @@ The script's one ``train_from_dataset`` call of a pass is unchanged for it: here
 script gave the dataset (named by content, runtime/file_identity.py), then, until the plan says the pass ended for
 it, takes the next shards (one a reader thread), trains them by Paddle's own ``train_from_dataset`` on those files,
 and says them done.  A fast trainer so trains more of the pass and a slow one less: a slow host no longer bounds the
-pass.  Each call costs Paddle 0.1 s or more of its own: its trainer's end flushes the parameter-server client,
+pass.  Every call keeps the dataset's reader threads as the script set them: a call handed fewer files than threads
+is padded with an empty file of this process's (0 samples).  Paddle would otherwise lower the dataset's
+``thread_num`` to the files of the call, and a heterogeneous pipeline's trainer instance, which Paddle keeps from
+the first call of a program to the next (``Executor._run_from_dataset``, ``HeterPipelineTrainer::ResetDataset``),
+refuses any other count: ``change Dataset thread_num is not supported``.  A call of only empty files is not run (it
+trains nothing).  While a call runs, its bytes trained so far (the meter's count of its samples) are told to the
+plan once a second, where the plan takes them (``progress``).  Each call costs Paddle 0.1 s or more of its own: its trainer's end flushes the parameter-server client,
 which sleeps 100 ms before it looks (``BrpcPsClient::Flush``; docs/data-plan.md has the figures by file size).  The
 dataset's file list and thread count are as the script set them again after the pass.
 
@@ -17,11 +23,15 @@ asked for or due, the plan stops handing out shards, and each trainer, holding n
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import json
 import os
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, cast
+from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 from heterps_paddle import rendezvous, settings
 from heterps_paddle.errors import HeterPSError
@@ -30,6 +40,8 @@ from heterps_paddle.runtime import hooks, seam
 from heterps_paddle.runtime.file_identity import name_of
 
 POLL_S = (0.05, 1.0)  # a wait's first poll of the data plan, and its longest (each poll a connection across hosts)
+PROGRESS_S = 1.0  # a running call's progress told to the data plan at most this often
+PAGE_BYTES = 3 << 18  # an offer's names and paths a request (768 KiB as JSON): the control line is 1 MiB at most
 # Ops that write to the parameter servers: a train_from_dataset pass whose program runs one trains the model (an
 # evaluation program, fleet.evaluation.forward_only_program or the whole model's forward pass, has none).
 WRITE_OPS = frozenset(
@@ -62,6 +74,7 @@ class Puller:
         self.trainers = trainers
         self.index = index
         self.said: set[str] = set()
+        self.reports = True  # whether the plan takes ``progress`` (a plan without the request says so once)
 
     def why_not(self, call: seam.DatasetCall) -> str | None:
         """Why this pass keeps the script's own split (None: it is pulled)."""
@@ -94,32 +107,35 @@ class Puller:
         number: int,
         call: seam.DatasetCall,
         run: Callable[[seam.DatasetCall], Any],
-        done_before: frozenset[str] = frozenset(),
+        done_before: Sequence[str] = (),
         held_before: int = 0,
         wanted: Callable[[], str | None] = lambda: None,
         meet: Callable[[int, int], None] = lambda hold, shards: None,
     ) -> tuple[Any, PassTrained]:
-        """Pass ``number`` pulled: ``done_before`` the shards a checkpoint holds already (taken at ``held_before`` of
-        the pass's shards: a checkpoint of the pass is named after it); between calls ``wanted()``
-        names a checkpoint asked for or due (the plan holds), and ``meet(hold, shards of the pass)`` makes it."""
+        """Pass ``number`` pulled: ``done_before`` the shards a checkpoint holds already (a name may repeat: a file
+        offered by N trainers is N shards), taken at ``held_before`` of the pass's shards (a checkpoint of the pass
+        is named after it); between calls ``wanted()`` names a checkpoint asked for or due (the plan holds), and
+        ``meet(hold, shards of the pass)`` makes it."""
         dataset = call.dataset
         files, threads = list(dataset.filelist), int(getattr(dataset, "thread_num", 1) or 1)
         offered = [[name_of(path), path] for path in files]
         own = set(files)
-        least = progress_bytes(call, files)
-        self.ask(
-            {
+        pages = offer_pages(sorted(done_before), offered)
+        for page, (done_page, files_page) in enumerate(pages):
+            offer = {
                 "do": "offer",
                 "pass": number,
                 "trainers": self.trainers,
-                "files": offered,
-                "done_before": sorted(done_before),
+                "files": files_page,
+                "done_before": done_page,
                 "held_before": held_before,
             }
-        )
+            reply = self.ask(offer if len(pages) == 1 else {**offer, "page": page, "pages": len(pages)})
+        say_offer(number, reply, files)
+        progress = PassProgress(number, call, threads)
         result: Any = None
         trained: list[str] = []
-        calls, waited = 0, 0.0
+        calls, padded, waited = 0, 0, 0.0
         wait_s = float(cast(float, settings.get("HETERPS_CHECKPOINT_WAIT_S")))
         poll = POLL_S[0]
         try:
@@ -127,7 +143,7 @@ class Puller:
                 ask = wanted()
                 if ask is not None:
                     self.ask({"do": "hold", "pass": number, "ask": ask})
-                reply = self.ask({"do": "take", "pass": number, "want": max(1, threads), "least": least})
+                reply = self.ask({"do": "take", "pass": number, "want": max(1, threads)})
                 if "wait" in reply:
                     if waited > wait_s:
                         raise DataPlanFailed(
@@ -148,25 +164,78 @@ class Puller:
                 paths = self._readable(number, reply["shards"], own)
                 if not paths:
                     continue
-                dataset.set_filelist([path for _, path in paths])
+                handed = [path for _, path in paths]
+                if all(is_empty(path) for path in handed):
+                    # nothing to train: Paddle is not called (a call costs 0.1 s of its own, and trains no batch)
+                    self.ask({"do": "finish", "pass": number, "shards": [name for name, _ in paths]})
+                    trained.extend(handed)
+                    continue
+                dataset.set_filelist(call_files(handed, threads))
                 dataset.thread_num = threads  # Paddle lowers it to the files of the call, for good
-                result = run(call)
+                with self._reporting(number, handed):
+                    result = run(call)
                 calls += 1
+                padded += len(handed) < threads
                 self.ask({"do": "finish", "pass": number, "shards": [name for name, _ in paths]})
-                trained.extend(path for _, path in paths)
+                trained.extend(handed)
+                progress.called(handed)
         finally:
             dataset.thread_num = threads
         logger.info(
-            "data plan: pass %d: %d shards trained here in %d calls (%d of its files offered, %d shards done before; "
-            "%.1f s waited for the others)",
+            "data plan: pass %d: %d shards trained here in %d calls (%d padded to the dataset's %d reader threads; %d "
+            "of its files offered, %d shards done before; %.1f s waited for the others)",
             number,
             len(trained),
             calls,
+            padded,
+            threads,
             len(files),
             len(done_before),
             waited,
         )
         return result, PassTrained(tuple(trained), calls, waited)
+
+    @contextlib.contextmanager
+    def _reporting(self, number: int, paths: list[str]) -> Iterator[None]:
+        """While a call of the shards at ``paths`` runs: its bytes trained so far told to the plan (``progress``)
+        at most every :data:`PROGRESS_S`, from the meter's count of its samples times the shards' bytes a line."""
+        from heterps_paddle.runtime import meter  # lazy: imports Paddle (launch_checkpoints' module doc)
+
+        running = meter.current()
+        lines = meter.dataset_samples_of(paths) if running is not None and self.reports else None
+        if running is None or not lines:
+            yield
+            return
+        per_line = sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) / lines
+        stop = threading.Event()
+
+        def report() -> None:
+            told = 0
+            while self.reports and not stop.wait(PROGRESS_S):
+                samples = running.call_samples()
+                done = int((samples or 0) * per_line)
+                if done > told:
+                    told = done
+                    self._progress(number, done)
+
+        thread = threading.Thread(target=report, name="heterps-data-plan-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(PROGRESS_S * 5)
+
+    def _progress(self, number: int, done: int) -> None:
+        """``progress``: this trainer's running call has trained ``done`` bytes.  A plan that does not take the
+        request (it answers an error naming it unknown) is told no more, silently; any other error is said once,
+        and no more progress is told (it is never the job's end)."""
+        try:
+            self.ask({"do": "progress", "pass": number, "bytes": done})
+        except DataPlanFailed as exc:
+            self.reports = False
+            if "unknown request" not in str(exc):
+                logger.warning("data plan: a call's progress could not be told to the plan (%s); no more is", exc)
 
     def _readable(self, number: int, shards: list[list[str]], own: set[str]) -> list[list[str]]:
         """The shards handed to this trainer that it reads as they are named: its own paths (``own``), else
@@ -190,23 +259,104 @@ class Puller:
         return readable
 
 
-def progress_bytes(call: seam.DatasetCall, files: list[str]) -> int:
-    """The bytes of data a call is to train at least for the script's progress lines: Paddle prints them every
-    ``print_period`` batches of a call (100 by default), and a call of fewer batches prints none; 0 when the call
-    fetches nothing.  A line's bytes from the script's first local file."""
-    if not call.options.get("fetch_list"):
-        return 0
-    period = int(call.options.get("print_period", 100) or 100)
-    try:
-        batch = int(call.dataset.proto_desc.batch_size) or 1
-    except (AttributeError, TypeError, ValueError):
-        batch = 1
-    sample = next((f for f in files if os.path.isfile(f) and os.path.getsize(f) > 0), None)
-    if sample is None:
-        return 0
-    with open(sample, "rb") as f:
-        lines = sum(1 for _ in f)
-    return int(period * batch * os.path.getsize(sample) / max(1, lines))
+def offer_pages(done_before: list[str], offered: list[list[str]]) -> list[tuple[list[str], list[list[str]]]]:
+    """An offer cut into pages whose request stays under the control line's limit (control.MAX_LINE; each page's
+    names and paths at most :data:`PAGE_BYTES` as JSON): ``done_before`` first (a copy done before must be counted
+    before any file is handed out), then the files; one page where all fit."""
+    pages: list[tuple[list[str], list[list[str]]]] = [([], [])]
+    size = 0
+    items: list[str | list[str]] = [*done_before, *offered]
+    for item in items:
+        cost = len(json.dumps(item)) + 2
+        if size + cost > PAGE_BYTES and (pages[-1][0] or pages[-1][1]):
+            pages.append(([], []))
+            size = 0
+        if isinstance(item, str):
+            pages[-1][0].append(item)
+        else:
+            pages[-1][1].append(item)
+        size += cost
+    return pages
+
+
+def is_empty(path: str) -> bool:
+    """Whether ``path`` is a local file of no bytes (it trains no sample)."""
+    return os.path.isfile(path) and os.path.getsize(path) == 0
+
+
+_padding: list[str] = []  # this process's empty file (made once), that pads a call to the dataset's threads
+
+
+def call_files(paths: list[str], threads: int) -> list[str]:
+    """The file list of one call of the shards at ``paths``: padded to ``threads`` files (the dataset's reader
+    threads as the script set them) with an empty file of this process's, so that Paddle keeps the thread count
+    (module doc)."""
+    if len(paths) >= threads:
+        return list(paths)
+    if not _padding or not os.path.isfile(_padding[0]):
+        handle, path = tempfile.mkstemp(prefix="heterps-empty-", suffix=".data")
+        os.close(handle)
+        atexit.register(_remove, path)
+        _padding[:] = [path]
+    return [*paths, *[_padding[0]] * (threads - len(paths))]
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
+def say_offer(number: int, reply: Mapping[str, Any], files: list[str]) -> None:
+    """Once a pass, at this trainer's offer: what it offered, and the pass as the plan's answer gives it (its files,
+    shards, those offered by more than one trainer, the empty ones) where it does, else the shards offered so far."""
+    empty = sum(1 for path in files if is_empty(path))
+    here = f"{len(files)} files offered here" + (f" ({empty} empty)" if empty else "")
+    shared, empty_files = reply.get("shared", reply.get("shared_files")), reply.get("empty", reply.get("empty_files"))
+    if "files" in reply and "shards" in reply and shared is not None:
+        whole = (
+            f"the pass: {reply['files']} files, {reply['shards']} shards, {shared} offered by more than one trainer"
+            + (f", {empty_files} empty (skipped)" if empty_files is not None else "")
+        )
+    else:
+        whole = f"{reply.get('shards', '?')} shards offered so far"
+    logger.info("data plan: pass %d: %s; %s", number, here, whole)
+
+
+class PassProgress:
+    """A pulled pass's progress lines.  Paddle prints a call's fetched values every ``print_period`` batches of
+    that call, and a call of fewer batches prints none: where a call ends the pass's batches past a multiple of
+    ``print_period`` and was too short for Paddle's line, a line of the pass's batches and samples so far is
+    printed here (the meter's count of the calls' lines).  A split plan's stage 1 prints its pass's lines from
+    the last stage's figures already (runtime/stage_metrics.py)."""
+
+    def __init__(self, number: int, call: seam.DatasetCall, threads: int) -> None:
+        self.number = number
+        self.threads = threads
+        self.period = int(call.options.get("print_period", 100) or 100)
+        try:
+            self.batch = int(call.dataset.proto_desc.batch_size) or 1
+        except (AttributeError, TypeError, ValueError):
+            self.batch = 1
+        self.on = bool(call.options.get("fetch_list")) and not seam.is_heter_section(call.main_program())
+        self.samples = 0
+
+    def called(self, paths: list[str]) -> None:
+        if not self.on:
+            return
+        from heterps_paddle.runtime import meter  # lazy: imports Paddle (launch_checkpoints' module doc)
+
+        lines = meter.dataset_samples_of(paths) or 0
+        every = self.period * self.batch
+        before, self.samples = self.samples, self.samples + lines
+        # thread 0 of a call prints every print_period of its batches: a call of fewer than that many batches a
+        # thread printed no line
+        if self.samples // every > before // every and lines < every * self.threads:
+            logger.info(
+                "data plan: pass %d: %d batches (%d samples) trained here so far",
+                self.number,
+                self.samples // self.batch,
+                self.samples,
+            )
 
 
 def puller() -> Puller | None:
