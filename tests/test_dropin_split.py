@@ -207,11 +207,6 @@ def test_every_pass_pulled_every_file_with_the_scripts_reader_threads(jobs):
     assert padded >= 1, shards
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the data plan's multiset of offers (issue 60, branch dp-plan): until then a file every trainer "
-    "offered is one shard, trained once a pass",
-)
 def test_a_pass_trains_each_file_once_a_trainer_it_was_given_to_as_plain_paddle_does(jobs):
     shards, _ = pulled(jobs, "split")
     assert shards == {1: 2 * FILES, 2: 2 * FILES}, shards  # 2 trainers, each given the 8 files of 5,000 rows
