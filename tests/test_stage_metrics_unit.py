@@ -7,9 +7,9 @@ pass's batch only at its third reading."""
 import numpy as np
 import paddle
 
-from heterps_paddle.runtime import stage_metrics
+from heterps_paddle.runtime import auc_states, stage_metrics
 
-OP = stage_metrics.AucOp("auc", "pos", "neg", num_thresholds=1, slide_steps=0)  # 2 buckets, accumulating
+OP = auc_states.AucOp("auc", "pos", "neg", num_thresholds=1, slide_steps=0)  # 2 buckets, accumulating
 
 
 class LateLastStage(stage_metrics.Client):
