@@ -240,3 +240,18 @@ def test_a_model_without_an_accumulating_auc_op_says_once_why_no_pass_auc(caplog
     with caplog.at_level(logging.WARNING, logger="heterps"):
         assert meter._auc_reader(call) is None and meter._auc_reader(call) is None
     assert caplog.text.count("none accumulating (slide_steps=0): its pass AUC is not shown") == 1
+
+
+def test_a_fetched_copy_of_an_auc_is_printed_with_its_value(monkeypatch):
+    main, startup, outputs = auc_program([(2**12, 20)])
+    with paddle.static.program_guard(main, startup):
+        copy = paddle.cast(outputs[0], "float32")  # what PaddleRec's Wide&Deep fetches as its auc
+    last, (client,) = split_trainers(monkeypatch, main, startup, 1)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(last):
+        exe.run(startup)
+    metrics = stage_metrics.PassMetrics(client, paddle.static.Scope(), [], 0, 64, None).start()
+    with paddle.static.scope_guard(last):
+        (fetched,) = exe.run(main, feed=batch(9), fetch_list=[copy])
+    values, _ = metrics._values()
+    assert abs(values[copy.name] - float(np.array(fetched).reshape(-1)[0])) < 1e-6

@@ -284,6 +284,7 @@ class PassMetrics:
     before: dict[str, Any] = field(default_factory=dict)
     local: dict[str, Any] = field(default_factory=dict)  # the scope's states when the pass started
     ops: list[AucOp] = field(default_factory=list)  # the whole model's auc ops (what the fetches name)
+    copies: dict[str, str] = field(default_factory=dict)  # a fetched copy of an AUC -> the op's AUC output
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     broken: bool = False  # its start failed (said): the pass's end leaves the scope alone
@@ -293,6 +294,7 @@ class PassMetrics:
         try:
             held = seam.context().heldout
             self.ops = auc_ops(held.forward) if held is not None else []
+            self.copies = auc_copies(held.forward, self.ops) if held is not None else {}
             now, _ = self.client.snapshot()
             # From where this trainer's previous pass left off, and for its first pass from zero (the last stage's
             # states start at zero with the job): what other trainers' batches added before or between this
@@ -359,6 +361,7 @@ class PassMetrics:
             values[op.auc] = auc_of(mine[op.stat_pos], mine[op.stat_neg])
             seen = (mine[op.stat_pos] - self.local[op.stat_pos]) + (mine[op.stat_neg] - self.local[op.stat_neg])
             samples = max(samples, int(seen.sum()))  # an accumulating op counts every sample of the pass
+        values.update({copy: values[source] for copy, source in self.copies.items() if source in values})
         if loss is not None and held is not None and held.loss:
             values[held.loss] = loss
         return values, samples
@@ -457,6 +460,20 @@ class PassMetrics:
             if all(name in after and name in self.before for name in op.states())
         ]
         return max(grown) if grown else None
+
+
+COPY_OPS = ("cast", "assign")
+
+
+def auc_copies(program: Any, ops: list[AucOp]) -> dict[str, str]:
+    """The vars that copy an AUC op's output (a script may fetch ``paddle.cast(auc, "float32")``, as PaddleRec's
+    Wide&Deep does), each with the AUC output it copies: printed with its value."""
+    sources = {op.auc: op.auc for op in ops}
+    for blk in program.blocks:
+        for op in blk.ops:
+            if op.type in COPY_OPS and op.input("X") and op.input("X")[0] in sources:
+                sources[op.output("Out")[0]] = sources[op.input("X")[0]]
+    return {copy: source for copy, source in sources.items() if copy != source}
 
 
 def dataset_batch_size(dataset: Any) -> int:
