@@ -7,14 +7,14 @@ pass's batch only at its third reading."""
 import numpy as np
 import paddle
 
-from heterps_paddle.runtime import stage_metrics
+from heterps_paddle.runtime import auc_states, stage_metrics
 
-OP = stage_metrics.AucOp("auc", "pos", "neg")
+OP = auc_states.AucOp("auc", "pos", "neg", num_thresholds=1, slide_steps=0)  # 2 buckets, accumulating
 
 
 class LateLastStage(stage_metrics.Client):
     def __init__(self, readings):
-        super().__init__(["unused:0"], 1, 0)
+        super().__init__(["unused:0"], 1, 0, ops=[OP])
         self.readings = list(readings)
         self.reads = 0
 
@@ -30,7 +30,8 @@ def finished(client, expected, monkeypatch):
     metrics = stage_metrics.PassMetrics(client, scope, [], 0, 60, None, expected=expected, ops=[OP])
     metrics.before = {"pos": np.array([1, 2]), "neg": np.array([3, 4])}  # the previous pass's end: 10 samples
     metrics.finish()
-    return client, np.array(scope.find_var("pos").get_tensor()), np.array(scope.find_var("neg").get_tensor())
+    pos, neg = (np.array(scope.find_var(name).get_tensor()).reshape(-1) for name in ("pos", "neg"))
+    return client, pos, neg
 
 
 def test_the_pass_end_waits_until_its_samples_are_counted(monkeypatch):

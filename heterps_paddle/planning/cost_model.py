@@ -15,7 +15,7 @@ from typing import Sequence, TypedDict
 import numpy as np
 from numpy.typing import NDArray
 
-from heterps_paddle.planning.model import Cluster, ModelProfile, Plan, PlanningInputError, Stage
+from heterps_paddle.planning.model import Cluster, ModelProfile, Plan, PlanningInputError, Stage, lookups_end
 from heterps_paddle.planning.unit_cost import cost_per_million_samples
 
 # More units than this are never useful to explore: it bounds the spill scan of one stage.
@@ -110,6 +110,7 @@ class CostModel:
         first_stage_kinds: tuple[str, ...] | None = None,
         one_stage_kinds: tuple[str, ...] | None = None,
         overlap: bool = False,
+        lookups_first: bool = False,
     ):
         """``overlap``: a stage's boundary traffic overlaps its compute (per sample, the larger of the two, not
         their sum), as the heterogeneous pipeline runs it: micro-batches in flight, brpc sending one while the
@@ -119,7 +120,8 @@ class CostModel:
         part of the reference reading; the runtime's rule ("cpu",): Paddle's heterogeneous pipeline reads the
         data on CPU trainers, which therefore run the first stage of a split.  A one-stage plan may be any kind
         (data-parallel trainers of that type) unless ``one_stage_kinds`` says which (the automatic path without
-        CUDA: the trainers are CPUs)."""
+        CUDA: the trainers are CPUs).  ``lookups_first``: the runtime's rule that a split's lookups run on its
+        first stage (``model.lookups_end``)."""
         required = throughput if throughput is not None else cluster.throughput
         if required is None:
             raise PlanningInputError("no required throughput: give it in the cluster file or with --throughput")
@@ -130,6 +132,7 @@ class CostModel:
         self.throughput = float(required)
         self.first_stage_kinds = first_stage_kinds
         self.one_stage_kinds = one_stage_kinds
+        self.lookups_first = lookups_first
         self.overlap = overlap
         self.types = cluster.resource_types
         self.num_layers = len(profile.layers)
@@ -154,6 +157,7 @@ class CostModel:
         self.io: NDArray[np.float64] = np.array([layer.io_bytes for layer in layers], dtype=float)
         self.out: NDArray[np.float64] = np.array([layer.out_bytes for layer in layers], dtype=float)
         dense = np.array([layer.kind == "dense" for layer in layers])
+        self.lookups_end = lookups_end(self.profile)
         self.param_prefix = prefix(self.param)
         self.dense_param_prefix = prefix(np.where(dense, self.param, 0.0))
 
@@ -300,6 +304,8 @@ class CostModel:
         # [whole model?, type]: the first-stage rule differs for a one-stage plan
         allowed = np.array([np.isin(kinds, self._first_stage_kinds(end)) for end in (0, self.num_layers)])
         impossible = (starts == 0) & ~allowed[(ends == self.num_layers).astype(np.intp), types]
+        if self.lookups_first:  # a later stage of a split holds no lookup
+            impossible |= (starts > 0) & (starts < self.lookups_end)
         params = self.param_prefix[ends] - self.param_prefix[starts]
         memory = self.memory[types]
         has_ssd = self.has_ssd[types]
@@ -386,6 +392,12 @@ class CostModel:
             scan, k = scan[~ok], k + 1.0
         return fewest, fewest_time
 
+    def _lookup_reason(self, start: int) -> str:
+        return (
+            f"a split plan's lookups run on its first stage (the CPU trainers), and this stage starts at "
+            f"{self.layer_names[start]}, before the last sparse layer {self.layer_names[self.lookups_end - 1]}"
+        )
+
     def _first_stage_kinds(self, end: int) -> tuple[str, ...]:
         """Kinds allowed for a plan's first stage ending before layer ``end`` (all of it: a one-stage plan)."""
         kinds = self.one_stage_kinds if end == self.num_layers else self.first_stage_kinds
@@ -439,6 +451,8 @@ class CostModel:
                 + "/".join(allowed)
                 + " type"
                 if impossible.start == 0 and t.kind not in allowed
+                else self._lookup_reason(impossible.start)
+                if self.lookups_first and 0 < impossible.start < self.lookups_end
                 else "no parameter memory and no SSD tier"
             )
         elif any(excess):

@@ -205,9 +205,18 @@ def fit_to_launch(
                     "fewer heterogeneous stages or give a saved plan"
                 )
             units = launch.stage_units()
+            # the runtime's rule (cost_model.lookups_end): a split's first stage holds every lookup
+            first_cut = max(1, cost_model.lookups_end)
+            if first_cut > 1:
+                notes.append(
+                    f"a split's lookups run on its first stage (the CPU trainers): its first cut comes after "
+                    f"{cost_model.layer_names[first_cut - 1]}, the last sparse layer"
+                    + ("" if first_cut < n else ", the program's last layer: no split fits it")
+                )
             for combo in itertools.product(first_types, *heter_types):
                 for inner in itertools.combinations(range(1, n), stages - 1):
-                    add(combo, [0, *inner, n], units)
+                    if inner[0] >= first_cut:
+                        add(combo, [0, *inner, n], units)
     if not options:
         raise PlanningInputError(
             f"no plan fits this launch: the cluster's types cannot hold the program's parameters ({launch.describe()})"

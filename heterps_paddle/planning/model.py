@@ -55,6 +55,15 @@ class ModelProfile:
         return [layer.name for layer in self.layers]
 
 
+def lookups_end(profile: ModelProfile) -> int:
+    """The layer index after the model's last sparse layer (0: none).  The runtime's rule for a split: its lookups
+    run on its first stage, the CPU trainers' section (a heterogeneous trainer holds no lookup; a split refuses a
+    sparse layer on a GPU stage), so a split's first cut comes at or after it.  A model whose dense layers come
+    before a lookup in program order (Wide&Deep's wide part, DLRM's bottom MLP: docs/models.md) cannot be cut
+    there."""
+    return max((i + 1 for i, layer in enumerate(profile.layers) if layer.kind == "sparse"), default=0)
+
+
 @dataclass(frozen=True)
 class ResourceType:
     name: str

@@ -22,10 +22,15 @@ from heterps_paddle.planning.schedulers.exact import REACH_TOLERANCE, reachable_
 def launchable_cost_model(
     profile: ModelProfile, cluster: Cluster, throughput: float | None, trainer_kinds: tuple[str, ...]
 ) -> CostModel:
-    """The cost model with the runtime's rules (a split plan's first stage runs on the CPU trainers; what the
-    trainers of a one-stage plan can be), so the plan can be launched."""
+    """The cost model with the runtime's rules (a split plan's first stage runs on the CPU trainers and holds every
+    lookup; what the trainers of a one-stage plan can be), so the plan can be launched."""
     return CostModel(
-        profile, cluster, throughput, first_stage_kinds=SPLIT_FIRST_STAGE_KINDS, one_stage_kinds=trainer_kinds
+        profile,
+        cluster,
+        throughput,
+        first_stage_kinds=SPLIT_FIRST_STAGE_KINDS,
+        one_stage_kinds=trainer_kinds,
+        lookups_first=True,
     )
 
 

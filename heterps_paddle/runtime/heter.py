@@ -22,7 +22,7 @@ import paddle
 
 from heterps_paddle import settings
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import seam, stage_metrics
+from heterps_paddle.runtime import auc_states, seam, stage_metrics
 from heterps_paddle.runtime.watchdog import reachable, split_endpoints
 
 TAKEOVER_TAG = "heterogeneous trainer taken over"
@@ -52,10 +52,11 @@ def worker_dataset(program: Any) -> Any:
 
 def _loss_and_auc(program: Any, loss: str | None) -> tuple[list[Any], list[str]]:
     names = [(loss, "loss")] if loss else []
-    # The first auc op is the accumulated AUC (models may add a per-batch one after it).
-    auc_ops = [op for blk in program.blocks for op in blk.ops if op.type == "auc"]
-    if auc_ops:
-        names.append((auc_ops[0].output("AUC")[0], "auc"))
+    # The first accumulating auc op's (paddle.static.auc appends its sliding "batch" op first, then the accumulating
+    # one: runtime/auc_states.py); a model with sliding ones only: the first.
+    ops = auc_states.auc_ops(program)
+    shown = (auc_states.accumulating(ops) or ops)[:1]
+    names += [(op.auc, "auc") for op in shown]
     fetch, info = [], []
     for name, label in names:
         for blk in program.blocks:

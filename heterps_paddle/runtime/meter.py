@@ -47,6 +47,7 @@ from heterps_paddle import rendezvous, settings
 from heterps_paddle.data.metrics import auc_from_histograms
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import seam, stage_metrics
+from heterps_paddle.runtime.auc_states import AucOp, accumulating, auc_ops, say_once, windows
 
 VERSION = 1
 KEY_PREFIX = rendezvous.METER_PREFIX
@@ -248,29 +249,38 @@ def _thread_num(dataset: Any) -> int:
         return 1
 
 
-# The model's AUC states as they stand: (their values by name, the last stage's latest loss where it is known)
-AucReader = tuple[list[stage_metrics.AucOp], Callable[[], tuple[dict[str, Any], float | None]], bool]
+# The model's AUC states as they stand, as counting windows (runtime/auc_states.py): (their values by state name,
+# the last stage's latest loss where it is known)
+AucReader = tuple[list[AucOp], Callable[[], tuple[dict[str, Any], float | None]], bool]
+NO_PASS_AUC = "its pass AUC is not shown in the launch's figures (heterps status / the gauge)"
 
 
 def _auc_reader(call: seam.DatasetCall) -> AucReader | None:
-    """How to read the model's AUC states while and after a pass runs (None: the model has no AUC op): on a split
-    plan the last stage's (summed over its trainers, with its latest loss), else this trainer's own scope's.  The
-    third item says whether the states are shared by every trainer (a split's)."""
+    """How to read the model's accumulating AUC states while and after a pass runs (None: the model has none, said
+    once): on a split plan the last stage's (summed over its trainers, with its latest loss), else this trainer's
+    own scope's.  The third item says whether the states are shared by every trainer (a split's)."""
     ctx = seam.context()
+    program = ctx.heldout.forward if ctx.split and ctx.heldout is not None else call.main_program()
+    every = auc_ops(program) if program is not None else []
+    ops = accumulating(every)
+    if not ops:
+        say_once(
+            "no accumulating auc",
+            f"the model has {len(every)} AUC ops, none accumulating (slide_steps=0): {NO_PASS_AUC}",
+        )
+        return None
     if ctx.split:
         client = stage_metrics.client()
-        ops = stage_metrics.auc_ops(ctx.heldout.forward) if ctx.heldout is not None else []
-        if client is None or not ops:
-            return None
-        return ops, client.snapshot, True
-    ops = stage_metrics.auc_ops(call.main_program())
-    if not ops:
-        return None
+        return None if client is None else (ops, client.snapshot, True)
     scope = call.scope if call.scope is not None else paddle.static.global_scope()
-    names = [name for op in ops for name in (op.stat_pos, op.stat_neg)]
-    # read while the pass runs, as Paddle's own fetch thread reads the scope; a one-stage trainer's loss is in its
-    # threads' scopes, not here
-    return ops, lambda: ({name: stage_metrics.read(scope, name) for name in names}, None), False
+    names = [name for op in ops for name in op.states()]
+
+    def read() -> tuple[dict[str, Any], float | None]:
+        # read while the pass runs, as Paddle's own fetch thread reads the scope; a one-stage trainer's loss is in
+        # its threads' scopes, not here
+        return windows(ops, {name: stage_metrics.read(scope, name) for name in names}, NO_PASS_AUC), None
+
+    return ops, read, False
 
 
 def _read_stats(reader: AucReader | None) -> dict[str, Any] | None:
@@ -324,7 +334,7 @@ def pass_learning(reader: AucReader | None, before: dict[str, Any] | None, call:
     return out
 
 
-def _grown(op: stage_metrics.AucOp, before: dict[str, Any], after: dict[str, Any]) -> int:
+def _grown(op: AucOp, before: dict[str, Any], after: dict[str, Any]) -> int:
     """The samples ``op`` counted between the two readings (0: it was not read at both)."""
     if any(x.get(name) is None for x in (before, after) for name in (op.stat_pos, op.stat_neg)):
         return 0
@@ -360,9 +370,9 @@ def _heter_index() -> int:
     return listed.index(me) if me in listed else int(os.environ.get("PADDLE_PORT", "0") or 0)
 
 
-def _most(ops: list[stage_metrics.AucOp], stats: dict[str, Any]) -> int:
-    """The samples the model's AUC ops counted: the most any one counted (a model's accumulating op counts every
-    sample; a sliding-window one only its last batches)."""
+def _most(ops: list[AucOp], stats: dict[str, Any]) -> int:
+    """The samples the model's accumulating AUC ops counted: the most any one counted (each counts every sample
+    since its states were last zeroed; a script may zero one and not another)."""
     counts = [
         int(np.asarray(stats[op.stat_pos]).sum() + np.asarray(stats[op.stat_neg]).sum())
         for op in ops

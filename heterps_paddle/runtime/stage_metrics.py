@@ -6,8 +6,9 @@ were dropped, and the AUC state variables a script reads from its scope after a 
 ``stat_neg``, PaddleRec's ``get_global_auc``) stayed zero (an AUC of 0.5 every epoch).  So:
 
 - each last-stage heterogeneous trainer serves its current metrics on a TCP port of its own (:class:`Service`):
-  every auc op's state variables (persistable: they live in its root scope), and the loss, which an ``assign``
-  appended to its section copies into a persistable mirror variable each batch;
+  every auc op's state variables (persistable: they live in its root scope) as their counting windows, whatever
+  the op's thresholds and sliding window (runtime/auc_states.py), and the loss, which an ``assign`` appended to its
+  section copies into a persistable mirror variable each batch;
 - a stage 1 CPU trainer reads them when its ``train_from_dataset`` ends (:class:`Client`) and adds its share of
   what the counts grew by since its last read (since zero, the job's start, for its first pass) to its own state
   variables, so a script's
@@ -16,12 +17,15 @@ were dropped, and the AUC state variables a script reads from its scope after a 
   ``(count + i) // w`` of it), and a trainer adds what its share of the cumulative counts grew by: the trainers'
   passes need not start or end together (one may have no batch at all), and nothing is lost between a trainer's
   passes, so once every trainer has read the final counts a global AUC (summed over trainers, as
-  ``get_global_auc`` does) is exact; one trainer's own AUC is the last stage's over all trainers' batches;
+  ``get_global_auc`` does) is exact; one trainer's own AUC is the last stage's over all trainers' batches.  Only
+  accumulating ops (``slide_steps=0``) are shared out: a sliding op's window counts the last stage's last batches,
+  and its fetched AUC is printed as that window's;
 - while the pass runs, the fetched loss and AUC are printed every ``print_period`` batches in Paddle's format
   (``time: [...], batch: [N], <fetch_info>[1]:[value]``), and a ``fetch_handler`` gets them every period, from
   the same figures; the batch count is the last stage's samples over ``w`` and the batch size.
 
-The port is found on the launch's board (rendezvous.py: files under ``HETERPS_CACHE/launches/<launch id>/`` on one
+A metric never stops training: what fails in a pass's start, prints or end is logged once, naming where, and the
+pass goes on.  The port is found on the launch's board (rendezvous.py: files under ``HETERPS_CACHE/launches/<launch id>/`` on one
 host, the launch's coordinator across hosts).  A trainer that finds none within ``FIND_WAIT_S`` says so
 once and goes on as before (the last stage's log prints the metrics).
 """
@@ -43,6 +47,7 @@ import paddle
 from heterps_paddle import graph_seam, rendezvous, settings
 from heterps_paddle.log import logger
 from heterps_paddle.runtime import push_queues, seam
+from heterps_paddle.runtime.auc_states import AucOp, UnreadableState, accumulating, auc_ops, say_once, windows
 
 LOSS_MIRROR = "heterps_last_stage_loss"
 POLL_S = 0.5
@@ -72,22 +77,6 @@ def flush_heterogeneous_trainers() -> None:
         found.flush()
     except OSError as exc:
         logger.warning("the heterogeneous trainers could not be asked to flush their pushes (%s)", exc)
-
-
-@dataclass(frozen=True)
-class AucOp:
-    auc: str  # the op's AUC output (what a script fetches)
-    stat_pos: str
-    stat_neg: str
-
-
-def auc_ops(program: Any) -> list[AucOp]:
-    return [
-        AucOp(op.output("AUC")[0], op.output("StatPosOut")[0], op.output("StatNegOut")[0])
-        for blk in program.blocks
-        for op in blk.ops
-        if op.type == "auc"
-    ]
 
 
 def mirror_loss(program: Any, scope: Any, loss: str | None) -> str | None:
@@ -129,12 +118,11 @@ class Service:
         self.server: socketserver.TCPServer | None = None
 
     def snapshot(self) -> dict[str, Any]:
-        stats = {}
-        for op in self.ops:
-            for name in (op.stat_pos, op.stat_neg):
-                value = read(self.scope, name)
-                if value is not None:
-                    stats[name] = value.reshape(-1).tolist()
+        # each state's counting window only (auc_states.py): a sliding op's whole state is ~(slide_steps + 1) times
+        # as long, and it is read every half second
+        raw = {name: read(self.scope, name) for op in self.ops for name in op.states()}
+        counts = windows(self.ops, raw, "the CPU trainers are not sent its counts")
+        stats = {name: window.tolist() for name, window in counts.items()}
         loss = read(self.scope, self.loss) if self.loss else None
         return {"stats": stats, "loss": None if loss is None else float(np.mean(loss))}
 
@@ -188,6 +176,7 @@ class Client:
     trainers: int  # CPU trainers sharing the last stage's counts
     index: int  # this trainer's index among them
     every_heter: list[str] = field(default_factory=list)  # every heterogeneous trainer's (flush)
+    ops: list[AucOp] = field(default_factory=list)  # the whole model's AUC ops (their layouts)
     # the last stage's counts as this trainer last accounted for them (its previous pass's end; None: zero)
     accounted: dict[str, Any] | None = None
 
@@ -202,11 +191,13 @@ class Client:
             if len(found) >= expected:
                 entries = list(found.values())
                 trainers, index = seam.worker_count_and_index(seam.role_maker())
+                held = seam.context().heldout
                 return Client(
                     [str(e["endpoint"]) for e in entries if e["last"]],
                     trainers,
                     index,
                     [str(e["endpoint"]) for e in entries],
+                    auc_ops(held.forward) if held is not None else [],
                 )
             if time.monotonic() > deadline:
                 break
@@ -220,13 +211,22 @@ class Client:
         return None
 
     def snapshot(self) -> tuple[dict[str, Any], float | None]:
-        """The last stage's AUC states (summed over its trainers) and its mean latest loss."""
+        """The last stage's AUC states' counting windows (summed over its trainers), by state name, and its mean
+        latest loss.  A window whose length is not its op's bucket count is left out (said once)."""
         stats: dict[str, Any] = {}
         losses = []
+        buckets = {name: op.buckets for op in self.ops for name in op.states()}
         for endpoint in self.endpoints:
             reply = _fetch(endpoint)
             for name, values in reply["stats"].items():
                 array = np.array(values, dtype="int64")
+                if array.size != buckets.get(name):
+                    say_once(
+                        f"window {name}",
+                        f"the last stage sent {array.size} buckets of AUC state {name}, the model's AUC op has "
+                        f"{buckets.get(name, 'no such state')}: its pass AUC is not shown here",
+                    )
+                    continue
                 stats[name] = stats[name] + array if name in stats else array
             if reply["loss"] is not None:
                 losses.append(reply["loss"])
@@ -250,14 +250,18 @@ class Client:
         return self.share(after) - self.share(before)
 
 
-def add_to_scope(scope: Any, name: str, values: Any) -> None:
-    var = scope.find_var(name)
-    tensor = (var or scope.var(name)).get_tensor()
-    if graph_seam.is_initialized(tensor) and int(np.prod(tensor.shape())) == values.size:
-        current = np.array(tensor)
-        tensor.set((current.reshape(-1) + values).reshape(current.shape).astype(current.dtype), paddle.CPUPlace())
-    else:
-        tensor.set(values.astype("int64"), paddle.CPUPlace())
+def add_to_scope(scope: Any, op: AucOp, name: str, growth: Any) -> None:
+    """Add ``growth`` (a counting window) to the state ``name`` of the accumulating ``op`` in ``scope``, which is
+    left in the kernel's shape (``[1, buckets]``) whatever shape it had (startup's is one longer)."""
+    value = read(scope, name)
+    base = np.zeros(op.buckets, dtype="int64")
+    if value is not None:
+        try:
+            base = op.window(name, value)
+        except UnreadableState as exc:
+            say_once(f"scope {name}", f"{exc}: this trainer's scope gets the last stage's counts alone")
+    tensor = (scope.find_var(name) or scope.var(name)).get_tensor()
+    tensor.set((base + growth).reshape(1, op.buckets).astype("int64"), paddle.CPUPlace())
 
 
 def auc_of(stat_pos: Any, stat_neg: Any) -> float:
@@ -280,40 +284,84 @@ class PassMetrics:
     before: dict[str, Any] = field(default_factory=dict)
     local: dict[str, Any] = field(default_factory=dict)  # the scope's states when the pass started
     ops: list[AucOp] = field(default_factory=list)  # the whole model's auc ops (what the fetches name)
+    copies: dict[str, str] = field(default_factory=dict)  # a fetched copy of an AUC -> the op's AUC output
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
+    broken: bool = False  # its start failed (said): the pass's end leaves the scope alone
 
     def start(self) -> PassMetrics:
-        held = seam.context().heldout
-        self.ops = auc_ops(held.forward) if held is not None else []
-        now, _ = self.client.snapshot()
-        # From where this trainer's previous pass left off, and for its first pass from zero (the last stage's
-        # states start at zero with the job): what other trainers' batches added before or between this trainer's
-        # passes is its share too (a trainer can start late, or end a pass while another's batch is on its way).
-        accounted = self.client.accounted or {}
-        self.before = {name: accounted.get(name, np.zeros_like(value)) for name, value in now.items()}
-        for name in self.before:
-            value = read(self.scope, name)
-            self.local[name] = np.zeros_like(self.before[name]) if value is None else value.reshape(-1).astype("int64")
+        """Read where the pass starts from (an OSError: the last stage could not be read, for the caller to say)."""
+        try:
+            held = seam.context().heldout
+            self.ops = auc_ops(held.forward) if held is not None else []
+            self.copies = auc_copies(held.forward, self.ops) if held is not None else {}
+            now, _ = self.client.snapshot()
+            # From where this trainer's previous pass left off, and for its first pass from zero (the last stage's
+            # states start at zero with the job): what other trainers' batches added before or between this
+            # trainer's passes is its share too (a trainer can start late, or end a pass while another's batch is on
+            # its way).  Only accumulating ops: a sliding op's window is not a count that grows.
+            accounted = self.client.accounted or {}
+            for op in accumulating(self.ops):
+                for name in op.states():
+                    if name not in now:
+                        continue
+                    self.before[name] = accounted.get(name, np.zeros_like(now[name]))
+                    self.local[name] = self._scope_window(op, name)
+        except OSError:
+            raise
+        except Exception as exc:  # a metric never stops training
+            self._failed("its start", exc)
+            return self
         if self.fetch or self.handler is not None:
             self.thread = threading.Thread(target=self._loop, name="heterps-stage-metrics-print", daemon=True)
             self.thread.start()
         return self
 
+    def _failed(self, where: str, exc: Exception) -> None:
+        self.broken = True
+        logger.warning(
+            "stage metrics (runtime/stage_metrics.py) failed at %s (%s: %s): this pass's loss/AUC prints and the "
+            "AUC states of this trainer's scope are not the last stage's; training goes on",
+            where,
+            type(exc).__name__,
+            exc,
+        )
+
+    def _scope_window(self, op: AucOp, name: str) -> Any:
+        value = read(self.scope, name)
+        if value is None:
+            return np.zeros(op.buckets, dtype="int64")
+        try:
+            return op.window(name, value)
+        except UnreadableState as exc:
+            say_once(f"scope {name}", f"{exc}: this trainer's scope gets the last stage's counts alone")
+            return np.zeros(op.buckets, dtype="int64")
+
+    def _mine(self, op: AucOp, stats: dict[str, Any]) -> dict[str, Any] | None:
+        """This trainer's view of an accumulating op's states: its scope's at the pass's start plus its share of
+        what the last stage counted since (None: not read at both ends)."""
+        if not all(name in stats and name in self.before for name in op.states()):
+            return None
+        return {n: self.local[n] + self.client.share_of_growth(self.before[n], stats[n]) for n in op.states()}
+
     def _values(self) -> tuple[dict[str, float], int]:
         """Each fetchable metric's current value for this trainer, and the samples it has seen this pass."""
         stats, loss = self.client.snapshot()
-        mine = {
-            n: self.local[n] + self.client.share_of_growth(self.before[n], stats[n]) for n in stats if n in self.before
-        }
         values: dict[str, float] = {}
         samples = 0
         held = seam.context().heldout
         for op in self.ops:
-            if op.stat_pos in mine and op.stat_neg in mine:
-                values[op.auc] = auc_of(mine[op.stat_pos], mine[op.stat_neg])
-                seen = (mine[op.stat_pos] - self.local[op.stat_pos]) + (mine[op.stat_neg] - self.local[op.stat_neg])
-                samples = max(samples, int(seen.sum()))  # the accumulating op counts every sample of the pass
+            if not op.accumulates:
+                if all(name in stats for name in op.states()):  # the last stage's last batches, every trainer's
+                    values[op.auc] = auc_of(stats[op.stat_pos], stats[op.stat_neg])
+                continue
+            mine = self._mine(op, stats)
+            if mine is None:
+                continue
+            values[op.auc] = auc_of(mine[op.stat_pos], mine[op.stat_neg])
+            seen = (mine[op.stat_pos] - self.local[op.stat_pos]) + (mine[op.stat_neg] - self.local[op.stat_neg])
+            samples = max(samples, int(seen.sum()))  # an accumulating op counts every sample of the pass
+        values.update({copy: values[source] for copy, source in self.copies.items() if source in values})
         if loss is not None and held is not None and held.loss:
             values[held.loss] = loss
         return values, samples
@@ -323,32 +371,41 @@ class PassMetrics:
         last_handler = time.monotonic()
         while not self.stop.wait(POLL_S):
             try:
-                values, samples = self._values()
+                printed, last_handler = self._print(printed, last_handler)
             except OSError:
                 continue  # the last stage is going away with the job; the pass's end says what is owed
-            batches = samples // max(1, self.batch_size)
-            if self.fetch and self.print_period > 0 and batches // self.print_period > printed:
-                printed = batches // self.print_period
-                shown = [f"{info}[1]:[{values[name]:.6f}]" for name, info in self.fetch if name in values]
-                if shown:
-                    now = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-                    print(f"time: [{now}], batch: [{printed * self.print_period}], {', '.join(shown)}", flush=True)
-            if self.handler is not None and time.monotonic() - last_handler >= float(self.handler.period_secs):
-                last_handler = time.monotonic()
-                wanted = {key: var for key, var in self.handler.var_dict.items()}
-                self.handler.handler(
-                    {
-                        key: np.array([values[getattr(var, "name", var)]])
-                        for key, var in wanted.items()
-                        if getattr(var, "name", var) in values
-                    }
-                )
+            except Exception as exc:  # a metric never stops training
+                say_once("print loop", f"stage metrics: the pass's prints failed ({type(exc).__name__}: {exc})")
+
+    def _print(self, printed: int, last_handler: float) -> tuple[int, float]:
+        values, samples = self._values()
+        batches = samples // max(1, self.batch_size)
+        if self.fetch and self.print_period > 0 and batches // self.print_period > printed:
+            printed = batches // self.print_period
+            shown = [f"{info}[1]:[{values[name]:.6f}]" for name, info in self.fetch if name in values]
+            if shown:
+                now = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+                print(f"time: [{now}], batch: [{printed * self.print_period}], {', '.join(shown)}", flush=True)
+        if self.handler is not None and time.monotonic() - last_handler >= float(self.handler.period_secs):
+            last_handler = time.monotonic()
+            wanted = {key: var for key, var in self.handler.var_dict.items()}
+            self.handler.handler(
+                {
+                    key: np.array([values[getattr(var, "name", var)]])
+                    for key, var in wanted.items()
+                    if getattr(var, "name", var) in values
+                }
+            )
+        return printed, last_handler
 
     def finish(self) -> None:
-        """After the pass: the scope's AUC states get this trainer's share of the last stage's counts."""
+        """After the pass: the scope's AUC states get this trainer's share of the last stage's counts.  Never
+        raises: a metric that fails is said and training goes on."""
         self.stop.set()
         if self.thread is not None:
             self.thread.join()
+        if self.broken:
+            return
         try:
             after = self._settled()
         except OSError as exc:
@@ -358,13 +415,19 @@ class PassMetrics:
                 exc,
             )
             return
-        for name, value in after.items():
-            if name in self.before:
-                add_to_scope(self.scope, name, self.client.share_of_growth(self.before[name], value))
-        self.client.accounted = after
-        held = seam.context().heldout
-        if held is not None:
-            held.live.update(after)  # the scope's states are the model's now (fleet.evaluation reads them)
+        try:
+            carried: list[str] = []
+            for op in accumulating(self.ops):
+                if all(name in after and name in self.before for name in op.states()):
+                    for name in op.states():
+                        add_to_scope(self.scope, op, name, self.client.share_of_growth(self.before[name], after[name]))
+                    carried += op.states()
+            self.client.accounted = after
+            held = seam.context().heldout
+            if held is not None:
+                held.live.update(carried)  # the scope's states are the model's now (fleet.evaluation reads them)
+        except Exception as exc:  # a metric never stops training
+            self._failed("the pass's end", exc)
 
     def _settled(self) -> dict[str, Any]:
         """The last stage's counts once they hold this pass's samples: grown since this trainer's last reading by
@@ -389,14 +452,28 @@ class PassMetrics:
             time.sleep(POLL_S)
 
     def _counted(self, after: dict[str, Any]) -> int | None:
-        """What the model's accumulating AUC op counted since ``before`` (None: no AUC op read at both ends)."""
+        """What the model's accumulating AUC ops counted since ``before`` (None: none read at both ends)."""
         grown = [
             int(np.sum(after[op.stat_pos]) + np.sum(after[op.stat_neg]))
             - int(np.sum(self.before[op.stat_pos]) + np.sum(self.before[op.stat_neg]))
-            for op in self.ops
-            if all(name in after and name in self.before for name in (op.stat_pos, op.stat_neg))
+            for op in accumulating(self.ops)
+            if all(name in after and name in self.before for name in op.states())
         ]
         return max(grown) if grown else None
+
+
+COPY_OPS = ("cast", "assign")
+
+
+def auc_copies(program: Any, ops: list[AucOp]) -> dict[str, str]:
+    """The vars that copy an AUC op's output (a script may fetch ``paddle.cast(auc, "float32")``, as PaddleRec's
+    Wide&Deep does), each with the AUC output it copies: printed with its value."""
+    sources = {op.auc: op.auc for op in ops}
+    for blk in program.blocks:
+        for op in blk.ops:
+            if op.type in COPY_OPS and op.input("X") and op.input("X")[0] in sources:
+                sources[op.output("Out")[0]] = sources[op.input("X")[0]]
+    return {copy: source for copy, source in sources.items() if copy != source}
 
 
 def dataset_batch_size(dataset: Any) -> int:
