@@ -13,19 +13,26 @@ import textwrap
 import yaml
 from conftest import run_python
 
-from heterps_paddle.planning.catalog import random_case
 from heterps_paddle.planning.model import cluster_to_dict, model_profile_to_dict
 
 # A case whose shared unit limit binds, so exact really calls HiGHS, not only its DP; exact imports scipy itself
 # (lazily, as in a job), and prints how often HiGHS ran where COUNT_MILP counts it.
-PLAN_A_BINDING_CASE = textwrap.dedent(
+# Its layers in a CTR model's order, the lookups before the dense layers: a launchable split's first stage holds every
+# lookup (model.lookups_end), which a random order's late sparse layer leaves no split and no feasible plan.
+BINDING_CASE = textwrap.dedent(
+    """
+    import dataclasses
+    from heterps_paddle.planning.catalog import random_case
+    profile, cluster = random_case(2, n=40, T=6, time_scale=-11)
+    profile = dataclasses.replace(profile, layers=tuple(sorted(profile.layers, key=lambda layer: layer.kind != "sparse")))
+    """
+)
+PLAN_A_BINDING_CASE = BINDING_CASE + textwrap.dedent(
     """
     import json, sys
-    from heterps_paddle.planning.catalog import random_case
     from heterps_paddle.planning.cost_model import CostModel
     from heterps_paddle.planning.planner import launchable_cost_model
     from heterps_paddle.planning.schedulers.exact import ExactScheduler
-    profile, cluster = random_case(0, n=40, T=6, time_scale=-11)
     plan = ExactScheduler().plan(COST_MODEL)
     calls = getattr(sys.modules.get("scipy.optimize"), "milp_calls", [None])
     print("planned", plan.feasible, len(calls), flush=True)
@@ -66,7 +73,9 @@ def test_exact_scheduler_calls_highs_in_a_process_without_paddle():
 def test_the_advice_asked_for_after_paddle_is_imported_is_the_exact_optimum(tmp_path):
     """A training process imported Paddle long before it asks for advice: whatever the interpreter, the advice
     comes back, and it is the optimum the exact scheduler finds where Paddle was never imported."""
-    profile, cluster = random_case(0, n=40, T=6, time_scale=-11)
+    case: dict = {}
+    exec(BINDING_CASE, case)  # the case exact_optimum plans, in this process
+    profile, cluster = case["profile"], case["cluster"]
     profile_path, cluster_path = tmp_path / "profile.yaml", tmp_path / "cluster.yaml"
     profile_path.write_text(yaml.safe_dump(model_profile_to_dict(profile)))
     cluster_path.write_text(yaml.safe_dump(cluster_to_dict(cluster)))
