@@ -42,9 +42,10 @@ EPOCHS = 2
 # The split against one stage, on the same held-out rows: no worse by more than SAME_AUC.  It is not the same
 # optimisation (its heterogeneous trainer sends every batch's dense gradients and pulls fresh weights, where the
 # one-stage job's two trainers work through the async communicator with staler ones) and in 2 epochs it came out
-# above: DNN 0.7539 vs 0.7233, Wide&Deep 0.7300 vs 0.7030 (docs/models.md); ABOVE bounds that from the other side.
+# above, more so under load: DNN 0.7539 vs 0.7233 and 0.7547 vs 0.7099, Wide&Deep 0.7300 vs 0.7030 and 0.7273 vs
+# 0.6860, DeepFM 0.7922 vs 0.7901 (docs/models.md); ABOVE bounds that from the other side.
 SAME_AUC = 0.02
-ABOVE = 0.05
+ABOVE = 0.06
 LEARNED = 0.55  # a constant predictor scores 0.5
 
 
@@ -77,9 +78,22 @@ def plans(model_layers):
     return {"one": one, "split": split}
 
 
+# Paddle 2.6.2's parameter server died once in three DeepFM splits here, in its dense Adam's first MKL call
+# (DAdam::Update -> vsSqr -> mkl_serv_getenv: SIGSEGV, on the server's table threads): that launch is tried once more,
+# and the retry is said in the test's output and results.
+PADDLE_MKL_CRASH = "mkl_serv_getenv"
+
+
 def run(tmp, model, name, stages, data):
     """Train on ``stages`` (a saved plan), then score the last saved model in a plain Paddle job."""
-    work = tmp / f"{model}_{name}"
+    out = attempt(tmp / f"{model}_{name}", model, stages, data)
+    if out["returncode"] != 0 and PADDLE_MKL_CRASH in out["logs"].get("serverlog.0", ""):
+        print(f"\n{model} {name}: the parameter server died in Paddle's MKL call ({PADDLE_MKL_CRASH}); once more")
+        out = {**attempt(tmp / f"{model}_{name}_again", model, stages, data), "retried": PADDLE_MKL_CRASH}
+    return out
+
+
+def attempt(work, model, stages, data):
     work.mkdir()
     plan = work / "plan.json"
     plan.write_text(json.dumps({"format": 1, "feasible": True, "stages": stages}))
@@ -88,7 +102,8 @@ def run(tmp, model, name, stages, data):
     trained = launch(launch_arguments(load_plan(str(plan)), 1, gpu_available=False), argv, str(work / "log"), 600)
     out = {"returncode": trained.returncode, "failures": trained.failures, "seconds": trained.seconds}
     out["logs"] = {n: (work / "log" / n).read_text(errors="replace") for n in os.listdir(work / "log")}
-    results = sorted(f for f in os.listdir(work / "out") if re.fullmatch(r"worker-\d+\.json", f))
+    written = os.listdir(work / "out") if (work / "out").is_dir() else []
+    results = sorted(f for f in written if re.fullmatch(r"worker-\d+\.json", f))
     out["results"] = [json.loads((work / "out" / f).read_text()) for f in results]
     if trained.returncode != 0:
         return out
