@@ -172,17 +172,22 @@ def test_the_one_stage_job_learned(jobs, model):
     assert jobs[model]["one"]["test_auc"] > LEARNED, summary(model, jobs[model])
 
 
-# DLRM's top MLP has batch norms on the heterogeneous stage: their moving mean and variance are persistable but not
-# parameters, so they never reach the servers, and the CPU trainer's save writes their startup values (0 and 1): the
-# saved split scored 0.5730 against one stage's 0.6325.  Not fixed yet (docs/models.md, "Not done").
-BATCH_NORM_ON_A_LATER_STAGE = pytest.mark.xfail(
-    reason="a split's save writes the startup values of a later stage's batch-norm statistics", strict=False
-)
+# DLRM's top MLP has batch norms on the heterogeneous stage: their moving mean and variance are no parameters, so
+# the servers never have them; a split's save takes them from the stage's heterogeneous trainer (runtime/saves.py,
+# later_stages_statistics; before, it wrote their startup values and the saved split scored 0.5730 against one
+# stage's 0.6325).  With them the split scored 0.5979 against 0.5821, but DLRM's one-stage AUC at this size varies
+# by 0.05 between runs of the same job (0.5821-0.6325): its comparison is reported, not held, until the data
+# that settles it fits the suite's time (docs/models.md).
+DLRM_NOISE = pytest.mark.xfail(reason="DLRM's held-out AUC varies by 0.05 between runs at this size", strict=False)
 
 
-@pytest.mark.parametrize(
-    "model", [m if m != "dlrm" else pytest.param(m, marks=BATCH_NORM_ON_A_LATER_STAGE) for m in MODELS]
-)
+def test_a_later_stages_batch_norm_statistics_are_saved_from_its_trainer(jobs):
+    worker = jobs["dlrm"]["split"]["logs"]["workerlog.0"]
+    assert re.search(r"save_inference_model: \d+ running statistics of later stages from their heterogeneous", worker)
+    assert "saved at their startup values" not in worker
+
+
+@pytest.mark.parametrize("model", [m if m != "dlrm" else pytest.param(m, marks=DLRM_NOISE) for m in MODELS])
 def test_the_saved_split_scores_as_one_stage(jobs, model):
     one, split = jobs[model]["one"]["test_auc"], jobs[model]["split"]["test_auc"]
     assert split >= one - SAME_AUC, f"the split learns worse than one stage: {summary(model, jobs[model])}"

@@ -149,3 +149,51 @@ def test_init_server_from_a_missing_or_empty_directory_is_an_error(tmp_path):
         checkpoint.restore_tables(None, str(tmp_path / "nope"))
     with pytest.raises(checkpoint.CheckpointError, match="no saved tables there"):
         checkpoint.restore_tables(None, str(tmp_path))
+
+
+def _program_with_batch_norms():
+    import paddle
+
+    paddle.enable_static()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [None, 4], "float32")
+        hidden = paddle.static.nn.batch_norm(paddle.static.nn.fc(x, 4), moving_mean_name="bn_mean")
+        paddle.static.nn.batch_norm(hidden, moving_mean_name="bn2_mean", moving_variance_name="bn2_var")
+    return main, startup
+
+
+def test_a_programs_running_statistics_are_its_batch_norms_moving_mean_and_variance():
+    main, _ = _program_with_batch_norms()
+    names = stage_metrics.running_statistics(main)
+    assert names[0] == "bn_mean" and names[2:] == ["bn2_mean", "bn2_var"] and len(names) == 4, names
+
+
+def test_a_later_stages_running_statistics_are_saved_as_its_heterogeneous_trainer_holds_them(monkeypatch):
+    """The whole model's startup left a later stage's batch-norm statistics at 0 and 1 on the CPU trainer; a split's
+    save takes them from that stage's trainer 0 (DLRM's top MLP), and says which it could not get."""
+    import paddle
+
+    main, startup = _program_with_batch_norms()
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        paddle.static.Executor(paddle.CPUPlace()).run(startup)
+    held = {"bn2_mean": np.arange(4, dtype="float32"), "bn2_var": np.full(4, 7, dtype="float32")}
+    client = stage_metrics.Client([], 1, 0, first_of_stage=["heter.2.0"])
+    monkeypatch.setattr(client, "running_statistics", lambda: dict(held))
+    monkeypatch.setattr(stage_metrics, "client", lambda: client)
+    # this process's section holds the first batch norm (its own, trained here): it is left as it is
+    section = paddle.static.Program()
+    with paddle.static.program_guard(section, paddle.static.Program()):
+        paddle.static.nn.batch_norm(paddle.static.data("y", [None, 4], "float32"), moving_mean_name="bn_mean")
+    with paddle.static.program_guard(section):
+        saves.later_stages_statistics(main, scope, "test save")
+    assert np.array(scope.find_var("bn2_mean").get_tensor()).tolist() == [0, 1, 2, 3]
+    assert np.array(scope.find_var("bn2_var").get_tensor()).tolist() == [7, 7, 7, 7]
+    assert np.array(scope.find_var("bn_mean").get_tensor()).tolist() == [0, 0, 0, 0]  # startup's, untouched
+    warnings = []
+    monkeypatch.setattr(saves.logger, "warning", lambda *args: warnings.append(args[0] % args[1:]))
+    held.pop("bn2_var")
+    with paddle.static.program_guard(section):
+        saves.later_stages_statistics(main, scope, "test save")
+    assert len(warnings) == 1 and "saved at their startup values" in warnings[0] and "bn2_var" in warnings[0]

@@ -96,6 +96,21 @@ def mirror_loss(program: Any, scope: Any, loss: str | None) -> str | None:
     return None
 
 
+# The ops whose persistable inputs a forward pass updates in place without a gradient: never a parameter, so never on
+# the servers, and a split's later stages hold them on their heterogeneous trainers only.
+RUNNING_STATISTICS = {"batch_norm": ("Mean", "Variance"), "sync_batch_norm": ("Mean", "Variance")}
+
+
+def running_statistics(program: Any) -> list[str]:
+    """The names of ``program``'s running statistics (:data:`RUNNING_STATISTICS`), in program order."""
+    names: list[str] = []
+    for block in program.blocks:
+        for op in block.ops:
+            for slot in RUNNING_STATISTICS.get(op.type, ()):
+                names += [name for name in op.input(slot) if name not in names]
+    return names
+
+
 def read(scope: Any, name: str) -> Any:
     """A variable of ``scope`` as an array (None: absent or not set yet)."""
     var = scope.find_var(name)
@@ -113,6 +128,7 @@ class Service:
         self.scope = scope
         self.runtime = runtime
         self.last = last
+        self.statistics = running_statistics(program)
         self.ops = auc_ops(program) if last else []
         self.loss = mirror_loss(program, scope, loss) if last else None
         self.server: socketserver.TCPServer | None = None
@@ -130,6 +146,9 @@ class Service:
         if request.strip() == b"flush":
             push_queues.flush_pushes(self.runtime, "heterogeneous trainer flush (asked by a CPU trainer)")
             return {"flushed": True}
+        if request.strip() == b"statistics":
+            held = {name: read(self.scope, name) for name in self.statistics}
+            return {"statistics": {name: value.tolist() for name, value in held.items() if value is not None}}
         return self.snapshot()
 
     def start(self) -> Service:
@@ -176,6 +195,7 @@ class Client:
     trainers: int  # CPU trainers sharing the last stage's counts
     index: int  # this trainer's index among them
     every_heter: list[str] = field(default_factory=list)  # every heterogeneous trainer's (flush)
+    first_of_stage: list[str] = field(default_factory=list)  # each later stage's trainer 0 (its running statistics)
     ops: list[AucOp] = field(default_factory=list)  # the whole model's AUC ops (their layouts)
     # the last stage's counts as this trainer last accounted for them (its previous pass's end; None: zero)
     accounted: dict[str, Any] | None = None
@@ -197,6 +217,7 @@ class Client:
                     trainers,
                     index,
                     [str(e["endpoint"]) for e in entries],
+                    [str(e["endpoint"]) for key, e in found.items() if key.rsplit(".", 1)[-1] == "0"],
                     auc_ops(held.forward) if held is not None else [],
                 )
             if time.monotonic() > deadline:
@@ -238,6 +259,15 @@ class Client:
         timeout = float(cast(float, settings.get("HETERPS_FLUSH_TIMEOUT"))) + 60.0
         for endpoint in self.every_heter:
             _fetch(endpoint, b"flush", timeout)
+
+    def running_statistics(self) -> dict[str, Any]:
+        """The running statistics (batch norms' moving mean and variance) each later stage's trainer 0 holds, by
+        name: what a one-stage job's trainer 0 saves of its own."""
+        held: dict[str, Any] = {}
+        for endpoint in self.first_of_stage:
+            for name, values in _fetch(endpoint, b"statistics")["statistics"].items():
+                held[name] = np.array(values, dtype="float32")
+        return held
 
     def share(self, count: Any) -> Any:
         """This trainer's share of a count: the shares of all trainers add up to ``count`` exactly."""
