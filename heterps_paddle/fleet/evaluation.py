@@ -80,7 +80,9 @@ def accumulated_auc(scope: Any, auc_states: list[Any]) -> float:
     nan on a stage 1 CPU trainer of a split plan before a held-out pass: the AUC ops run in the last stage's
     section there, which prints the train AUC in its own log."""
     held = seam.context().heldout
-    if held is not None and seam.context().role == "trainer" and train_auc_is_elsewhere(held, scope, auc_states):
+    # the states it reads, the accumulated ones: a split's CPU trainers are sent those, not a sliding window's
+    accumulated = auc_states[-2:]
+    if held is not None and seam.context().role == "trainer" and train_auc_is_elsewhere(held, scope, accumulated):
         return float("nan")
-    stat_pos, stat_neg = (np.array(scope.find_var(s.name).get_tensor()) for s in auc_states[-2:])
+    stat_pos, stat_neg = (np.array(scope.find_var(s.name).get_tensor()) for s in accumulated)
     return auc_from_histograms(stat_pos, stat_neg)
