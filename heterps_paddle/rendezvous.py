@@ -30,6 +30,7 @@ import time
 from typing import Any, Callable, Collection, Mapping, Protocol
 
 from heterps_paddle import control, settings
+from heterps_paddle.data_plan import bounds
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import locked, write_atomic
 
@@ -90,11 +91,9 @@ class Board(Protocol):
 
 DATA_PLAN_FILE = "data-plan.state"  # a files board's data plan (data_plan.py), read and written under its lock
 # The bounds of a data plan request (shards_request_refused): what no job reaches, and a request past it is refused
-MAX_TRAINERS = 100_000  # stage 1 CPU trainers of a round
-MAX_PASS = 1 << 31  # a pass's number
-MAX_WANT = 1024  # shards one take asks for (one a reader thread)
-MAX_NAMES = 1_000_000  # names in one request (an offer's files, the shards done before, a call's shards)
-MAX_BYTES = 1 << 62  # a progress report's bytes
+# the data plan's own bounds (data_plan/bounds.py), checked here before the plan's lock is taken
+MAX_TRAINERS, MAX_PASS, MAX_WANT, MAX_BYTES = bounds.MAX_TRAINERS, bounds.MAX_PASS, bounds.MAX_WANT, bounds.MAX_BYTES
+MAX_NAMES = bounds.MAX_SHARDS  # names in one request (an offer's files, the shards done before, a call's shards)
 
 
 def _count(value: Any, low: int, high: int) -> bool:
