@@ -523,13 +523,27 @@ def test_a_pulled_pass_prints_its_progress_where_its_calls_are_too_short_for_pad
     monkeypatch.setattr(pulled_pass.logger, "info", lambda text, *args: said.append(text % args))
     call = seam.DatasetCall(None, FakeProgram(), dataset, None, {"fetch_list": ["loss"], "print_period": 5})
     progress = pulled_pass.PassProgress(2, call, threads=1)
+    periods = []
     for path in files:
-        progress.called([path])
-    # 6 batches after the third call, past 5; none of the calls had 5 batches for Paddle's own line
+        with progress.calling(call, [path]):
+            periods.append(call.options["print_period"])  # what Paddle is called with
+    assert call.options["print_period"] == 5  # the script's own period, back after each call
+    # 6 batches after the third call, past 5, and none of the calls had 5 batches for Paddle's own line: the third
+    # runs with a period its thread reaches (half its 3 batches), so Paddle prints its fetched values once there
+    assert periods == [5, 5, 1]
     assert said == ["data plan: pass 2: 6 batches (6 samples) trained here so far"]
-    quiet = pulled_pass.PassProgress(2, seam.DatasetCall(None, FakeProgram(), dataset, None, {"print_period": 5}), 1)
+    long_call = seam.DatasetCall(None, FakeProgram(), dataset, None, {"fetch_list": ["loss"], "print_period": 2})
+    with pulled_pass.PassProgress(2, long_call, threads=1).calling(long_call, [files[2]]):
+        assert long_call.options["print_period"] == 2  # 3 batches reach 2: Paddle's line comes as the script asked
+    unset = seam.DatasetCall(None, FakeProgram(), dataset, None, {"fetch_list": ["loss"]})
+    with pulled_pass.PassProgress(2, unset, threads=1).calling(unset, files):
+        pass
+    assert "print_period" not in unset.options  # Paddle's default stays the call's
+    quiet_call = seam.DatasetCall(None, FakeProgram(), dataset, None, {"print_period": 5})
+    quiet = pulled_pass.PassProgress(2, quiet_call, 1)
     for path in files:
-        quiet.called([path])  # nothing fetched: Paddle prints nothing either
+        with quiet.calling(quiet_call, [path]):
+            assert quiet_call.options["print_period"] == 5  # nothing fetched: Paddle prints nothing either
     assert len(said) == 1
 
 

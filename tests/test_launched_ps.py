@@ -46,9 +46,11 @@ def test_launched_ctr_dnn_learns(tmp_path, heterps_cache, heterps):
     applied = result.worker_results[0]["meta_optimizers"]
     assert ("HeterPSOptimizer" in applied) == heterps, applied
     assert "ParameterServerOptimizer" in applied
-    # progress lines (loss and AUC every print_period batches) are in the worker logs
-    log = open(os.path.join(result.log_dir, "workerlog.0")).read()
-    assert "loss[1]:" in log and "auc[1]:" in log
+    # progress lines (loss and AUC every print_period batches) are in the worker logs: with heterps on the two
+    # workers pull the pass's files, so which of them reaches print_period batches in a pass is the run's
+    logs = [open(os.path.join(result.log_dir, f"workerlog.{i}")).read() for i in range(2)]
+    assert any("loss[1]:" in text and "auc[1]:" in text for text in logs)
+    log = logs[0]
     assert "RESULT model=ctr_dnn" in log
     # with heterps on, the example config plans the job for this machine inside minimize
     assert os.path.isfile(os.path.join(str(tmp_path), "heterps_plan", "plan.json")) == heterps

@@ -172,13 +172,12 @@ class Puller:
                     continue
                 dataset.set_filelist(call_files(handed, threads))
                 dataset.thread_num = threads  # Paddle lowers it to the files of the call, for good
-                with self._reporting(number, handed):
+                with self._reporting(number, handed), progress.calling(call, handed):
                     result = run(call)
                 calls += 1
                 padded += len(handed) < threads
                 self.ask({"do": "finish", "pass": number, "shards": [name for name, _ in paths]})
                 trained.extend(handed)
-                progress.called(handed)
         finally:
             dataset.thread_num = threads
         logger.info(
@@ -323,15 +322,16 @@ def say_offer(number: int, reply: Mapping[str, Any], files: list[str]) -> None:
 
 
 class PassProgress:
-    """A pulled pass's progress lines.  Paddle prints a call's fetched values every ``print_period`` batches of
-    that call, and a call of fewer batches prints none: where a call ends the pass's batches past a multiple of
-    ``print_period`` and was too short for Paddle's line, a line of the pass's batches and samples so far is
-    printed here (the meter's count of the calls' lines).  A split plan's stage 1 prints its pass's lines from
-    the last stage's figures already (runtime/stage_metrics.py)."""
+    """A pulled pass's progress lines.  Paddle prints a call's fetched values (loss, AUC) every ``print_period``
+    batches of that call's thread 0, so a pass pulled in calls shorter than that would print none.  A call that
+    takes the pass's batches past a multiple of ``print_period`` but is too short for Paddle's line runs with a
+    period its thread 0 reaches (half its share of the call's batches): Paddle's own line, with the script's
+    fetched values, comes once there, and a line of the pass's batches so far beside it.  A split plan's stage 1
+    prints its pass's lines from the last stage's figures already (runtime/stage_metrics.py)."""
 
     def __init__(self, number: int, call: seam.DatasetCall, threads: int) -> None:
         self.number = number
-        self.threads = threads
+        self.threads = max(1, threads)
         self.period = int(call.options.get("print_period", 100) or 100)
         try:
             self.batch = int(call.dataset.proto_desc.batch_size) or 1
@@ -340,17 +340,30 @@ class PassProgress:
         self.on = bool(call.options.get("fetch_list")) and not seam.is_heter_section(call.main_program())
         self.samples = 0
 
-    def called(self, paths: list[str]) -> None:
+    @contextlib.contextmanager
+    def calling(self, call: seam.DatasetCall, paths: list[str]) -> Iterator[None]:
+        """Around the call of the shards at ``paths``: its print period, and after it the pass's count."""
         if not self.on:
+            yield
             return
         from heterps_paddle.runtime import meter  # lazy: imports Paddle (launch_checkpoints' module doc)
 
         lines = meter.dataset_samples_of(paths) or 0
         every = self.period * self.batch
-        before, self.samples = self.samples, self.samples + lines
-        # thread 0 of a call prints every print_period of its batches: a call of fewer than that many batches a
-        # thread printed no line
-        if self.samples // every > before // every and lines < every * self.threads:
+        before, after = self.samples, self.samples + lines
+        crosses = after // every > before // every
+        short = lines < every * self.threads  # thread 0 of this call reads fewer than print_period batches
+        asked = call.options.get("print_period")
+        if crosses and short:
+            call.options["print_period"] = max(1, lines // (self.batch * self.threads) // 2)
+        try:
+            yield
+        finally:
+            call.options["print_period"] = asked
+            if asked is None:
+                del call.options["print_period"]
+        self.samples = after
+        if crosses and short:
             logger.info(
                 "data plan: pass %d: %d batches (%d samples) trained here so far",
                 self.number,
