@@ -31,6 +31,7 @@ from typing import Any, Callable, Collection, Mapping, Protocol
 
 from heterps_paddle import control, settings
 from heterps_paddle.data_plan import bounds
+from heterps_paddle.data_plan.journal import PlanFiles
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.files import locked, write_atomic
 
@@ -89,7 +90,8 @@ class Board(Protocol):
     def shards(self, message: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
-DATA_PLAN_FILE = "data-plan.state"  # a files board's data plan (data_plan.py), read and written under its lock
+DATA_PLAN_DIR = "data-plan"  # a files board's data plan (data_plan/journal.py), read and written under its lock
+_PLAN_FILES: dict[str, PlanFiles] = {}  # this process's view of each files board's data plan (data_plan/journal.py)
 # The bounds of a data plan request (shards_request_refused): what no job reaches, and a request past it is refused
 # the data plan's own bounds (data_plan/bounds.py), checked here before the plan's lock is taken
 MAX_TRAINERS, MAX_PASS, MAX_WANT, MAX_BYTES = bounds.MAX_TRAINERS, bounds.MAX_PASS, bounds.MAX_WANT, bounds.MAX_BYTES
@@ -162,24 +164,17 @@ class FileBoard:
         return found
 
     def shards(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        """A data plan request (data_plan.py), answered from the plan's file under this host's lock."""
-        from heterps_paddle.data_plan import DataPlan
-
-        path = os.path.join(self.directory, DATA_PLAN_FILE)
-        with locked(self.directory, DATA_PLAN_FILE + ".lock"):
-            try:
-                with open(path, encoding="utf-8") as f:
-                    plan = DataPlan.from_json(json.load(f))
-            except FileNotFoundError:
-                plan = DataPlan()
-            # this launch's trainers, as Paddle's launcher told every process of it (one host: all of them)
-            listed = os.environ.get("PADDLE_TRAINERS_NUM", "")
-            refused = shards_request_refused(message, list(plan.passes), int(listed) if listed.isdigit() else None)
-            reply = {"error": refused} if refused else plan.answer(message)
-            if "error" not in reply and message.get("do") != "done":
-                write_atomic(path, json.dumps(plan.to_json()))
+        """A data plan request (data_plan/), answered under this host's lock by the plan its files hold (a snapshot
+        and a journal of requests: data_plan/journal.py), kept in memory between requests."""
+        directory = os.path.join(self.directory, DATA_PLAN_DIR)
+        # this launch's trainers, as Paddle's launcher told every process of it (one host: all of them)
+        listed = os.environ.get("PADDLE_TRAINERS_NUM", "")
+        trainers = int(listed) if listed.isdigit() else None
+        with locked(self.directory, DATA_PLAN_DIR + ".lock"):
+            files = _PLAN_FILES.setdefault(directory, PlanFiles(directory))
+            reply = files.answer(message, lambda plan: shards_request_refused(message, list(plan.passes), trainers))
         if "error" in reply:
-            raise RendezvousError(f"the data plan at {path}: {reply['error']}")
+            raise RendezvousError(f"the data plan at {directory}: {reply['error']}")
         return reply
 
 

@@ -321,6 +321,34 @@ def test_plan_files_answer_as_one_plan_across_processes_and_compact(tmp_path, mo
     assert set(os.listdir(tmp_path)) == {"data-plan.json", f"data-plan.{fresh.generation}.requests"}
 
 
+def test_plan_files_cut_a_half_written_request_keep_no_refused_one_and_start_anew_when_removed(tmp_path):
+    """A journal line a killed process left half-written was never answered: the next reader cuts it off and
+    answers as the plan without it.  A request refused (by the board's check or by the plan) is not journaled.
+    The files removed (a kept board's new round), a process's view starts from an empty plan."""
+    from heterps_paddle.data_plan import journal
+
+    directory = str(tmp_path / "data-plan")
+    writer, reader, kept = journal.PlanFiles(directory), journal.PlanFiles(directory), DataPlan()
+    offer_message = {"do": "offer", "pass": 1, "trainers": 1, "trainer": 0, "now": 0}
+    offer_message["files"] = [[name(base, 100), f"/d/{base}"] for base in ("a", "b")]
+    assert writer.answer(offer_message) == kept.answer(offer_message)
+    with open(writer.journal(), "ab") as f:
+        f.write(b'{"do": "take", "pass": 1, "tra')  # a writer killed inside its append
+    take = {"do": "take", "pass": 1, "trainer": 0, "want": 1, "now": 1}
+    assert reader.answer(take) == kept.answer(take)
+    assert open(reader.journal(), "rb").read().endswith(b"\n")
+    assert writer.answer({"do": "take", "pass": 1, "trainer": 0, "want": 1, "now": 2}) == kept.answer(
+        {**take, "now": 2}
+    )
+    size = os.path.getsize(writer.journal())
+    refused = writer.answer({"do": "take", "pass": 1, "trainer": 0}, lambda plan: "not from this round")
+    assert refused == {"error": "not from this round"}
+    assert "error" in writer.answer({"do": "take", "pass": 7, "trainer": 0})  # the plan's own refusal
+    assert os.path.getsize(writer.journal()) == size
+    journal.remove(directory)
+    assert "error" in reader.answer({"do": "take", "pass": 1, "trainer": 0})  # pass 1 no longer offered
+
+
 def test_the_scale_bench_drives_every_simulated_trainer_to_each_pass_end_within_the_line_limit():
     import argparse
 

@@ -17,7 +17,6 @@ stage's device).  Every launch appends its life to the event log (launch/event_l
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -29,6 +28,7 @@ from dataclasses import replace
 from typing import Any, Mapping, cast
 
 from heterps_paddle import settings
+from heterps_paddle.data_plan import journal
 from heterps_paddle.errors import EXIT_INPUT_ERROR, HeterPSError
 from heterps_paddle.files import output_dir
 from heterps_paddle.launch import machine as m
@@ -53,7 +53,7 @@ from heterps_paddle.launch.result import Outcome, RunResult
 from heterps_paddle.launch.rounds import joined_of, part_of_round, plan_maker, proposer
 from heterps_paddle.launch.shell import drive
 from heterps_paddle.launch.turns import FAILED_EXIT, LOCAL_ADDRESS, HostEnd, Ran, Shell, Turn, Verdict
-from heterps_paddle.rendezvous import DATA_PLAN_FILE, LAUNCH_ID_ENV, FileBoard, launch_files_dir
+from heterps_paddle.rendezvous import DATA_PLAN_DIR, LAUNCH_ID_ENV, FileBoard, launch_files_dir
 from heterps_paddle.runtime.checkpoint_files import sweep_memory_staging
 from heterps_paddle.version import __version__
 
@@ -234,8 +234,7 @@ class OneHost:
         self.board_dir = launch_files_dir(str(settings.get("HETERPS_CACHE")), {LAUNCH_ID_ENV: launch_id})
         self.owns_board = not given
         if given:  # a board the caller keeps: its data plan is an earlier round's, whose shards this round retrains
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(cast(str, self.board_dir), DATA_PLAN_FILE))
+            journal.remove(os.path.join(cast(str, self.board_dir), DATA_PLAN_DIR))
         self.measured = threading.Event()
         board = FileBoard(cast(str, self.board_dir))
         threading.Thread(target=self._measure, args=(number, board, self.measured), daemon=True).start()
