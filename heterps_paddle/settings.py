@@ -88,6 +88,14 @@ def _shards(text: str) -> int | None:
     return value
 
 
+def _range_bytes(text: str) -> int:
+    """0 (no file is cut) or a range's bytes of at least a page (data_plan/bounds.py: MIN_RANGE_BYTES)."""
+    value = int(text)
+    if value != 0 and value < 4096:
+        raise ValueError("must be 0 (files are not cut) or 4096 or more")
+    return value
+
+
 def _staging(text: str) -> str:
     """``memory`` (the default), ``disk``, or an absolute directory (runtime/checkpoint_persist.staging_for)."""
     if text in ("memory", "disk") or os.path.isabs(text):
@@ -269,6 +277,13 @@ _ALL = (
         "pass's union when it is ready for one, docs/data-plan.md) or static (each trains the files its script gave "
         "it: a benchmark's baseline)",
         _choice("pull", "static"),
+    ),
+    Setting(
+        "HETERPS_RANGE_BYTES",
+        str(256 << 20),
+        "a pulled pass's local, uncompressed file larger than this is cut into byte ranges of it, each a shard "
+        "(runtime/range_feed.py; docs/data-plan.md); 0: files are never cut",
+        _range_bytes,
     ),
     Setting(
         "HETERPS_CHECKPOINT_WAIT_S",

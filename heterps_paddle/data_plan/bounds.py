@@ -20,6 +20,7 @@ MAX_PAGES = 100_000  # pages of one trainer's offer
 MAX_WANT = 1024  # shards a take asks for (one a reader thread of the dataset)
 MAX_ASK = 1024  # characters of a checkpoint's ask
 MAX_BYTES = 1 << 62  # bytes a progress report says trained
+MIN_RANGE_BYTES = 4096  # the smallest range an offer may ask its large files cut into (a page)
 # bytes of names a page of the ``done`` reply carries: under the control line's limit (control.MAX_LINE, 1 MiB)
 # with room for the reply's other fields and JSON's quotes
 DONE_PAGE_BYTES = 768 << 10

@@ -6,9 +6,10 @@ an exception out of :meth:`DataPlan.answer` (the coordinator would drop the trai
 The requests (docs/data-plan.md describes the rules):
 
 - ``offer`` ``trainers``, ``files`` (``[name, path]`` pairs), ``done_before`` (the copies a checkpoint the round
-  resumed from holds, a name once a copy), ``held_before``, ``ranges`` (true: the trainer reads byte ranges of a
-  file, and a file over names.RANGE_BYTES is its ranges, each a shard); paged with ``page`` (from 0) of ``pages`` (1 when
-  absent): pages are appended as they come, the offer complete with the last.  The reply carries the pass's figures
+  resumed from holds, a name once a copy), ``held_before``, ``ranges`` (true, or a range's bytes: the trainer reads
+  byte ranges of a file, and a file over names.RANGE_BYTES, or over the bytes given, is its ranges, each a shard);
+  paged with ``page`` (from 0) of ``pages`` (1 when absent): pages are appended as they come, the offer complete
+  with the last.  The reply carries the pass's figures
   (files, shards, files more than one trainer offered, empty files skipped, trainers that offered).
 - ``take`` ``want`` (the trainer's reader threads): ``shards``, ``wait``, ``meet`` or ``end``.  ``least`` (an
   earlier version's least bytes of a call) is accepted and not used: a call is sized by paces alone.
@@ -27,7 +28,17 @@ import time
 from typing import Any, Mapping
 
 from heterps_paddle.data_plan import bounds
-from heterps_paddle.data_plan.bounds import DataPlanError, integer, names, pairs, seconds, text
+from heterps_paddle.data_plan.bounds import (
+    MAX_BYTES,
+    MIN_RANGE_BYTES,
+    DataPlanError,
+    integer,
+    names,
+    pairs,
+    seconds,
+    text,
+)
+from heterps_paddle.data_plan.names import RANGE_BYTES
 from heterps_paddle.data_plan.shards import OfferPages, Paces, PassShards
 
 REQUESTS = frozenset({"offer", "take", "progress", "finish", "give_back", "hold", "done"})
@@ -158,8 +169,15 @@ class DataPlan:
             counted[name] = record.done_before[name] = record.done_before.get(name, 0) + 1
         shards.add_done_before(counted)
         cut = message.get("ranges", False)
-        if not isinstance(cut, bool):
-            raise DataPlanError(f"data plan: malformed request: 'ranges' is {cut!r}, not a boolean")
+        if cut is True:
+            cut = RANGE_BYTES
+        if cut is False:
+            cut = 0
+        if isinstance(cut, bool) or not isinstance(cut, int) or not (cut == 0 or MIN_RANGE_BYTES <= cut <= MAX_BYTES):
+            raise DataPlanError(
+                f"data plan: malformed request: 'ranges' is {str(cut)[:20]}, not a boolean or a range's bytes "
+                f"({MIN_RANGE_BYTES}..{MAX_BYTES})"
+            )
         shards.add_files(trainer, files, cut)
         # a pass resumed inside: a checkpoint inside it is named after the one resumed from (K of S grows)
         shards.held_at = max(shards.held_at, held_before)

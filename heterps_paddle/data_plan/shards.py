@@ -184,11 +184,11 @@ class PassShards:
     def opened(self) -> bool:
         return len(self.offered) == self.trainers
 
-    def add_files(self, trainer: int, files: list[tuple[str, str]], cut: bool = False) -> None:
+    def add_files(self, trainer: int, files: list[tuple[str, str]], cut: int = 0) -> None:
         """Trainer ``trainer``'s files (a page of its offer): a copy of each name each time it lists it; ``cut``
-        (the trainer reads byte ranges): a file over :data:`~heterps_paddle.data_plan.names.RANGE_BYTES` is its
+        (the trainer reads byte ranges, of at most so many bytes; 0: it does not): a file over ``cut`` bytes is its
         ranges, a copy of each."""
-        pieces = [(piece, path) for name, path in files for piece in ranges(name)] if cut else files
+        pieces = [(piece, path) for name, path in files for piece in ranges(name, cut)] if cut else files
         for name, path in pieces:
             shard = self.shards.get(name)
             if shard is None:

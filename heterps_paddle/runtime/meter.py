@@ -58,7 +58,10 @@ def key(stage: int, role: str, index: int) -> str:
 
 
 def count_lines(path: str, cache: dict[tuple[str, int, float], int]) -> int:
-    """Lines of ``path`` (a sample each), cached by path, size and modification time."""
+    """Lines of ``path`` (a sample each), cached by path, size and modification time (a pipe's as noted:
+    :func:`note_samples`)."""
+    if os.path.abspath(path) in _NOTED:
+        return _NOTED[os.path.abspath(path)]
     info = os.stat(path)
     found = (os.path.abspath(path), info.st_size, info.st_mtime)
     if found not in cache:
@@ -219,11 +222,21 @@ def current() -> Meter | None:
 # this process's line count of each data file it read (the next epoch reads the same files; a split pass's end and
 # the meter both ask for the same pass's count)
 _LINES: dict[tuple[str, int, float], int] = {}
+_NOTED: dict[str, int] = {}  # the samples of the running call's range pipes (runtime/range_feed.py)
 
 
 def dataset_samples(dataset: Any) -> int | None:
     """The samples of a pass over ``dataset``'s files (None: no files to count), counted once per file."""
     return dataset_samples_of(list(getattr(dataset, "filelist", []) or []))
+
+
+def note_samples(path: str, lines: int | None) -> None:
+    """``path`` holds ``lines`` samples, counted where it was made (a range's pipe: runtime/range_feed.py), so
+    that counting them never reads it (a pipe read is a pipe emptied); None: forgotten, the pipe gone."""
+    if lines is None:
+        _NOTED.pop(os.path.abspath(path), None)
+    else:
+        _NOTED[os.path.abspath(path)] = lines
 
 
 def dataset_samples_of(files: list[str]) -> int | None:

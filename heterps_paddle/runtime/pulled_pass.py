@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 from heterps_paddle import rendezvous, settings
+from heterps_paddle.data_plan.names import parse
 from heterps_paddle.errors import HeterPSError
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import hooks, seam
+from heterps_paddle.runtime import hooks, range_feed, seam
 from heterps_paddle.runtime.file_identity import name_of
 
 POLL_S = (0.05, 1.0)  # a wait's first poll of the data plan, and its longest (each poll a connection across hosts)
@@ -120,6 +121,9 @@ class Puller:
         files, threads = list(dataset.filelist), int(getattr(dataset, "thread_num", 1) or 1)
         offered = [[name_of(path), path] for path in files]
         own = set(files)
+        range_bytes = int(cast(int, settings.get("HETERPS_RANGE_BYTES")))
+        # every file of the offer local and uncompressed: its large files are cut into ranges (runtime/range_feed.py)
+        cut = range_bytes if range_bytes and all(range_feed.cuttable(path) for path in files) else 0
         pages = offer_pages(sorted(done_before), offered)
         for page, (done_page, files_page) in enumerate(pages):
             offer = {
@@ -129,6 +133,7 @@ class Puller:
                 "files": files_page,
                 "done_before": done_page,
                 "held_before": held_before,
+                **({"ranges": cut} if cut else {}),
             }
             reply = self.ask(offer if len(pages) == 1 else {**offer, "page": page, "pages": len(pages)})
         say_offer(number, reply, files)
@@ -164,20 +169,20 @@ class Puller:
                 paths = self._readable(number, reply["shards"], own)
                 if not paths:
                     continue
-                handed = [path for _, path in paths]
-                if all(is_empty(path) for path in handed):
-                    # nothing to train: Paddle is not called (a call costs 0.1 s of its own, and trains no batch)
-                    self.ask({"do": "finish", "pass": number, "shards": [name for name, _ in paths]})
-                    trained.extend(handed)
-                    continue
-                dataset.set_filelist(call_files(handed, threads))
-                dataset.thread_num = threads  # Paddle lowers it to the files of the call, for good
-                with self._reporting(number, handed), progress.calling(call, handed):
-                    result = run(call)
+                with handed_to_paddle(number, paths) as (handed, trains):
+                    if not trains:
+                        # nothing to train: Paddle is not called (a call costs 0.1 s of its own, and trains no batch)
+                        self.ask({"do": "finish", "pass": number, "shards": [name for name, _ in paths]})
+                        trained.extend(path for _, path in paths)
+                        continue
+                    dataset.set_filelist(call_files(handed, threads))
+                    dataset.thread_num = threads  # Paddle lowers it to the files of the call, for good
+                    with self._reporting(number, handed), progress.calling(call, handed):
+                        result = run(call)
                 calls += 1
                 padded += len(handed) < threads
                 self.ask({"do": "finish", "pass": number, "shards": [name for name, _ in paths]})
-                trained.extend(handed)
+                trained.extend(path for _, path in paths)
         finally:
             dataset.thread_num = threads
         logger.info(
@@ -249,7 +254,7 @@ class Puller:
                 seen = name_of(path) if os.path.isfile(path) else None
             except HeterPSError:
                 seen = None
-            if seen == name:
+            if seen == whole_file(name):
                 readable.append([name, path])
                 continue
             why = "not a file here" if seen is None else f"another content here ({seen})"
@@ -281,6 +286,46 @@ def offer_pages(done_before: list[str], offered: list[list[str]]) -> list[tuple[
 def is_empty(path: str) -> bool:
     """Whether ``path`` is a local file of no bytes (it trains no sample)."""
     return os.path.isfile(path) and os.path.getsize(path) == 0
+
+
+@contextlib.contextmanager
+def handed_to_paddle(number: int, paths: list[list[str]]) -> Iterator[tuple[list[str], bool]]:
+    """For one call of the shards ``paths`` (``[name, path]``): what Paddle's readers are handed (a byte range's
+    pipe for a range: :func:`readable_path`), and whether any of it holds a sample.  A range its reader did not
+    read whole, once the call is over, ends the pass, named."""
+    with range_feed.RangeFeeds() as feeds:
+        handed = [readable_path(name, path, feeds) for name, path in paths]
+        try:
+            yield handed, not all(is_empty(path) or feeds.lines.get(path) == 0 for path in handed)
+        finally:
+            for path in feeds.lines:
+                meter_note(path, None)
+    if feeds.errors:
+        raise DataPlanFailed(f"{seam.identity()}: pass {number}: a byte range not read whole: {feeds.errors[0]}")
+
+
+def whole_file(name: str) -> str:
+    """The content name of the file a shard is of (itself, or the file a range of it is cut from)."""
+    parsed = parse(name)
+    return name if parsed is None else parsed.file
+
+
+def readable_path(name: str, path: str, feeds: range_feed.RangeFeeds) -> str:
+    """What Paddle's reader is handed for the shard ``name`` at ``path``: the file itself, or for a byte range of
+    it a pipe of ``feeds`` that gives the range's lines (its samples counted for the pass's figures)."""
+    parsed = parse(name)
+    if parsed is None or parsed.start is None or parsed.end is None:
+        return path
+    found = range_feed.span(path, parsed.start, parsed.end)
+    fifo = feeds.feed(path, found, name)
+    meter_note(fifo, found.lines)
+    return fifo
+
+
+def meter_note(path: str, lines: int | None) -> None:
+    from heterps_paddle.runtime import meter  # lazy: imports Paddle (launch_checkpoints' module doc)
+
+    meter.note_samples(path, lines)
 
 
 _padding: list[str] = []  # this process's empty file (made once), that pads a call to the dataset's threads

@@ -10,6 +10,8 @@ two loopback hosts, a checkpoint after each pass, ``--adapt off``: no move, no m
 - **slowed, static**: the static split, B's trainer stopped 90% of every second from the job's first measured
   window on;
 - **slowed, pulled**: the same slowing at the default data plan.
+- **slowed from pass 2, pulled**: the slowing from the job's first checkpoint (after pass 1) on, at the default data
+  plan: the trainers' paces were measured calm, and the plan must see the slowed one's change while it trains.
 
 The passes' files are converted to MultiSlot before the first job (tools/bench/launched.py: convert_data), so no
 job measures the cold cache.  Each job's samples/s is its samples over its seconds from the slowing's start (calm: from its first measured
@@ -32,9 +34,10 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from heterps_paddle.errors import HeterPSError
+from heterps_paddle.runtime.checkpoint_files import MANIFEST
 from heterps_paddle.tools.bench.launched import SLOWED_SHARE, HostsJob, convert_data, run_hosts_job, work_dir
 
 SLOWED_GOAL = 0.8  # the slowed job's samples/s over the calm job's, with no move and no machine asked for
@@ -42,12 +45,14 @@ CALL_SHARE_GOAL = 0.02  # a call's cost over a shard's training time, at the siz
 # the trainers' measurements every second, a rates record every second (what is measured, not how the job runs:
 # --adapt off decides nothing on them)
 METER_ENV = {"HETERPS_METER_S": "1", "HETERPS_RATES_WINDOW_S": "3"}
-# (name, data plan, B slowed): the calm job both ways (what pulling costs), then slowed both ways
+# (name, data plan, B slowed from: None calm, 1 its first measured window, 2 the start of pass 2): the calm job both
+# ways (what pulling costs), then slowed both ways, and slowed from pass 2 on, pulled
 JOBS = (
-    ("calm", "pull", False),
-    ("calm_static", "static", False),
-    ("slowed_static", "static", True),
-    ("slowed_pulled", "pull", True),
+    ("calm", "pull", None),
+    ("calm_static", "static", None),
+    ("slowed_static", "static", 1),
+    ("slowed_pulled", "pull", 1),
+    ("slowed_from_pass_2_pulled", "pull", 2),
 )
 
 
@@ -66,8 +71,18 @@ def rate_since(records: Sequence[Mapping[str, Any]], since: float | None) -> flo
     return (int(end["samples"]) - int(start["samples"])) / (float(end["t"]) - float(start["t"]))
 
 
-def slowed_job(args: argparse.Namespace, work: str, name: str, plan: str, slowed: bool) -> dict[str, Any]:
-    """One job of the one-stage plan on A and B (tools/bench/adapt.py's), B slowed or not, the data plan ``plan``."""
+def checkpointed(directory: str) -> Callable[[], bool]:
+    """Whether a checkpoint has been written under ``directory`` (its manifest, written last): pass 1 is over."""
+
+    def done() -> bool:
+        return any(MANIFEST in names for _, _, names in os.walk(directory))
+
+    return done
+
+
+def slowed_job(args: argparse.Namespace, work: str, name: str, plan: str, slowed_from: int | None) -> dict[str, Any]:
+    """One job of the one-stage plan on A and B (tools/bench/adapt.py's), B slowed from its first measured window
+    (``slowed_from`` 1), from pass 2 (2) or not at all (None), the data plan ``plan``."""
     from heterps_paddle.tools.bench import adapt, bench_job
 
     here = os.path.join(work, name)
@@ -78,13 +93,17 @@ def slowed_job(args: argparse.Namespace, work: str, name: str, plan: str, slowed
     options += ("--checkpoint-dir", os.path.join(here, "checkpoints"))
     env = {**os.environ, **METER_ENV, "HETERPS_DATA_PLAN": plan, "HETERPS_CACHE": os.path.join(work, "cache")}
     hosts = ((adapt.A, "cpu_small, servers: 1"), (adapt.B, "cpu_small"))
+    slowed = slowed_from is not None
     slowing = (adapt.B,) if slowed else ()
-    ran = run_hosts_job(HostsJob("data", name, here, hosts, adapt.ONE_STAGE, argv, options, env, args.timeout, slowing))
+    slow_from = checkpointed(os.path.join(here, "checkpoints")) if slowed_from == 2 else None
+    job = HostsJob("data", name, here, hosts, adapt.ONE_STAGE, argv, options, env, args.timeout, slowing, slow_from)
+    ran = run_hosts_job(job)
     rate = rate_since(ran.records, ran.slowed_at if slowed else None)
     rates = [r for r in ran.records if r["type"] == "rates"]
     return {
         "data_plan": plan,
         "slowed_share": SLOWED_SHARE if slowed else 0.0,
+        "slowed_from_pass": slowed_from,
         "samples": rates[-1].get("samples") if rates else None,
         "samples_per_s": None if rate is None else round(rate, 1),
         "rounds": sorted({r["round"] for r in rates}),
@@ -158,6 +177,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--passes", type=int, default=2, help="passes of each job (default 2)")
     parser.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
     parser.add_argument("--seed", type=int, default=7)
+    names = ", ".join(name for name, _, _ in JOBS)
+    parser.add_argument(
+        "--jobs",
+        default=",".join(name for name, _, _ in JOBS),
+        help=f"which jobs, comma-separated (default all: {names}); calm always runs, the ratios' baseline",
+    )
+    parser.add_argument("--no-calls", action="store_true", help="skip the measurement of a call's cost")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per job (default 900)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (kept anyway on a failure)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -177,6 +203,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.passes < 1 or args.rows < 160 or args.batch < 1:
         raise HeterPSError("bench data: --passes must be >= 1, --rows >= 160, --batch >= 1")
+    known = [name for name, _, _ in JOBS]
+    wanted = {"calm", *(name.strip() for name in args.jobs.split(",") if name.strip())}
+    if wanted - set(known):
+        raise HeterPSError(f"bench data: --jobs: no job {sorted(wanted - set(known))} (the jobs: {', '.join(known)})")
+    if "slowed_from_pass_2_pulled" in wanted and args.passes < 3:
+        raise HeterPSError("bench data: slowed_from_pass_2_pulled needs --passes 3 or more (slowed from pass 2 on)")
     report: dict[str, Any] = {"benchmark": "data", "rows": args.rows, "passes": args.passes, "batch": args.batch}
     report.update(cpu_count=os.cpu_count(), settings=dict(METER_ENV))
     with work_dir("data", args.keep) as work:
@@ -187,17 +219,20 @@ def run(args: argparse.Namespace) -> int:
         with open(os.path.join(work.path, "cluster.yaml"), "w") as f:
             f.write(adapt.CLUSTER)
         jobs = {}
-        for name, plan, slowed in JOBS:
-            print(f"bench data: the {name} job ...", file=sys.stderr, flush=True)
-            jobs[name] = slowed_job(args, work.path, name, plan, slowed)
+        for name, plan, slowed_from in JOBS:
+            if name in wanted:
+                print(f"bench data: the {name} job ...", file=sys.stderr, flush=True)
+                jobs[name] = slowed_job(args, work.path, name, plan, slowed_from)
         report["jobs"] = jobs
-        print("bench data: a call's cost ...", file=sys.stderr, flush=True)
-        report["calls"] = call_costs(args, work.path)
-        report["call"] = call_summary(report["calls"])
+        if not args.no_calls:
+            print("bench data: a call's cost ...", file=sys.stderr, flush=True)
+            report["calls"] = call_costs(args, work.path)
+            report["call"] = call_summary(report["calls"])
     calm = jobs["calm"]["samples_per_s"]
     report["over_calm"] = {
-        name: None if not calm or jobs[name]["samples_per_s"] is None else round(jobs[name]["samples_per_s"] / calm, 3)
-        for name in ("calm_static", "slowed_static", "slowed_pulled")
+        name: None if not calm or job["samples_per_s"] is None else round(job["samples_per_s"] / calm, 3)
+        for name, job in jobs.items()
+        if name != "calm"
     }
     report["goals"] = {"slowed_pulled_over_calm": SLOWED_GOAL, "call_share_of_a_file": CALL_SHARE_GOAL}
     report["load_average"] = [round(x, 2) for x in os.getloadavg()]
@@ -212,8 +247,8 @@ def table(report: Mapping[str, Any]) -> str:
         out.append(f"{name}: {job['samples_per_s']} samples/s (data plan {job['data_plan']}, rounds {job['rounds']})")
     for name, ratio in report["over_calm"].items():
         out.append(f"{name} over calm: {ratio} (goal for pulled >= {SLOWED_GOAL})")
-    call = report["call"]
-    for c in report["calls"]:
+    call: Mapping[str, Any] = report.get("call") or {}
+    for c in report.get("calls", []) if call else []:
         out.append(
             f"files of {c['rows_per_file']} rows: {c['calls']} calls {c['a_call_per_file_s']} s against one "
             f"{c['one_call_s']} s; a call's cost, {call['cost_s']} s, is {call['share_of_a_file'][c['files']]} of a "

@@ -75,7 +75,8 @@ class HostsJob:
     options: tuple[str, ...]
     env: Mapping[str, str]
     timeout: float
-    slowed: tuple[str, ...] = ()  # hosts slowed from the job's first measured window on
+    slowed: tuple[str, ...] = ()  # hosts slowed from the job's first measured window on (or from slow_from())
+    slow_from: Callable[[], bool] | None = None  # the slowing starts once this says so (None: first measured window)
 
 
 @dataclass
@@ -113,9 +114,12 @@ def run_hosts_job(job: HostsJob, tick: Callable[[Any], None] = lambda run: None)
             codes = run.wait(timeout=0.5)
             if all(code is not None for code in codes.values()) or time.monotonic() > deadline:
                 break
-            measured = any(r["samples_per_s"] for r in run.hosts[coordinator].events("rates"))
-            if job.slowed and slowing.started_at is None and measured:
-                slowing.start()
+            if job.slowed and slowing.started_at is None:
+                due = job.slow_from() if job.slow_from is not None else None
+                if due is None:
+                    due = any(r["samples_per_s"] for r in run.hosts[coordinator].events("rates"))
+                if due:
+                    slowing.start()
             tick(run)
     finally:
         slowing.stop()
