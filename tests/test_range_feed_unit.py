@@ -52,7 +52,10 @@ def test_a_pipe_gives_its_range_to_a_reader_as_paddle_opens_it_and_one_never_rea
         assert feeds.lines == {fifo: found.lines, never: found.lines}
     assert read == data[found.first : found.stop]
     assert feeds.errors == ["never read: its reader never opened it"]  # the range was not trained: the pass says so
-    assert not os.path.exists(feeds.directory)  # the pipes removed; the feed never read ended with the context
+    assert feeds.directory and not os.path.exists(feeds.directory)  # the pipes removed, the unread feed ended
+    with range_feed.RangeFeeds() as whole:
+        pass
+    assert whole.directory == ""  # a call of whole files makes no directory
 
 
 def test_a_reader_that_closes_early_is_an_error_named_by_the_shard(tmp_path):

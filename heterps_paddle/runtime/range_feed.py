@@ -87,7 +87,7 @@ class RangeFeeds:
     :meth:`feed` makes one; leaving the context stops every feed whose reader never came and removes the pipes."""
 
     def __init__(self) -> None:
-        self.directory = tempfile.mkdtemp(prefix="heterps-ranges-")
+        self.directory = ""  # made with the first pipe: a call of whole files makes none
         self.threads: list[threading.Thread] = []
         self.stop = threading.Event()
         self.errors: list[str] = []
@@ -101,6 +101,8 @@ class RangeFeeds:
 
     def feed(self, path: str, found: Span, label: str) -> str:
         """A pipe whose reader reads ``found``'s bytes of ``path``; ``label`` names it (the shard's name)."""
+        if not self.directory:
+            self.directory = tempfile.mkdtemp(prefix="heterps-ranges-")
         fifo = os.path.join(self.directory, f"range-{len(self.threads):05d}")
         os.mkfifo(fifo, 0o600)
         self.lines[fifo] = found.lines
@@ -148,4 +150,5 @@ class RangeFeeds:
         self.stop.set()
         for thread in self.threads:
             thread.join(5.0)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
