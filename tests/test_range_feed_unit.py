@@ -148,3 +148,22 @@ def test_a_pulled_pass_trains_a_large_file_by_its_ranges_each_line_once(tmp_path
     shards = board.plan.passes[1].done_names()
     assert (len(shards) > 10) != packed and all(("@" in s) != packed for s in shards if s.startswith("large"))
     assert sorted(set(trained.paths)) == sorted(p for p in files if not p.endswith(".gz"))
+
+
+def test_a_call_of_ranges_inside_one_line_each_is_not_run_and_its_pass_ends(tmp_path, monkeypatch):
+    """A range that holds no line start (inside one long line) trains nothing: no pipe is made for it, and a call
+    of only such ranges is not run."""
+    from heterps_paddle.runtime import pulled_pass, seam
+
+    monkeypatch.setenv("HETERPS_RANGE_BYTES", "4096")
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "data" / "one-line"
+    path.write_bytes(b"1 " + b"7" * 20_000 + b"\n")  # one line over five ranges: the first holds it
+    board = Board()
+    board.shards({"do": "offer", "pass": 1, "trainers": 2, "trainer": 1, "files": []})
+    got = []
+    _, trained = pulled_pass.Puller(board, 2, 0).run_pass(
+        1, seam.DatasetCall(None, Program(), Dataset([str(path)], 1), None, {}), lambda c: read_as_paddle(c, got)
+    )
+    assert b"".join(got) == path.read_bytes()  # the line once, from its first range
+    assert trained.calls == 1 and len(board.plan.passes[1].done_names()) == 5  # four empty ranges, none called

@@ -296,7 +296,7 @@ def handed_to_paddle(number: int, paths: list[list[str]]) -> Iterator[tuple[list
     with range_feed.RangeFeeds() as feeds:
         handed = [readable_path(name, path, feeds) for name, path in paths]
         try:
-            yield handed, not all(is_empty(path) or feeds.lines.get(path) == 0 for path in handed)
+            yield handed, not all(is_empty(path) for path in handed)
         finally:
             for path in feeds.lines:
                 meter_note(path, None)
@@ -317,6 +317,8 @@ def readable_path(name: str, path: str, feeds: range_feed.RangeFeeds) -> str:
     if parsed is None or parsed.start is None or parsed.end is None:
         return path
     found = range_feed.span(path, parsed.start, parsed.end)
+    if not found.lines:
+        return empty_file()  # a range inside one line: nothing to read, and no pipe that no reader would open
     fifo = feeds.feed(path, found, name)
     meter_note(fifo, found.lines)
     return fifo
@@ -337,12 +339,17 @@ def call_files(paths: list[str], threads: int) -> list[str]:
     (module doc)."""
     if len(paths) >= threads:
         return list(paths)
+    return [*paths, *[empty_file()] * (threads - len(paths))]
+
+
+def empty_file() -> str:
+    """This process's empty file (made once, removed at its exit)."""
     if not _padding or not os.path.isfile(_padding[0]):
         handle, path = tempfile.mkstemp(prefix="heterps-empty-", suffix=".data")
         os.close(handle)
         atexit.register(_remove, path)
         _padding[:] = [path]
-    return [*paths, *[_padding[0]] * (threads - len(paths))]
+    return _padding[0]
 
 
 def _remove(path: str) -> None:
