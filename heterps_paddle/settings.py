@@ -89,7 +89,9 @@ def _shards(text: str) -> int | None:
 
 
 def _range_bytes(text: str) -> int:
-    """0 (no file is cut) or a range's bytes of at least a page (data_plan/bounds.py: MIN_RANGE_BYTES)."""
+    """0 (no file is cut) or a range's bytes of at least a page: data_plan/bounds.py's MIN_RANGE_BYTES, restated
+    here because settings sits below the data plan in the import layers (tests/test_range_feed_unit.py holds the
+    two equal)."""
     value = int(text)
     if value != 0 and value < 4096:
         raise ValueError("must be 0 (files are not cut) or 4096 or more")

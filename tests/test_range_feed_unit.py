@@ -68,6 +68,17 @@ def test_a_reader_that_closes_early_is_an_error_named_by_the_shard(tmp_path):
     assert feeds.errors and feeds.errors[0].startswith("big@0-end: its reader closed the pipe")
 
 
+def test_the_range_setting_refuses_what_the_plan_refuses(monkeypatch):
+    from heterps_paddle import settings
+    from heterps_paddle.data_plan.bounds import MIN_RANGE_BYTES
+
+    monkeypatch.setenv("HETERPS_RANGE_BYTES", str(MIN_RANGE_BYTES))
+    assert settings.get("HETERPS_RANGE_BYTES") == MIN_RANGE_BYTES
+    monkeypatch.setenv("HETERPS_RANGE_BYTES", str(MIN_RANGE_BYTES - 1))
+    with pytest.raises(settings.SettingError, match=f"{MIN_RANGE_BYTES} or more"):
+        settings.get("HETERPS_RANGE_BYTES")
+
+
 def test_only_local_uncompressed_files_are_cut(tmp_path):
     plain = lines_file(tmp_path / "part-0", 3)
     packed = tmp_path / "part-1.gz"

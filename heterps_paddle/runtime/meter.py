@@ -60,10 +60,11 @@ def key(stage: int, role: str, index: int) -> str:
 def count_lines(path: str, cache: dict[tuple[str, int, float], int]) -> int:
     """Lines of ``path`` (a sample each), cached by path, size and modification time (a pipe's as noted:
     :func:`note_samples`)."""
-    if os.path.abspath(path) in _NOTED:
-        return _NOTED[os.path.abspath(path)]
+    full = os.path.abspath(path)
+    if full in _NOTED:
+        return _NOTED[full]
     info = os.stat(path)
-    found = (os.path.abspath(path), info.st_size, info.st_mtime)
+    found = (full, info.st_size, info.st_mtime)
     if found not in cache:
         count = 0
         with open(path, "rb") as f:
