@@ -190,9 +190,11 @@ def test_every_resume_proves_what_its_servers_hold(jobs):
     for name, layout in (("resumed", "split"), ("refusing", "one-stage")):
         worker = jobs[name].logs()["workerlog.0"]
         assert "pass-000003: restore proven, the servers hold what it captured: 6 dense parameters" in worker, layout
+        assert re.search(r"sparse table 000 \(\d+ rows, every row\)", worker), layout
     contents = jobs["manifests"][3]["contents"]
     assert set(contents["dense"]) == {"dnn_0.b_0", "dnn_0.w_0", "dnn_1.b_0", "dnn_1.w_0", "dnn_out.b_0", "dnn_out.w_0"}
-    assert contents["sparse"]["000"]["rows"] > 100 and contents["sparse"]["000"]["sample_rows"] > 0
+    assert contents["format"] == 2 and contents["sparse"]["000"]["rows"] > 100
+    assert re.fullmatch(r"[0-9a-f]{32}", contents["sparse"]["000"]["digest"]), contents["sparse"]
 
 
 def test_a_restore_that_changed_what_was_captured_is_refused_by_name(jobs):

@@ -68,10 +68,11 @@ def test_the_same_model_in_any_layout_has_the_same_contents(tmp_path, saved, res
     dense, rows = model()
     captured = contents(write(tmp_path / "captured", saved, dense, rows, shards=24, gz=True), saved)
     held = contents(write(tmp_path / "held", restored, dense, rows, shards=1000, servers=2), restored)
-    assert held == captured and captured.sparse[0].rows == len(rows) and captured.sparse[0].sample_rows > 0
+    assert held == captured and captured.sparse[0].rows == len(rows)
     line = restore_check.compare(captured, held, "pass-000003")
-    assert line == f"4 dense parameters (13 values and their optimizer state); sparse table 000 ({len(rows)} rows, " + (
-        f"{captured.sparse[0].sample_rows} sampled)"
+    assert (
+        line
+        == f"4 dense parameters (13 values and their optimizer state); sparse table 000 ({len(rows)} rows, every row)"
     )
     # the record travels in the manifest
     assert restore_check.Contents.from_dict(captured.to_dict(), "pass-000003") == captured
@@ -97,7 +98,8 @@ def test_an_incremental_chain_counts_each_keys_newest_row(tmp_path):
     [
         ("value", r"dense parameter fc_1\.w_0's values digest: the servers hold [0-9a-f]{32}, the checkpoint captured"),
         ("state", r"dense parameter fc_1\.w_0's optimizer state digest"),
-        ("row", r"sparse table 000's sampled rows \(keys divisible by 61\): the servers hold \d+ rows, digest"),
+        ("row", r"sparse table 000's rows \(their values and optimizer state\): the servers hold [0-9a-f]{32}, the"),
+        ("optimizer column", r"sparse table 000's rows \(their values and optimizer state\)"),
         ("lost row", r"sparse table 000's row count: the servers hold 399, the checkpoint captured 400"),
         ("extra row", r"sparse table 000's row count: the servers hold 401"),
     ],
@@ -112,9 +114,12 @@ def test_any_change_is_refused_naming_what_and_both_digests(tmp_path, change, na
         dense["fc_1.w_0"][2] = " ".join([f"{float(columns[0]) + 0.5:g}", *columns[1:]])
     elif change == "state":
         dense["fc_1.w_0"][0] += "1"
-    elif change == "row":
-        sampled = next(k for k in sorted(rows) if k % restore_check.SAMPLE_EVERY == 0)
-        rows[sampled] = rows[sampled].replace(" 0.5", " 0.25")
+    elif change == "row":  # one value of one row, whatever its key (keys multiples of 61 were all an earlier proof saw)
+        changed = next(k for k in sorted(rows) if k % 61)
+        rows[changed] = rows[changed].replace(" 0.5", " 0.25")
+    elif change == "optimizer column":
+        last = sorted(rows)[-1]
+        rows[last] = rows[last].replace(" 0 ", " 1 ", 1)
     elif change == "lost row":
         del rows[sorted(rows)[0]]
     else:
@@ -148,6 +153,78 @@ def test_a_dense_table_of_another_size_or_an_unreadable_record_is_an_error(tmp_p
     with pytest.raises(CheckpointError, match=r"dense table 1 has 14 values, its parameters .* have 13"):
         contents(root, ONE_STAGE)
     with pytest.raises(CheckpointError, match=r"checkpoint c: unreadable contents in its manifest"):
-        restore_check.Contents.from_dict({"sample_every": 61, "dense": {"x": {"numel": 1}}, "sparse": {}}, "c")
-    with pytest.raises(CheckpointError, match=r"sample_every 7, this version samples 61"):
-        restore_check.Contents.from_dict({"sample_every": 7, "dense": {}, "sparse": {}}, "c")
+        restore_check.Contents.from_dict({"format": 2, "dense": {"x": {"numel": 1}}, "sparse": {}}, "c")
+    with pytest.raises(CheckpointError, match=r"format 7, this version reads 2"):
+        restore_check.Contents.from_dict({"format": 7, "dense": {}, "sparse": {}}, "c")
+
+
+def test_a_row_in_another_shard_than_its_keys_is_refused_naming_it(tmp_path):
+    dense, rows = model()
+    root = write(tmp_path / "save", ONE_STAGE, dense, rows, shards=7)
+    key = next(k for k in sorted(rows) if k % 7 != 3)
+    with open(os.path.join(root, "000", "part-000-00003"), "a") as f:  # a wrong re-cut: the row also in shard 3
+        f.write(rows[key] + "\n")
+    with pytest.raises(
+        CheckpointError,
+        match=rf"part-000-00003: the row of key {key} sits in shard 3, its key's shard of 7 is {key % 7}",
+    ):
+        contents(root, ONE_STAGE)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("x1 0 0.5", "a row starts with its key and a space"),
+        ("12\t0 0.5", "a row starts with its key and a space"),
+        (f"{2**64} 0 0.5", r"its key is over 2\^64 - 1"),
+        ("1" * 21 + " 0", "a row starts with its key and a space"),
+    ],
+)
+def test_a_line_that_is_not_a_row_is_an_error_naming_its_file_and_line(tmp_path, line, why):
+    dense, rows = model()
+    root = write(tmp_path / "save", ONE_STAGE, dense, rows, shards=1)
+    path = os.path.join(root, "000", "part-000-00000")
+    with open(path, "a") as f:
+        f.write("\n  \n" + line + "\n")  # blank lines are no rows, and no error
+    with pytest.raises(CheckpointError, match=rf"part-000-00000:{len(rows) + 3}: not a sparse table row \({why}"):
+        contents(root, ONE_STAGE)
+
+
+def test_each_rows_hash_is_the_polynomial_of_its_line_across_blocks(tmp_path, monkeypatch):
+    """The vectorised hash against the same polynomial computed a byte at a time, with blocks so small that lines
+    cross them, and a file whose last line has no newline."""
+    from heterps_paddle.runtime import row_digest
+
+    monkeypatch.setattr(row_digest, "BLOCK_BYTES", 37)
+    rng = np.random.default_rng(4)
+    lines = [
+        f"{int(k) * 5 + 2} " + " ".join(f"{v:g}" for v in rng.normal(size=int(rng.integers(0, 9))))
+        for k in rng.integers(0, 2**50, 300)
+    ]
+    lines.append(f"{2**64 - 4} 1")  # the largest keys: 20 digits (this one in shard 2 of 5)
+    path = tmp_path / "part-000-00002"
+    path.write_bytes(("\n".join(lines)).encode())  # no newline at the end
+    keys, hashes = row_digest.file_rows(str(path), 5)
+    mask = 2**64 - 1
+    expected = []
+    for line in lines:
+        h, power = 0, 1
+        for byte in line.encode() + b"\n":
+            h = (h + (byte + 1) * power) & mask
+            power = (power * int(row_digest._BASE)) & mask
+        expected.append(h)
+    assert [int(k) for k in keys] == [int(line.split(" ")[0]) for line in lines]
+    assert [int(h) for h in hashes] == expected
+
+
+def test_an_earlier_versions_manifest_has_its_rows_counted(tmp_path):
+    dense, rows = model()
+    captured = contents(write(tmp_path / "captured", ONE_STAGE, dense, rows), ONE_STAGE).to_dict()
+    earlier = {
+        "sample_every": 61,
+        "dense": captured["dense"],
+        "sparse": {"000": {"rows": 400, "sample_rows": 7, "sample": "ab"}},
+    }
+    held = contents(write(tmp_path / "held", SPLIT, dense, rows), SPLIT)
+    line = restore_check.compare(restore_check.Contents.from_dict(earlier, "c"), held, "c")
+    assert line.endswith("sparse table 000 (400 rows counted: captured by an earlier version)")

@@ -10,8 +10,9 @@ whether its restores were sound.  So:
 - **At capture** (runtime/checkpoint.py, trainer 0, in the background): :func:`contents` of the files the servers
   wrote, in the layout they wrote them (before a split job's dense tables are regrouped), go into the manifest:
   per dense parameter its element count, a digest of its values and one of its optimizer state (the columns after
-  the value); per sparse table its row count and a digest of a sample of its rows (the rows whose key is a
-  multiple of :data:`SAMPLE_EVERY`), each key's newest row over an incremental checkpoint's whole chain.
+  the value); per sparse table its row count and a digest of every row (values and optimizer state: each key's
+  newest row over an incremental checkpoint's whole chain; runtime/row_digest.py), every row checked to sit in
+  the shard file its key maps to.
 - **On a resume**, before any batch trains (runtime/launch_checkpoints.py, ``check_restored``): stage 1's trainer 0
   has the servers save what they hold (every row, mode 0: a save that changes nothing on the servers), reads the
   same figures off it in this job's layout, and :func:`compare` refuses any difference, naming the parameter or
@@ -30,12 +31,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-import numpy as np
-
+from heterps_paddle.runtime import row_digest
 from heterps_paddle.runtime.checkpoint_files import CheckpointError
-from heterps_paddle.runtime.table_shards import read_lines, row_key, shard_files
+from heterps_paddle.runtime.table_shards import read_lines, shard_files
 
-SAMPLE_EVERY = 61  # a sparse table's sample: the rows whose key is a multiple (prime: keys of any stride spread)
+FORMAT = 2  # of the manifest's contents; an earlier version's (no "format"): sparse rows sampled, their digest unused
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,7 @@ class DenseParameter:
 @dataclass(frozen=True)
 class SparseTable:
     rows: int
-    sample_rows: int
-    sample: str  # digest of the sampled rows, by key
+    digest: str | None  # of every row (runtime/row_digest.py); None: captured by an earlier version, rows counted
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ class Contents:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "sample_every": SAMPLE_EVERY,
+            "format": FORMAT,
             "dense": {name: vars(p) for name, p in sorted(self.dense.items())},
             "sparse": {f"{table_id:03d}": vars(t) for table_id, t in sorted(self.sparse.items())},
         }
@@ -67,10 +66,14 @@ class Contents:
     @staticmethod
     def from_dict(document: Any, where: str) -> Contents:
         try:
-            if int(document["sample_every"]) != SAMPLE_EVERY:
-                raise ValueError(f"sample_every {document['sample_every']}, this version samples {SAMPLE_EVERY}")
+            earlier = "format" not in document and "sample_every" in document  # its sparse digests were of samples
+            if not earlier and document.get("format") != FORMAT:
+                raise ValueError(f"format {document.get('format')!r}, this version reads {FORMAT}")
             dense = {str(name): DenseParameter(**p) for name, p in document["dense"].items()}
-            sparse = {int(table_id): SparseTable(**t) for table_id, t in document["sparse"].items()}
+            sparse = {
+                int(table_id): SparseTable(int(t["rows"]), None if earlier else str(t["digest"]))
+                for table_id, t in document["sparse"].items()
+            }
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint {where}: unreadable contents in its manifest ({exc})") from None
         return Contents(dense, sparse)
@@ -133,21 +136,8 @@ def dense_contents(root: str, layout: Sequence[Any]) -> dict[str, DenseParameter
 def sparse_contents(links: Sequence[str], table_id: int) -> SparseTable:
     """Sparse table ``table_id`` as loading ``links`` in order leaves it (an incremental chain, its base first;
     one directory for a full save): each key's newest row counts once."""
-    keys: list[np.ndarray[Any, Any]] = []
-    sample: dict[int, bytes] = {}
-    for link in links:
-        for path in shard_files(os.path.join(link, f"{table_id:03d}")):
-            found = []
-            for number, line in enumerate(read_lines(path), 1):
-                if not line.strip():
-                    continue
-                key = row_key(line, path, number)
-                found.append(key)
-                if key % SAMPLE_EVERY == 0:
-                    sample[key] = line.rstrip(b"\n")
-            keys.append(np.array(found, dtype=np.uint64))
-    rows = int(np.unique(np.concatenate(keys)).size) if keys else 0
-    return SparseTable(rows, len(sample), _digest(sample[key] for key in sorted(sample)))
+    table = row_digest.table_rows([shard_files(os.path.join(link, f"{table_id:03d}")) for link in links])
+    return SparseTable(table.rows, table.digest)
 
 
 def contents(root: str, layout: Sequence[Any], sparse_ids: Iterable[int], links: Sequence[str] = ()) -> Contents:
@@ -189,11 +179,12 @@ def compare(expected: Contents, actual: Contents, checkpoint: str) -> str:
             raise refuse(f"sparse table {table_id:03d}", "no such table", f"{table.rows} rows")
         if held.rows != table.rows:
             raise refuse(f"sparse table {table_id:03d}'s row count", held.rows, table.rows)
-        if (held.sample_rows, held.sample) != (table.sample_rows, table.sample):
+        if table.digest is None:
+            compared.append(f"sparse table {table_id:03d} ({table.rows} rows counted: captured by an earlier version)")
+            continue
+        if held.digest != table.digest:
             raise refuse(
-                f"sparse table {table_id:03d}'s sampled rows (keys divisible by {SAMPLE_EVERY})",
-                f"{held.sample_rows} rows, digest {held.sample}",
-                f"{table.sample_rows} rows, digest {table.sample}",
+                f"sparse table {table_id:03d}'s rows (their values and optimizer state)", held.digest, table.digest
             )
-        compared.append(f"sparse table {table_id:03d} ({table.rows} rows, {table.sample_rows} sampled)")
+        compared.append(f"sparse table {table_id:03d} ({table.rows} rows, every row)")
     return "; ".join(compared)

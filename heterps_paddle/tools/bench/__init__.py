@@ -43,6 +43,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "heterps_paddle.tools.bench.data",
         "the data plan: a slowed host with pulled shards against the static split, and what a shard's call costs",
     ),
+    "restore-proof": (
+        "heterps_paddle.tools.bench.restore_proof",
+        "proving a resume's sparse tables (every row hashed and checked for its shard) at 10^7 or 10^8 rows",
+    ),
 }
 
 
