@@ -228,3 +228,22 @@ def test_an_earlier_versions_manifest_has_its_rows_counted(tmp_path):
     held = contents(write(tmp_path / "held", SPLIT, dense, rows), SPLIT)
     line = restore_check.compare(restore_check.Contents.from_dict(earlier, "c"), held, "c")
     assert line.endswith("sparse table 000 (400 rows counted: captured by an earlier version)")
+
+
+def test_a_cut_gzip_part_is_named_as_such_and_any_byte_hashes_as_its_polynomial(tmp_path):
+    from heterps_paddle.runtime import row_digest
+
+    path = tmp_path / "part-000-00000"
+    path.write_bytes(b"".join(b"%d 1.0 2.0 3.0\n" % (2 * i) for i in range(300_000)))
+    subprocess.run(["gzip", "-n", str(path)], check=True)
+    gz = tmp_path / "part-000-00000.gz"
+    gz.write_bytes(gz.read_bytes()[: gz.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=r"part-000-00000\.gz: not a readable gzip file"):
+        row_digest.file_rows(str(gz), 2)
+    # a byte of 255 counts as 256 in its line's polynomial (numpy 1 would wrap it to 0 in uint8)
+    keys, hashes = row_digest._block_rows(b"5 \xff\n", "p", 1)
+    base, mask = int(row_digest._BASE), 2**64 - 1
+    expected = sum((byte + 1) * pow(base, i, 2**64) for i, byte in enumerate(b"5 \xff\n")) & mask
+    assert int(keys[0]) == 5 and int(hashes[0]) == expected
+    with pytest.raises(CheckpointError, match="unreadable contents in its manifest"):
+        restore_check.Contents.from_dict([], "c")

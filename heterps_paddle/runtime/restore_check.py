@@ -66,6 +66,8 @@ class Contents:
     @staticmethod
     def from_dict(document: Any, where: str) -> Contents:
         try:
+            if not isinstance(document, dict):
+                raise TypeError(f"a {type(document).__name__}, not a mapping")
             earlier = "format" not in document and "sample_every" in document  # its sparse digests were of samples
             if not earlier and document.get("format") != FORMAT:
                 raise ValueError(f"format {document.get('format')!r}, this version reads {FORMAT}")

@@ -24,7 +24,7 @@ import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Any, Iterator, Sequence
+from typing import IO, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -79,33 +79,45 @@ _SCRATCH = _Scratch()
 
 def _blocks(path: str) -> Iterator[bytes]:
     """The file's bytes in blocks of whole lines (the last one ending in a newline added when the file has none);
-    a ``.gz`` file through the gzip program (Python's zlib must not run beside Paddle 2.6.2: runtime/checkpoint.py)."""
-    process = None
-    if path.endswith(".gz"):
-        process = subprocess.Popen(["gzip", "-dc", "--", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert process.stdout is not None
-        stream: IO[bytes] = process.stdout
-    else:
-        stream = open(path, "rb")
+    a ``.gz`` file through the gzip program (Python's zlib must not run beside Paddle 2.6.2: runtime/checkpoint.py),
+    whose verdict comes before the file's last line: a cut file is named as such, not by its torn last line."""
+    if not path.endswith(".gz"):
+        with open(path, "rb") as f:
+            yield from _whole_lines(f, lambda: None)
+        return
+    process = subprocess.Popen(["gzip", "-dc", "--", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    stderr = process.stderr
+
+    def verdict() -> None:
+        error = stderr.read().decode(errors="replace").strip()
+        if process.wait() != 0:
+            raise CheckpointError(f"{path}: not a readable gzip file ({error})")
+
     try:
-        rest = b""
-        while True:
-            chunk = stream.read(BLOCK_BYTES)
-            if not chunk:
-                break
-            data = rest + chunk
-            cut = data.rfind(b"\n") + 1
-            rest = data[cut:]
-            if cut:
-                yield data[:cut]
-        if rest:
-            yield rest + b"\n"
-    finally:
-        stream.close()
-        if process is not None:
-            error = process.stderr.read().decode(errors="replace").strip() if process.stderr else ""
-            if process.wait() != 0:
-                raise CheckpointError(f"{path}: not a readable gzip file ({error})")
+        yield from _whole_lines(process.stdout, verdict)
+    finally:  # also when the reader stops early (a row refused): gzip is stopped, not judged
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        process.stdout.close()
+        stderr.close()
+
+
+def _whole_lines(stream: IO[bytes], at_end: Callable[[], None]) -> Iterator[bytes]:
+    rest = b""
+    while True:
+        chunk = stream.read(BLOCK_BYTES)
+        if not chunk:
+            break
+        data = rest + chunk
+        cut = data.rfind(b"\n") + 1
+        rest = data[cut:]
+        if cut:
+            yield data[:cut]
+    at_end()
+    if rest:
+        yield rest + b"\n"
 
 
 def _not_a_row(path: str, number: int, line: bytes, why: str) -> CheckpointError:
@@ -149,7 +161,7 @@ def _block_rows(data: bytes, path: str, first_line: int) -> tuple[Array, Array]:
     # each line's hash: the sum of (byte + 1) * BASE^(its offset in the line), its newline included; summed with
     # the byte's offset in the block, then brought back by BASE^-(the line's start): no array of offsets is made
     up, down, terms = _SCRATCH.upto(buf.size)
-    np.add(buf, np.uint64(1), out=terms)
+    np.add(buf, 1, out=terms, dtype=np.uint64)  # in uint64: numpy 1's value-based casting would wrap 255 + 1
     np.multiply(terms, up, out=terms)
     hashes = np.add.reduceat(terms, starts) * down[starts]
     return keys[rows], hashes[rows]
