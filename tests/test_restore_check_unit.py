@@ -3,6 +3,7 @@ laid out as any plan the launch's machine moves between (one stage, a split, ano
 save or an incremental chain) gives the same figures, and any change to a value, an optimizer column or a row is a
 difference named by parameter or table."""
 
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -247,3 +248,15 @@ def test_a_cut_gzip_part_is_named_as_such_and_any_byte_hashes_as_its_polynomial(
     assert int(keys[0]) == 5 and int(hashes[0]) == expected
     with pytest.raises(CheckpointError, match="unreadable contents in its manifest"):
         restore_check.Contents.from_dict([], "c")
+
+
+def test_the_restore_proof_bench_prints_its_fields(tmp_path, capsys):
+    from conftest import run_cli
+
+    code, out, _ = run_cli(capsys, "bench", "restore-proof", "--rows", "3000", "--dir", str(tmp_path), "--json")
+    figures = json.loads(out)
+    assert code == 0 and figures["rows"] == 3000 and figures["bytes"] > 3000 * 50
+    assert figures["proof_s"] > 0 and figures["per_row_python_s"] > 0 and figures["proof_over_read"] > 0
+    # the table is kept and reused: a second run writes nothing
+    code, out, _ = run_cli(capsys, "bench", "restore-proof", "--rows", "3000", "--dir", str(tmp_path), "--json")
+    assert code == 0 and json.loads(out)["rows"] == 3000
