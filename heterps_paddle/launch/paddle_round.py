@@ -25,7 +25,6 @@ from heterps_paddle.launch.console import (
     echo_logs,
     relay,
 )
-from heterps_paddle.launch.coordinator import Coordinator
 from heterps_paddle.launch.job import JOB_ENV
 from heterps_paddle.launch.leave import Notice
 from heterps_paddle.launch.member import LogForwarder
@@ -33,14 +32,14 @@ from heterps_paddle.launch.options import LaunchOptions
 from heterps_paddle.launch.ports import PortBlock, claim_port_block
 from heterps_paddle.launch.result import RESULT_FD_ENV, Outcome, RunResult
 from heterps_paddle.launch.session import stop_session
-from heterps_paddle.launch.turns import FAILED_EXIT, LOCAL_ADDRESS, Ran, Turn
+from heterps_paddle.launch.turns import FAILED_EXIT, LOCAL_ADDRESS, JobMaster, Ran, Turn
 from heterps_paddle.planning.launch import LAUNCH_ENV
 from heterps_paddle.rendezvous import LAUNCH_ID_ENV
 from heterps_paddle.runtime.checkpoint_choice import prepare_launch
 from heterps_paddle.runtime.checkpoint_files import CheckpointError
 
 
-def run_round(turn: Turn, console: Console, coordinator: Coordinator | None) -> Ran:
+def run_round(turn: Turn, console: Console, coordinator: JobMaster | None) -> Ran:
     """One run of Paddle's launcher (a launch across hosts with restarts may run several, and a one-host launch one
     per attempt), supervised in a child process of its own session."""
     options, part, number = turn.options, turn.part, turn.number

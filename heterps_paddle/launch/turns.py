@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from heterps_paddle.launch.coordinator import Coordinator
 from heterps_paddle.launch.hosts import HostRound
 from heterps_paddle.launch.options import LaunchOptions
 from heterps_paddle.launch.result import RunResult
@@ -59,6 +58,13 @@ class Verdict:
     errors: tuple[str, ...] = ()  # the same, for stderr
 
 
+class JobMaster(Protocol):
+    """What a round on the coordinator's host asks of the job's coordinator (launch/coordinator.py), which it holds
+    only to close: on a signal, every member hears why before the host goes."""
+
+    def close(self, wait_s: float = 15.0, late_joiners_s: float = 30.0) -> None: ...
+
+
 class Shell(Protocol):
     """Where the job's decisions come from (module doc)."""
 
@@ -66,7 +72,7 @@ class Shell(Protocol):
 
     def stand_by(self, turn: Turn) -> Ran: ...
 
-    def coordinator(self) -> Coordinator | None: ...
+    def coordinator(self) -> JobMaster | None: ...
 
     def after(self, turn: Turn, ran: Ran) -> Verdict: ...
 
