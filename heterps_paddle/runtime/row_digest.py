@@ -56,8 +56,8 @@ def _mix(x: Array) -> Array:
 
 
 class _Scratch(threading.local):
-    """A thread's _BASE ** i and its inverse's (mod 2^64: the base is odd) for i up to a block's bytes, and a block's work
-    array: made once and reused, since this machine spends more making a new array of a block's size than
+    """A thread's _BASE ** i and its inverse's (mod 2^64: the base is odd) for i up to a block's bytes, and a block's
+    work array: made once and reused, since this machine spends more making a new array of a block's size than
     computing in it."""
 
     def __init__(self) -> None:
@@ -65,7 +65,9 @@ class _Scratch(threading.local):
 
     def upto(self, size: int) -> tuple[Array, Array, Array]:
         if size > self.up.size:
-            grown = max(size, BLOCK_BYTES + 1)
+            # a block is BLOCK_BYTES and the part line before it: room for a quarter more, so that
+            # blocks a little over the last one's size do not make the tables again
+            grown = max(size + size // 4, BLOCK_BYTES + BLOCK_BYTES // 4)
             for name, base in (("up", int(_BASE)), ("down", pow(int(_BASE), -1, 2**64))):
                 steps = np.full(grown, base, dtype=np.uint64)
                 steps[0] = 1
