@@ -175,10 +175,16 @@ def test_the_one_stage_job_learned(jobs, model):
 # DLRM's top MLP has batch norms on the heterogeneous stage: their moving mean and variance are no parameters, so
 # the servers never have them; a split's save takes them from the stage's heterogeneous trainer (runtime/saves.py,
 # later_stages_statistics; before, it wrote their startup values and the saved split scored 0.5730 against one
-# stage's 0.6325).  With them the split scored 0.5979 against 0.5821, but DLRM's one-stage AUC at this size varies
-# by 0.05 between runs of the same job (0.5821-0.6325): its comparison is reported, not held, until the data
-# that settles it fits the suite's time (docs/models.md).
-DLRM_NOISE = pytest.mark.xfail(reason="DLRM's held-out AUC varies by 0.05 between runs at this size", strict=False)
+# stage's 0.6325).  With them the split scored 0.5979 against 0.5821.  Its learning rate is now 0.01 (its config):
+# at 40,000 rows one stage scored 0.701-0.727 in four runs and the split 0.701 and 0.715, but at 100,000 rows one of
+# two one-stage runs saved models that score 0.621 (epoch 0) and 0.567 (epoch 1) while both its trainers logged
+# training AUCs like the other run's (0.69-0.70; that run's saved model 0.743, the splits' 0.784 and 0.731).  Scored
+# with each held-out batch's own statistics those saves score 0.786 and 0.797 (splits 0.801 and 0.784): the saved
+# batch norms' running statistics, trainer 0's own beside the servers' newest weights, are what is poor.  Its
+# comparison is reported, not held, until a save re-estimates them (docs/models.md).
+DLRM_NOISE = pytest.mark.xfail(
+    reason="a one-stage DLRM save's batch-norm running statistics lag its weights (docs/models.md)", strict=False
+)
 
 
 def test_a_later_stages_batch_norm_statistics_are_saved_from_its_trainer(jobs):
