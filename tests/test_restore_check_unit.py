@@ -194,9 +194,9 @@ def test_a_line_that_is_not_a_row_is_an_error_naming_its_file_and_line(tmp_path,
 def test_each_rows_hash_is_the_polynomial_of_its_line_across_blocks(tmp_path, monkeypatch):
     """The vectorised hash against the same polynomial computed a byte at a time, with blocks so small that lines
     cross them, and a file whose last line has no newline."""
-    from heterps_paddle.runtime import row_digest
+    from heterps_paddle.runtime import row_digest, shard_lines
 
-    monkeypatch.setattr(row_digest, "BLOCK_BYTES", 37)
+    monkeypatch.setattr(shard_lines, "BLOCK_BYTES", 37)
     rng = np.random.default_rng(4)
     lines = [
         f"{int(k) * 5 + 2} " + " ".join(f"{v:g}" for v in rng.normal(size=int(rng.integers(0, 9))))

@@ -184,3 +184,38 @@ def test_the_layout_file_names_each_table_and_says_how_to_load_it(tmp_path):
     document = json.loads((tmp_path / table_shards.LAYOUT_FILE).read_text())
     assert document["shard_num"] == 24 and document["tables"] == {"000": {"name": "SparseFeatFactors", "shard_num": 24}}
     assert "strategy.sparse_table_configs.add()" in document["how_to_load"]
+
+
+def test_a_row_refused_in_a_large_gzip_part_is_the_error_and_no_gzip_is_left(tmp_path, monkeypatch):
+    """The re-cut stops at a bad row while gzip still has most of the file to write: the row's error is raised,
+    gzip is stopped (not judged as a broken file), and no second error comes when the reader is collected."""
+    import gc
+    import sys
+
+    import psutil
+
+    unraised = []
+    monkeypatch.setattr(sys, "unraisablehook", unraised.append)
+
+    source = tmp_path / "saved"
+    source.mkdir()
+    rows = ["not a row"] + [f"{k} 0.1 0.2 0.3 0.4 0.5 0.6 0.7" for k in range(200_000)]  # several MB: gzip blocks
+    part = source / "part-000-00000"
+    part.write_text("\n".join(rows) + "\n")
+    subprocess.run(["gzip", "-n", str(part)], check=True)
+    with pytest.raises(CheckpointError, match=r"part-000-00000\.gz:1: not a sparse table row") as refused:
+        table_shards.recut(str(source), str(tmp_path / "recut"), 2)
+    assert "gzip" not in str(refused.value.__context__ or "")
+    del refused  # its traceback holds the reader
+    gc.collect()
+    assert not [u.exc_value for u in unraised]
+    assert not [p for p in psutil.Process().children(recursive=True) if p.name() == "gzip"]
+
+
+def test_rows_of_parts_whose_last_line_has_no_newline_never_run_together(tmp_path):
+    source = tmp_path / "saved"
+    source.mkdir()
+    (source / "part-000-00000").write_bytes(b"4 0.5\n2 0.25")  # no newline at the end
+    (source / "part-000-00001").write_bytes(b"6 0.75\n")
+    assert table_shards.recut(str(source), str(tmp_path / "recut"), 1) == 3
+    assert (tmp_path / "recut" / "part-000-00000").read_bytes() == b"4 0.5\n2 0.25\n6 0.75\n"

@@ -85,7 +85,7 @@ def _parts(directory: str) -> list[str]:
 
 # Python's zlib must not run in a process that loaded Paddle 2.6.2 first (libpaddle exports zlib's symbols: the
 # checkpoint code crashed in inflateReset2, docs/paddle-notes.md); the gzip program does the compression, as
-# Paddle's own table save and load do (and the reading: table_shards.read_lines).
+# Paddle's own table save and load do (and the reading: runtime/shard_lines.py).
 def _gzip_to(path: str, data: bytes) -> None:
     with open(path, "wb") as out:
         subprocess.run(["gzip", "-c"], input=data, stdout=out, check=True)

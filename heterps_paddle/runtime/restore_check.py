@@ -31,9 +31,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from heterps_paddle.runtime import row_digest
+from heterps_paddle.runtime import row_digest, shard_lines
 from heterps_paddle.runtime.checkpoint_files import CheckpointError
-from heterps_paddle.runtime.table_shards import read_lines, shard_files
+from heterps_paddle.runtime.table_shards import shard_files
 
 FORMAT = 2  # of the manifest's contents; an earlier version's (no "format"): sparse rows sampled, their digest unused
 
@@ -94,7 +94,7 @@ def table_lines(directory: str) -> list[bytes]:
     if not os.path.isdir(directory):
         return []
     parts = sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.startswith("part-"))
-    return [line.rstrip(b"\n") for path in parts for line in read_lines(path) if line.strip()]
+    return [line.rstrip(b"\n") for path in parts for line in shard_lines.lines(path) if line.strip()]
 
 
 def parameter_lines(root: str, layout: Sequence[Any]) -> dict[str, list[bytes]]:

@@ -20,17 +20,16 @@ Pure numpy and file reading: imports no Paddle.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from heterps_paddle.runtime import shard_lines
 from heterps_paddle.runtime.checkpoint_files import CheckpointError
 
-BLOCK_BYTES = 4 << 20  # lines read and hashed at once: the arrays made of a block are about 24 times its bytes
 _BASE = np.uint64(0x9E3779B97F4A7C15)  # odd: a power of it is odd, so one byte's change moves the line's hash
 _SECOND = np.uint64(0xD6E8FEB86659FD93)  # the second sum's mixing constant
 THREADS = 8  # at most, hashing a table's shards (each thread holds a block's arrays, about 100 MB)
@@ -65,9 +64,11 @@ class _Scratch(threading.local):
 
     def upto(self, size: int) -> tuple[Array, Array, Array]:
         if size > self.up.size:
-            # a block is BLOCK_BYTES and the part line before it: room for a quarter more, so that
+            # a block is shard_lines.BLOCK_BYTES and the part line before it (the arrays made of a block are
+            # about 24 times its bytes): room for a quarter more, so that
             # blocks a little over the last one's size do not make the tables again
-            grown = max(size + size // 4, BLOCK_BYTES + BLOCK_BYTES // 4)
+            block = shard_lines.BLOCK_BYTES
+            grown = max(size + size // 4, block + block // 4)
             for name, base in (("up", int(_BASE)), ("down", pow(int(_BASE), -1, 2**64))):
                 steps = np.full(grown, base, dtype=np.uint64)
                 steps[0] = 1
@@ -77,49 +78,6 @@ class _Scratch(threading.local):
 
 
 _SCRATCH = _Scratch()
-
-
-def _blocks(path: str) -> Iterator[bytes]:
-    """The file's bytes in blocks of whole lines (the last one ending in a newline added when the file has none);
-    a ``.gz`` file through the gzip program (Python's zlib must not run beside Paddle 2.6.2: runtime/checkpoint.py),
-    whose verdict comes before the file's last line: a cut file is named as such, not by its torn last line."""
-    if not path.endswith(".gz"):
-        with open(path, "rb") as f:
-            yield from _whole_lines(f, lambda: None)
-        return
-    process = subprocess.Popen(["gzip", "-dc", "--", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert process.stdout is not None and process.stderr is not None
-    stderr = process.stderr
-
-    def verdict() -> None:
-        error = stderr.read().decode(errors="replace").strip()
-        if process.wait() != 0:
-            raise CheckpointError(f"{path}: not a readable gzip file ({error})")
-
-    try:
-        yield from _whole_lines(process.stdout, verdict)
-    finally:  # also when the reader stops early (a row refused): gzip is stopped, not judged
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        process.stdout.close()
-        stderr.close()
-
-
-def _whole_lines(stream: IO[bytes], at_end: Callable[[], None]) -> Iterator[bytes]:
-    rest = b""
-    while True:
-        chunk = stream.read(BLOCK_BYTES)
-        if not chunk:
-            break
-        data = rest + chunk
-        cut = data.rfind(b"\n") + 1
-        rest = data[cut:]
-        if cut:
-            yield data[:cut]
-    at_end()
-    if rest:
-        yield rest + b"\n"
 
 
 def _not_a_row(path: str, number: int, line: bytes, why: str) -> CheckpointError:
@@ -179,7 +137,7 @@ def file_rows(path: str, count: int) -> tuple[Array, Array]:
     the file's shard (``key % count``) is an error naming the file, the line and the shard the key belongs to."""
     index = shard_index(path)
     keys, hashes, line = [], [], 1
-    for block in _blocks(path):
+    for block in shard_lines.line_blocks(path):
         found, hashed = _block_rows(block, path, line)
         stray = np.flatnonzero(found % np.uint64(count) != np.uint64(index))
         if stray.size:

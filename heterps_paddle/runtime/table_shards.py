@@ -31,14 +31,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
-from typing import IO, Any, Iterator, Optional, cast
+from typing import IO, Any, Optional, cast
 
 from heterps_paddle import settings
 from heterps_paddle.files import write_atomic
 from heterps_paddle.log import logger
-from heterps_paddle.runtime import seam
+from heterps_paddle.runtime import seam, shard_lines
 from heterps_paddle.runtime.checkpoint_files import CheckpointError
 
 PER_SERVER = 24  # MemorySparseTable::_task_pool_size in Paddle 2.6.2: the threads a server's table works with
@@ -141,24 +140,6 @@ def write_layout(directory: str, tables: dict[int, tuple[str, int]]) -> None:
     write_atomic(os.path.join(directory, LAYOUT_FILE), json.dumps(document, indent=2) + "\n")
 
 
-def read_lines(path: str) -> Iterator[bytes]:
-    """A shard file's lines (gzip through the gzip program: Python's zlib must not run in a process that loaded
-    Paddle 2.6.2, runtime/checkpoint.py)."""
-    if not path.endswith(".gz"):
-        with open(path, "rb") as f:
-            yield from f
-        return
-    process = subprocess.Popen(["gzip", "-dc", "--", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert process.stdout is not None
-    try:
-        yield from process.stdout
-    finally:
-        process.stdout.close()
-        error = process.stderr.read().decode(errors="replace").strip() if process.stderr else ""
-        if process.wait() != 0:
-            raise CheckpointError(f"{path}: not a readable gzip file ({error})")
-
-
 def row_key(line: bytes, path: str, number: int) -> int:
     head = line.split(b" ", 1)[0].strip()
     if not head.isdigit():
@@ -186,12 +167,12 @@ def recut(source: str, target: str, count: int, wanted: range | None = None) -> 
         outputs: dict[int, IO[bytes]] = {i: open(os.path.join(target, f"part-000-{i:05d}"), "wb") for i in group}
         try:
             for path in files:
-                for number, line in enumerate(read_lines(path), 1):
+                for number, line in enumerate(shard_lines.lines(path), 1):
                     if not line.strip():
                         continue
                     shard = row_key(line, path, number) % count
                     if shard in outputs:
-                        outputs[shard].write(line if line.endswith(b"\n") else line + b"\n")
+                        outputs[shard].write(line)
                         rows += 1
         finally:
             for out in outputs.values():

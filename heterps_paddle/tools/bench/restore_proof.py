@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from heterps_paddle.runtime import row_digest
-from heterps_paddle.runtime.table_shards import read_lines, row_key, shard_files
+from heterps_paddle.runtime import row_digest, shard_lines
+from heterps_paddle.runtime.table_shards import row_key, shard_files
 
 SHARDS = 24
 VALUES = 13  # a row's values after its key: about 140 bytes a row, as a small embedding with its optimizer state
@@ -79,7 +79,7 @@ def measure(table: str, python_files: int) -> dict[str, Any]:
     sample = files[: max(1, python_files)]
     start = time.perf_counter()
     for path in sample:
-        for number, line in enumerate(read_lines(path), 1):
+        for number, line in enumerate(shard_lines.lines(path), 1):
             if line.strip():
                 row_key(line, path, number)
     python_s = (time.perf_counter() - start) * size / sum(os.path.getsize(f) for f in sample)
