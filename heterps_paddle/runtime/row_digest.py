@@ -64,9 +64,8 @@ class _Scratch(threading.local):
 
     def upto(self, size: int) -> tuple[Array, Array, Array]:
         if size > self.up.size:
-            # a block is shard_lines.BLOCK_BYTES and the part line before it (the arrays made of a block are
-            # about 24 times its bytes): room for a quarter more, so that
-            # blocks a little over the last one's size do not make the tables again
+            # a block is shard_lines.BLOCK_BYTES and the part line before it (its arrays about 24 times its
+            # bytes): room for a quarter more, so that one a little over the last one's size reuses the tables
             block = shard_lines.BLOCK_BYTES
             grown = max(size + size // 4, block + block // 4)
             for name, base in (("up", int(_BASE)), ("down", pow(int(_BASE), -1, 2**64))):
