@@ -181,8 +181,8 @@ def test_the_one_stage_job_learned(jobs, model):
 # training AUCs like the other run's (0.69-0.70; that run's saved model 0.743, the splits' 0.784 and 0.731).  Scored
 # with each held-out batch's own statistics those saves score 0.786 and 0.797 (splits 0.801 and 0.784): the saved
 # batch norms' running statistics, trainer 0's own beside the servers' newest weights, are what is poor (with the
-# data plan off too: 0.553 against 0.794).  Its
-# comparison is reported, not held, until a save re-estimates them (docs/models.md).
+# data plan off too: 0.553 against 0.794).  Its comparison is reported, not held, until a save re-estimates them
+# (docs/models.md).
 DLRM_NOISE = pytest.mark.xfail(
     reason="a one-stage DLRM save's batch-norm running statistics lag its weights (docs/models.md)", strict=False
 )
